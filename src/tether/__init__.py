@@ -1,0 +1,73 @@
+"""Tether: a supervised runtime for LLM agents."""
+
+from __future__ import annotations
+
+from .agent import Agent, RunResult
+from .errors import (
+    ConfigError,
+    MissingAPIKey,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderProtocolError,
+    ProviderStatusError,
+    ProviderTimeout,
+    RateLimited,
+    ServerError,
+    TetherError,
+)
+from .events import Event
+from .loop import Budget
+from .messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ReasoningPart,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
+from .pricing import Price
+from .providers import HTTPSettings, Model, OpenAIChatModel, ScriptedModel, make_model, reply
+from .tools import BUILTINS, RunContext, Tool, Toolbox, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BUILTINS",
+    "Agent",
+    "Budget",
+    "ConfigError",
+    "Event",
+    "HTTPSettings",
+    "Message",
+    "MissingAPIKey",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAIChatModel",
+    "Price",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderProtocolError",
+    "ProviderStatusError",
+    "ProviderTimeout",
+    "RateLimited",
+    "ReasoningPart",
+    "RunContext",
+    "RunResult",
+    "ScriptedModel",
+    "ServerError",
+    "TetherError",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "Toolbox",
+    "Usage",
+    "make_model",
+    "reply",
+    "tool",
+]

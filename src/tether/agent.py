@@ -1,0 +1,188 @@
+"""The async driver: performs what the loop decides, emits events, and always ends with an outcome.
+
+    agent = Agent(model, tools=[get_weather], system="Be brief.", budget=Budget(max_steps=10))
+    result = await agent.run("Weather in Oslo?")
+    result.outcome, result.answer
+
+A run ends `done`, `halted` (a budget, with the reason), `failed` (the model call failed, with
+the error) or `cancelled`. On cancel the `CancelledError` is re-raised after the transcript is
+closed and `run_finished` is emitted; everything completed before the cancel stays in the
+transcript the caller passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ProviderError
+from .events import Emitter, Sink, model_response_data
+from .loop import (
+    Budget,
+    CallModel,
+    Finish,
+    Happening,
+    LoopState,
+    ModelReplied,
+    Outcome,
+    RunTools,
+    Started,
+    ToolsDone,
+    close_open_calls,
+    last_answer,
+    step,
+)
+from .messages import Message, ModelRequest, Usage
+from .pricing import Price, price_for
+from .providers.base import Model
+from .tools.tool import RunContext, Tool
+from .tools.toolbox import Toolbox
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    outcome: Outcome
+    answer: str
+    reason: str
+    usage: Usage
+    cost_usd: float
+    steps: int
+    messages: list[Message]
+    error: dict[str, Any] | None = None
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_STATUS[self.outcome]
+
+
+EXIT_STATUS: dict[str, int] = {"done": 0, "failed": 1, "halted": 3, "cancelled": 130}
+
+
+@dataclass
+class Agent:
+    model: Model
+    tools: Iterable[Tool] = ()
+    system: str | None = None
+    budget: Budget = field(default_factory=Budget)
+    prices: dict[str, Price] | None = None
+    max_output_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        self.toolbox = self.tools if isinstance(self.tools, Toolbox) else Toolbox(self.tools)
+        self.price = price_for(self.model.name, self.prices)
+
+    async def run(
+        self,
+        task: str | None,
+        *,
+        transcript: list[Message] | None = None,
+        context: RunContext | None = None,
+        run_id: str | None = None,
+        sinks: list[Sink] | None = None,
+    ) -> RunResult:
+        """Run until the model answers, a budget halts it, or a call fails.
+
+        `transcript` is the conversation so far and is extended in place (so a caller keeps
+        completed work even when the run is cancelled); `task` is appended as a user message.
+        """
+        ctx = context or RunContext()
+        run_id = run_id or ctx.run_id or uuid.uuid4().hex[:12]
+        ctx.run_id = run_id
+        messages = transcript if transcript is not None else []
+        if task is not None:
+            messages.append(Message.user(task))
+        state = LoopState(messages, self.system, self.toolbox.specs, started_at=time.monotonic())
+        emitter = Emitter(run_id, sinks)
+        emitter.emit("run_started", task=task, provider=self.model.provider, model=self.model.name)
+        error: dict[str, Any] | None = None
+        try:
+            if self.budget.max_seconds is None:
+                finish = await self._drive(state, ctx, emitter)
+            else:
+                try:
+                    async with asyncio.timeout(self.budget.max_seconds):
+                        finish = await self._drive(state, ctx, emitter)
+                except TimeoutError:
+                    close_open_calls(messages, "Cancelled: the run's time limit was reached.")
+                    finish = Finish(
+                        "halted",
+                        last_answer(messages),
+                        f"timeout: the limit of {self.budget.max_seconds:g} s was reached",
+                    )
+        except asyncio.CancelledError:
+            close_open_calls(messages, "Cancelled before the tool finished.")
+            self._finish(emitter, state, Finish("cancelled", last_answer(messages), "cancelled"))
+            raise
+        except ProviderError as e:
+            close_open_calls(messages, "Not run: the model call failed.")
+            error = e.to_dict()
+            finish = Finish("failed", last_answer(messages), str(e))
+        except Exception as e:  # a bug in Tether or a user hook: still end with an outcome
+            close_open_calls(messages, "Not run: the run failed.")
+            error = {
+                "kind": "internal",
+                "status": None,
+                "message": f"{type(e).__name__}: {e}",
+                "retryable": False,
+            }
+            finish = Finish("failed", last_answer(messages), f"{type(e).__name__}: {e}")
+        return self._finish(emitter, state, finish, error)
+
+    async def _drive(self, state: LoopState, ctx: RunContext, emitter: Emitter) -> Finish:
+        happened: Happening = Started()
+        on_text = (lambda t: emitter.emit("text_delta", text=t)) if emitter.active else None
+
+        def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
+            emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
+
+        while True:
+            action = step(state, happened, self.budget, self.price, time.monotonic())
+            if isinstance(action, Finish):
+                return action
+            if isinstance(action, CallModel):
+                request = ModelRequest(
+                    tuple(state.messages), state.tools, state.system, self.max_output_tokens
+                )
+                response = await self.model.respond(request, on_text, on_retry)
+                if emitter.active:
+                    emitter.emit("model_response", **model_response_data(response))
+                happened = ModelReplied(response)
+            elif isinstance(action, RunTools):
+                results = await self.toolbox.run_all(action.calls, ctx, emitter)
+                happened = ToolsDone(results)
+
+    def _finish(
+        self,
+        emitter: Emitter,
+        state: LoopState,
+        finish: Finish,
+        error: dict[str, Any] | None = None,
+    ) -> RunResult:
+        result = RunResult(
+            emitter.run_id,
+            finish.outcome,
+            finish.answer,
+            finish.reason,
+            state.usage,
+            state.cost_usd,
+            state.steps,
+            state.messages,
+            error,
+        )
+        data: dict[str, Any] = {
+            "outcome": result.outcome,
+            "answer": result.answer,
+            "reason": result.reason,
+            "usage": result.usage.to_dict(),
+            "cost_usd": round(result.cost_usd, 6),
+            "steps": result.steps,
+        }
+        if error is not None:
+            data["error"] = error
+        emitter.emit("run_finished", **data)
+        return result

@@ -1,0 +1,326 @@
+"""The `tether` command: `tether run TASK` for one task, `tether ask` for a conversation.
+
+Exit status: 0 done, 1 failed, 2 bad usage or configuration, 3 halted by a budget, 130 cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import TextIO
+
+import orjson
+
+from .agent import Agent, RunResult
+from .errors import ConfigError
+from .events import Event, Sink
+from .loop import Budget
+from .messages import Message
+from .pricing import load_prices, price_for
+from .providers import PROVIDERS, HTTPSettings, make_model
+from .tools import BUILTINS, RunContext, Tool
+from .tools.loading import load_tools
+
+DEFAULT_TOOLS = "read_file,write_file,edit_file,list_files"
+DEFAULT_MAX_STEPS = 50
+DEFAULT_SYSTEM = (
+    "You are a capable assistant. Use the tools when they help; "
+    "when you have the answer, reply with it directly."
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tether",
+        description="Tether: a supervised runtime for LLM agents.",
+        epilog="Exit status: 0 done, 1 failed, 2 bad usage, 3 halted by a budget, 130 cancelled.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run = sub.add_parser("run", help="run one task to its end", description="Run one task.")
+    run.add_argument("task", metavar="TASK", help="what the agent should do")
+    ask = sub.add_parser(
+        "ask",
+        help="an interactive conversation",
+        description="An interactive conversation. Ctrl-C cancels the current turn; "
+        "Ctrl-D or /exit ends the session.",
+    )
+    for p in (run, ask):
+        add_run_options(p)
+    return parser
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    m = p.add_argument_group("model")
+    m.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default=os.environ.get("TETHER_PROVIDER", "openai-chat"),
+        help="wire protocol of the model (default: openai-chat, or $TETHER_PROVIDER)",
+    )
+    m.add_argument("--model", help="model name (default depends on the provider)")
+    m.add_argument("--base-url", help="any compatible server, e.g. http://127.0.0.1:11434/v1")
+    m.add_argument("--script", metavar="FILE", help="replies for --provider scripted (JSON list)")
+    m.add_argument("--no-stream", action="store_true", help="ask for whole replies, not streams")
+    m.add_argument(
+        "--max-retries",
+        type=int,
+        default=2,
+        metavar="N",
+        help="retries of a failed model call (429, 5xx, connection) (default: 2)",
+    )
+    m.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
+    m.add_argument(
+        "--read-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="longest silence from the model server (default: 120)",
+    )
+    t = p.add_argument_group("tools")
+    t.add_argument(
+        "--tools",
+        metavar="NAME,NAME|none",
+        help=f"built-in tools to enable: {', '.join(BUILTINS)} "
+        f"(default: {DEFAULT_TOOLS}; none when --tools-from is given)",
+    )
+    t.add_argument(
+        "--tools-from",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        help="load @tool functions from a Python file or module (repeatable)",
+    )
+    t.add_argument(
+        "--tool-timeout",
+        type=float,
+        metavar="S",
+        help="time limit for every tool call (default: each tool's own, 60 s)",
+    )
+    t.add_argument(
+        "--workspace",
+        default=".",
+        metavar="DIR",
+        help="directory the tools work in (default: the current one)",
+    )
+    b = p.add_argument_group("budgets (checked before every model call)")
+    b.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        metavar="N",
+        help=f"at most N model calls (default: {DEFAULT_MAX_STEPS})",
+    )
+    b.add_argument("--max-tokens", type=int, metavar="N", help="input plus output tokens")
+    b.add_argument("--max-input-tokens", type=int, metavar="N")
+    b.add_argument("--max-output-tokens", type=int, metavar="N")
+    b.add_argument("--max-cost", type=float, metavar="USD", help="cost from the price table")
+    b.add_argument("--prices", metavar="FILE", help="JSON price table laid over the defaults")
+    b.add_argument("--timeout", type=float, metavar="SECONDS", help="wall-clock limit for a run")
+    o = p.add_argument_group("run")
+    o.add_argument("--system", metavar="TEXT", help="system prompt")
+    o.add_argument("--json", action="store_true", help="print events as JSON lines")
+    o.add_argument("--run-id", metavar="ID", help="id of the run (default: generated)")
+    o.add_argument("--store", metavar="URL", help="durable store (not available in this version)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        agent = build_agent(args)
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    if args.command == "run":
+        return command_run(agent, args)
+    return command_ask(agent, args)
+
+
+def build_agent(args: argparse.Namespace) -> Agent:
+    if args.store:
+        raise ConfigError("--store: durable runs are not available in this version yet")
+    for name in ("max_steps", "max_tokens", "max_input_tokens", "max_output_tokens", "max_retries"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must not be negative")
+    workspace = Path(args.workspace)
+    if not workspace.is_dir():
+        raise ConfigError(f"--workspace: {args.workspace} is not a directory")
+    tools = select_tools(args)
+    settings = HTTPSettings(
+        connect_timeout=args.connect_timeout,
+        read_timeout=args.read_timeout,
+        max_retries=args.max_retries,
+    )
+    model = make_model(
+        args.provider,
+        args.model,
+        base_url=args.base_url,
+        stream=not args.no_stream,
+        settings=settings,
+        script=args.script,
+    )
+    prices = load_prices(args.prices) if args.prices else None
+    if args.max_cost is not None and price_for(model.name, prices) is None:
+        raise ConfigError(
+            f"--max-cost: no price is known for model {model.name!r}; give one with --prices FILE"
+        )
+    budget = Budget(
+        max_steps=args.max_steps,
+        max_input_tokens=args.max_input_tokens,
+        max_output_tokens=args.max_output_tokens,
+        max_tokens=args.max_tokens,
+        max_cost_usd=args.max_cost,
+        max_seconds=args.timeout,
+    )
+    return Agent(model, tools, system=args.system or DEFAULT_SYSTEM, budget=budget, prices=prices)
+
+
+def select_tools(args: argparse.Namespace) -> list[Tool]:
+    spec = args.tools if args.tools is not None else ("none" if args.tools_from else DEFAULT_TOOLS)
+    tools: list[Tool] = []
+    if spec.strip() != "none":
+        for name in (n.strip() for n in spec.split(",") if n.strip()):
+            if name not in BUILTINS:
+                raise ConfigError(
+                    f"--tools: no built-in tool {name!r}; known: {', '.join(BUILTINS)}"
+                )
+            tools.append(BUILTINS[name])
+    for source in args.tools_from:
+        tools.extend(load_tools(source))
+    if args.tool_timeout is not None:
+        tools = [dataclasses.replace(t, timeout=args.tool_timeout) for t in tools]
+    return tools
+
+
+def context_for(args: argparse.Namespace, run_id: str) -> RunContext:
+    return RunContext(run_id=run_id, workspace=Path(args.workspace).resolve())
+
+
+def command_run(agent: Agent, args: argparse.Namespace) -> int:
+    run_id = args.run_id or uuid.uuid4().hex[:12]
+    sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
+    try:
+        result = asyncio.run(run_and_close(agent, args.task, [], context_for(args, run_id), [sink]))
+    except KeyboardInterrupt:
+        if not args.json:
+            print("\n[cancelled]", file=sys.stderr)
+        return 130
+    if not args.json:
+        report(result, sys.stderr)
+    return result.exit_status
+
+
+async def run_and_close(
+    agent: Agent, task: str, transcript: list[Message], ctx: RunContext, sinks: list[Sink]
+) -> RunResult:
+    try:
+        return await agent.run(task, transcript=transcript, context=ctx, sinks=sinks)
+    finally:
+        await agent.model.aclose()
+
+
+def command_ask(agent: Agent, args: argparse.Namespace) -> int:
+    session = args.run_id or uuid.uuid4().hex[:12]
+    transcript: list[Message] = []
+    sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
+    interactive = sys.stdin.isatty()
+    status = 0
+    with asyncio.Runner() as runner:
+        turn = 0
+        while True:
+            try:
+                line = input("you> " if interactive else "")
+            except EOFError:
+                break
+            except KeyboardInterrupt:
+                print(file=sys.stderr)
+                break
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/exit", "/quit"):
+                break
+            turn += 1
+            ctx = context_for(args, f"{session}-{turn}")
+            try:
+                result = runner.run(
+                    agent.run(text, transcript=transcript, context=ctx, sinks=[sink])
+                )
+            except KeyboardInterrupt:
+                print("\n[turn cancelled; the conversation goes on]", file=sys.stderr)
+                status = 130
+                continue
+            status = result.exit_status
+            if not args.json:
+                report(result, sys.stderr, quiet_done=True)
+        runner.run(agent.model.aclose())
+    return status
+
+
+def json_sink(out: TextIO) -> Sink:
+    def write(event: Event) -> None:
+        out.write(event.to_json().decode() + "\n")
+        out.flush()
+
+    return write
+
+
+class HumanOutput:
+    """Streams text to stdout and shows tool calls and short results on stderr."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out, self.err = out, err
+        self.streamed = False
+
+    def __call__(self, event: Event) -> None:
+        d = event.data
+        if event.type == "text_delta":
+            self.out.write(d["text"])
+            self.out.flush()
+            self.streamed = True
+        elif event.type == "model_response":
+            if self.streamed:
+                self.out.write("\n")
+            elif d["text"]:
+                self.out.write(d["text"] + "\n")
+            self.out.flush()
+            self.streamed = False
+        elif event.type == "tool_call":
+            args = orjson.dumps(d["arguments"]).decode()
+            self.err.write(f"  → {d['name']}({short(args, 200)})\n")
+        elif event.type == "tool_result":
+            mark = "✗" if d["is_error"] else "←"
+            self.err.write(f"  {mark} {d['name']}: {short(d['output'], 160)}\n")
+        elif event.type == "retry":
+            self.err.write(
+                f"  … retry {d['attempt']} in {d['delay']:.1f} s: {d['error']['message']}\n"
+            )
+        self.err.flush()
+
+
+def short(text: str, limit: int) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[: limit - 1] + "…"
+
+
+def report(result: RunResult, err: TextIO, quiet_done: bool = False) -> None:
+    u = result.usage
+    figures = f"{result.steps} steps, {u.total_tokens} tokens, ${result.cost_usd:.4f}"
+    if result.outcome == "done":
+        if not quiet_done:
+            err.write(f"[done] {figures}\n")
+    elif result.outcome == "halted":
+        err.write(f"[halted] {result.reason} ({figures})\n")
+    elif result.outcome == "failed":
+        err.write(f"tether: run failed: {result.reason}\n")
+    err.flush()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

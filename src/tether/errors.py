@@ -1,0 +1,111 @@
+"""One exception tree for everything Tether raises on purpose.
+
+    TetherError
+     ├── ConfigError                 bad usage or configuration (CLI exit status 2)
+     │    └── MissingAPIKey          names the environment variable, never its value
+     └── ProviderError               the model call failed: .status .error_type .message
+          │                          .retryable .retry_after
+          ├── ProviderConnectionError   could not connect, or the connection dropped
+          ├── ProviderTimeout           connect or read timeout
+          ├── ProviderStatusError       the server answered with an HTTP error status
+          │    ├── RateLimited          429
+          │    ├── ServerError          5xx (and 529 "overloaded")
+          │    └── ClientRequestError   other 4xx: 400, 401, 403, 404 ...
+          └── ProviderProtocolError     a reply we cannot read: bad JSON, a stream cut short
+
+Tool failures are not exceptions of this tree: they become error results for the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TetherError(Exception):
+    """Base of every error Tether raises on purpose."""
+
+
+class ConfigError(TetherError):
+    """Bad usage or configuration: fix the command or the settings."""
+
+
+class MissingAPIKey(ConfigError):
+    def __init__(self, variable: str, provider: str) -> None:
+        super().__init__(f"{variable} is not set: export it to use the {provider} provider")
+        self.variable = variable
+
+
+class ProviderError(TetherError):
+    """A model call failed. `retryable` says whether the same request may succeed later."""
+
+    kind = "provider_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        error_type: str | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.error_type = error_type
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "status": self.status,
+            "error_type": self.error_type,
+            "message": self.message,
+            "retryable": self.retryable,
+        }
+
+
+class ProviderConnectionError(ProviderError):
+    kind = "connection"
+
+
+class ProviderTimeout(ProviderError):
+    kind = "timeout"
+
+
+class ProviderStatusError(ProviderError):
+    kind = "http_status"
+
+
+class RateLimited(ProviderStatusError):
+    kind = "rate_limited"
+
+
+class ServerError(ProviderStatusError):
+    kind = "server_error"
+
+
+class ClientRequestError(ProviderStatusError):
+    kind = "client_error"
+
+
+class ProviderProtocolError(ProviderError):
+    kind = "protocol"
+
+
+def status_error(
+    status: int, message: str, error_type: str | None, retry_after: float | None
+) -> ProviderStatusError:
+    """The exception for an HTTP error status; 408, 409, 429 and 5xx may succeed on a retry."""
+    cls: type[ProviderStatusError]
+    if status == 429:
+        cls = RateLimited
+    elif status >= 500:
+        cls = ServerError
+    else:
+        cls = ClientRequestError
+    retryable = status in (408, 409, 429) or status >= 500
+    return cls(
+        message, status=status, error_type=error_type, retryable=retryable, retry_after=retry_after
+    )

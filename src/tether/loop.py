@@ -1,0 +1,192 @@
+"""The agent loop as a step function: (state, what just happened) -> what to do next. No I/O.
+
+    Started ──► CallModel ──► ModelReplied ──► RunTools ──► ToolsDone ──► CallModel ...
+                    │                │
+                    └► Finish        └► Finish(done)        (budgets are checked before each call)
+
+The async driver (`agent.py`) performs the actions; everything that decides lives here, so it
+is tested without a network and replayed from a journal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .messages import Message, ModelResponse, ToolCall, ToolResult, ToolSpec, Usage
+from .pricing import Price
+
+Outcome = Literal["done", "halted", "cancelled", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Hard limits, all checked before every model call. None means no limit."""
+
+    max_steps: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_seconds: float | None = None
+
+
+@dataclass(slots=True)
+class LoopState:
+    messages: list[Message]
+    system: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    started_at: float = 0.0
+    last_usage: Usage | None = None
+    """Usage of the last model call: the base for estimating the next call's input."""
+    tools_chars: int = -1
+
+
+# What just happened
+@dataclass(frozen=True, slots=True)
+class Started:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReplied:
+    response: ModelResponse
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsDone:
+    results: list[ToolResult]
+
+
+Happening = Started | ModelReplied | ToolsDone
+
+
+# What to do next
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    calls: list[ToolCall]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    outcome: Outcome
+    answer: str = ""
+    reason: str = ""
+
+
+Action = CallModel | RunTools | Finish
+
+
+def step(
+    state: LoopState, happened: Happening, budget: Budget, price: Price | None, now: float
+) -> Action:
+    """Record what happened in `state` and decide the next action."""
+    if isinstance(happened, ModelReplied):
+        r = happened.response
+        state.messages.append(r.message)
+        state.steps += 1
+        state.usage = state.usage + r.usage
+        state.last_usage = r.usage
+        if price is not None:
+            state.cost_usd += price.cost(r.usage)
+        calls = r.message.tool_calls
+        if calls:
+            return RunTools(calls)
+        return Finish("done", answer=r.message.text)
+    if isinstance(happened, ToolsDone):
+        state.messages.append(Message("tool", tuple(happened.results)))
+    reason = over_budget(state, budget, price, now)
+    if reason:
+        return Finish("halted", answer=last_answer(state.messages), reason=reason)
+    return CallModel()
+
+
+def over_budget(state: LoopState, budget: Budget, price: Price | None, now: float) -> str:
+    """Why the next model call must not be made, or "" if it may."""
+    b = budget
+    if b.max_steps is not None and state.steps >= b.max_steps:
+        return f"max_steps: {state.steps} model calls made, the limit is {b.max_steps}"
+    if b.max_seconds is not None and now - state.started_at >= b.max_seconds:
+        return f"timeout: {now - state.started_at:.1f} s elapsed, the limit is {b.max_seconds:g} s"
+    u = state.usage
+    if b.max_output_tokens is not None and u.output_tokens >= b.max_output_tokens:
+        return f"max_output_tokens: {u.output_tokens} used, the limit is {b.max_output_tokens}"
+    if b.max_input_tokens is None and b.max_tokens is None and b.max_cost_usd is None:
+        return ""
+    est = estimate_next_input(state)
+    if b.max_input_tokens is not None and u.input_tokens + est > b.max_input_tokens:
+        return (
+            f"max_input_tokens: {u.input_tokens} used and the next call needs about {est}, "
+            f"the limit is {b.max_input_tokens}"
+        )
+    if b.max_tokens is not None and u.total_tokens + est > b.max_tokens:
+        return (
+            f"max_tokens: {u.total_tokens} used and the next call needs about {est}, "
+            f"the limit is {b.max_tokens}"
+        )
+    if b.max_cost_usd is not None:
+        next_cost = price.cost(Usage(input_tokens=est)) if price else 0.0
+        if state.cost_usd + next_cost > b.max_cost_usd:
+            return (
+                f"max_cost: ${state.cost_usd:.4f} spent and the next call costs about "
+                f"${next_cost:.4f}, the limit is ${b.max_cost_usd:g}"
+            )
+    return ""
+
+
+def estimate_next_input(state: LoopState) -> int:
+    """Input tokens the next call will send: the last call's input and output plus what was
+    added since, or a character estimate of everything on the first call."""
+    if state.last_usage is not None and state.last_usage.input_tokens > 0:
+        since = 0
+        for m in reversed(state.messages):
+            if m.role == "assistant":
+                break
+            since += message_chars(m)
+        return state.last_usage.input_tokens + state.last_usage.output_tokens + since // 4
+    if state.tools_chars < 0:
+        state.tools_chars = sum(
+            len(t.name) + len(t.description) + len(str(t.parameters)) for t in state.tools
+        )
+    chars = len(state.system or "") + state.tools_chars
+    chars += sum(message_chars(m) for m in state.messages)
+    return chars // 4 + 1
+
+
+def message_chars(m: Message) -> int:
+    n = 0
+    for p in m.parts:
+        if isinstance(p, ToolCall):
+            n += len(p.name) + len(p.raw_arguments)
+        elif isinstance(p, ToolResult):
+            n += len(p.output)
+        else:
+            n += len(p.text)
+    return n + 4
+
+
+def last_answer(messages: list[Message]) -> str:
+    for m in reversed(messages):
+        if m.role == "assistant" and m.text:
+            return m.text
+    return ""
+
+
+def close_open_calls(messages: list[Message], why: str) -> None:
+    """Give every tool call that has no result an error result, so the transcript stays a valid
+    conversation for the provider after a cancel or a crash."""
+    if not messages or messages[-1].role != "assistant":
+        return
+    calls = messages[-1].tool_calls
+    if calls:
+        messages.append(
+            Message("tool", tuple(ToolResult(c.id, c.name, why, is_error=True) for c in calls))
+        )

@@ -1,0 +1,260 @@
+"""OpenAI Chat Completions, and every server that speaks it (Ollama, vLLM, llama.cpp, gateways).
+
+Quirks handled here, each pinned by a test:
+- an assistant message with tool calls is sent with `"content": ""`, never null (llama.cpp's
+  server rejects null);
+- streamed tool calls arrive as fragments keyed by `index`; some servers repeat the id and name in
+  every chunk, send `null` or no arguments, or omit `index`;
+- more than one choice: the first is used;
+- usage arrives in a last chunk with no choices when `stream_options.include_usage` is set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ..errors import ProviderProtocolError
+from ..messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Part,
+    StopReason,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from .base import TextHook
+from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_events
+
+FINISH_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "content_filter",
+}
+
+
+class OpenAIChatModel:
+    provider = "openai-chat"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        api_key: str,
+        base_url: str = "https://api.openai.com/v1",
+        stream: bool = True,
+        settings: HTTPSettings | None = None,
+    ) -> None:
+        self.name = name
+        self.stream = stream
+        self.http = HTTPClient(
+            base_url, {"Authorization": f"Bearer {api_key}"}, settings or HTTPSettings()
+        )
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def respond(
+        self,
+        request: ModelRequest,
+        on_text: TextHook | None = None,
+        on_retry: RetryHook | None = None,
+    ) -> ModelResponse:
+        body = request_body(self.name, request, self.stream)
+        if not self.stream:
+            response: ModelResponse = await self.http.post(
+                "/chat/completions", body, parse_json, on_retry
+            )
+            return response
+
+        async def parse(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
+            return await parse_stream(resp, progress, on_text)
+
+        response = await self.http.post("/chat/completions", body, parse, on_retry)
+        return response
+
+
+def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    for m in request.messages:
+        messages.extend(wire_messages(m))
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in request.tools
+        ]
+    if request.max_output_tokens:
+        body["max_tokens"] = request.max_output_tokens
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def wire_messages(m: Message) -> list[dict[str, Any]]:
+    if m.role == "tool":
+        return [
+            {"role": "tool", "tool_call_id": r.call_id, "content": r.output}
+            for r in m.parts
+            if isinstance(r, ToolResult)
+        ]
+    if m.role == "assistant":
+        out: dict[str, Any] = {"role": "assistant", "content": m.text}
+        calls = m.tool_calls
+        if calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.raw_arguments or "{}"},
+                }
+                for c in calls
+            ]
+        return [out]
+    return [{"role": m.role, "content": m.text}]
+
+
+def parse_arguments(raw: str | None) -> dict[str, Any] | None:
+    """The model's argument text as an object; no or empty arguments mean `{}`, junk means None."""
+    if not raw or not raw.strip():
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_usage(u: dict[str, Any] | None) -> Usage:
+    if not u:
+        return Usage()
+    prompt = u.get("prompt_tokens_details") or {}
+    completion = u.get("completion_tokens_details") or {}
+    return Usage(
+        input_tokens=u.get("prompt_tokens") or 0,
+        cached_input_tokens=prompt.get("cached_tokens") or 0,
+        output_tokens=u.get("completion_tokens") or 0,
+        reasoning_tokens=completion.get("reasoning_tokens") or 0,
+    )
+
+
+def stop_reason(finish: str | None, has_calls: bool) -> StopReason:
+    if finish is None:
+        return "tool_use" if has_calls else "end_turn"
+    return FINISH_REASONS.get(finish, "other")
+
+
+async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
+    try:
+        body = orjson.loads(await resp.read())
+        choice = body["choices"][0]
+        msg = choice["message"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        raise ProviderProtocolError("reply is not a chat completion", retryable=True) from None
+    parts: list[Part] = []
+    if msg.get("content"):
+        parts.append(TextPart(msg["content"]))
+    for i, tc in enumerate(msg.get("tool_calls") or ()):
+        fn = tc.get("function") or {}
+        raw = fn.get("arguments") or ""
+        parts.append(
+            ToolCall(tc.get("id") or f"call_{i}", fn.get("name") or "", parse_arguments(raw), raw)
+        )
+    calls = any(isinstance(p, ToolCall) for p in parts)
+    return ModelResponse(
+        Message("assistant", tuple(parts)),
+        stop_reason(choice.get("finish_reason"), calls),
+        parse_usage(body.get("usage")),
+        body.get("model") or "",
+    )
+
+
+async def parse_stream(
+    resp: aiohttp.ClientResponse, progress: Progress, on_text: TextHook | None
+) -> ModelResponse:
+    text: list[str] = []
+    calls: dict[int, list[str]] = {}  # index -> [id, name, argument text]
+    finish: str | None = None
+    usage: Usage | None = None
+    model = ""
+    done = False
+    async for _event, data in sse_events(resp):
+        if data == b"[DONE]":
+            done = True
+            break
+        chunk = loads_event(data)
+        if not isinstance(chunk, dict):
+            raise ProviderProtocolError("stream chunk is not an object", retryable=True)
+        if chunk.get("error"):
+            err = chunk["error"]
+            msg = err.get("message") if isinstance(err, dict) else str(err)
+            raise ProviderProtocolError(f"error in stream: {msg}", retryable=not progress.emitted)
+        model = chunk.get("model") or model
+        if chunk.get("usage"):
+            usage = parse_usage(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if content:
+                text.append(content)
+                if on_text is not None:
+                    progress.emitted = True
+                    on_text(content)
+            for tc in delta.get("tool_calls") or ():
+                add_call_fragment(calls, tc)
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    if not done and finish is None:
+        raise ProviderProtocolError(
+            "the reply stream ended before it was complete", retryable=not progress.emitted
+        )
+    parts: list[Part] = [TextPart("".join(text))] if text else []
+    for i, (cid, name, raw) in sorted(calls.items()):
+        parts.append(ToolCall(cid or f"call_{i}", name, parse_arguments(raw), raw))
+    return ModelResponse(
+        Message("assistant", tuple(parts)),
+        stop_reason(finish, bool(calls)),
+        usage or Usage(),
+        model,
+    )
+
+
+def add_call_fragment(calls: dict[int, list[str]], tc: dict[str, Any]) -> None:
+    """Merge one streamed tool-call fragment. Ids and names are set, never appended, because some
+    servers repeat them in every chunk; arguments are appended."""
+    index = tc.get("index")
+    if index is None:  # servers that omit the index: a new id starts a new call
+        ids = [c[0] for c in calls.values()]
+        if tc.get("id") and tc["id"] not in ids:
+            index = len(calls)
+        else:
+            index = max(calls) if calls else 0
+            if tc.get("id") in ids:
+                index = ids.index(tc["id"])
+    entry = calls.setdefault(index, ["", "", ""])
+    if tc.get("id"):
+        entry[0] = tc["id"]
+    fn = tc.get("function") or {}
+    if fn.get("name"):
+        entry[1] = fn["name"]
+    if fn.get("arguments"):
+        entry[2] += fn["arguments"]

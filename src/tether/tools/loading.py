@@ -1,0 +1,45 @@
+"""Loading a user's tools from a Python file or an importable module (`--tools-from`)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from ..errors import ConfigError
+from .tool import Tool
+
+
+def load_module(source: str) -> ModuleType:
+    path = Path(source)
+    if source.endswith(".py") or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"--tools-from: no file {source}")
+        name = f"tether_user_tools_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"--tools-from: cannot load {source}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:
+            raise ConfigError(
+                f"--tools-from: {source} failed to load: {type(e).__name__}: {e}"
+            ) from e
+        return module
+    try:
+        return importlib.import_module(source)
+    except ImportError as e:
+        raise ConfigError(f"--tools-from: cannot import {source}: {e}") from e
+
+
+def load_tools(source: str) -> list[Tool]:
+    """Every `@tool` defined in `source` (a .py file or a module name)."""
+    module = load_module(source)
+    tools = [v for v in vars(module).values() if isinstance(v, Tool)]
+    if not tools:
+        raise ConfigError(f"--tools-from: {source} defines no tools (mark functions with @tool)")
+    return tools

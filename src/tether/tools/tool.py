@@ -1,0 +1,237 @@
+"""Tools described once: a typed Python function becomes a schema for the model and a validated
+call for us.
+
+    @tool
+    def get_weather(city: str, ctx: RunContext) -> str:
+        '''Current weather for a city.
+
+        Args:
+            city: The city name, e.g. "Oslo".
+        '''
+
+The schema comes from the signature (pydantic v2) and the docstring's `Args:` section. A parameter
+annotated `RunContext` is filled by the run, is absent from the schema and can never be set by the
+model. Sync functions run on a thread pool so a blocking tool never blocks other runs or tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, overload
+
+import pydantic
+import pydantic_core
+
+from ..messages import ToolSpec
+
+DEFAULT_TIMEOUT = 60.0
+
+_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="tether-tool")
+
+
+@dataclass
+class RunContext:
+    """What a run gives its tools. Scope (workspace, account) comes from here, never from
+    the model's arguments."""
+
+    run_id: str = ""
+    workspace: Path = field(default_factory=Path.cwd)
+    account_id: str | None = None
+    deps: Any = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolArgumentsError(Exception):
+    """The model's arguments do not fit the tool's schema; the message is written for the model."""
+
+
+@dataclass
+class Tool:
+    name: str
+    description: str
+    fn: Callable[..., Any]
+    args_model: type[pydantic.BaseModel]
+    context_param: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    parameters: dict[str, Any] = field(init=False)
+    is_async: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.parameters = clean_schema(self.args_model.model_json_schema())
+        self.is_async = inspect.iscoroutinefunction(self.fn)
+        self.spec = ToolSpec(self.name, self.description, self.parameters)
+        self._fields = tuple(self.args_model.model_fields)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the plain function, as if it were not a tool."""
+        return self.fn(*args, **kwargs)
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        try:
+            model = self.args_model.model_validate(arguments)
+        except pydantic.ValidationError as e:
+            raise ToolArgumentsError(describe_validation_error(self.name, e)) from None
+        return {k: getattr(model, k) for k in self._fields}
+
+    async def invoke(self, arguments: dict[str, Any], ctx: RunContext) -> str:
+        """Validate `arguments`, run the function and return its output as text."""
+        kwargs = self.validate(arguments)
+        if self.context_param:
+            kwargs[self.context_param] = ctx
+        if self.is_async:
+            result = await self.fn(**kwargs)
+        else:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(_POOL, functools.partial(self.fn, **kwargs))
+        return output_text(result)
+
+
+def output_text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    if result is None:
+        return ""
+    return pydantic_core.to_json(result, fallback=str).decode()
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, timeout: float = DEFAULT_TIMEOUT
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a tool of a typed function (sync or async). Use as `@tool` or `@tool(timeout=5)`."""
+
+    def make(f: Callable[..., Any]) -> Tool:
+        return tool_from_function(f, name=name, description=description, timeout=timeout)
+
+    return make(fn) if fn is not None else make
+
+
+def tool_from_function(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Tool:
+    summary, arg_docs = parse_docstring(inspect.getdoc(fn) or "")
+    hints = typing.get_type_hints(fn)
+    fields: dict[str, Any] = {}
+    context_param = None
+    for pname, param in inspect.signature(fn).parameters.items():
+        annotation = hints.get(pname, Any)
+        if annotation is RunContext:
+            context_param = pname
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(
+                f"tool {fn.__name__}: *args and **kwargs cannot be described to a model"
+            )
+        default = ... if param.default is param.empty else param.default
+        fields[pname] = (annotation, pydantic.Field(default, description=arg_docs.get(pname)))
+    tool_name = name or fn.__name__
+    args_model = pydantic.create_model(
+        f"{tool_name}_arguments",
+        __config__=pydantic.ConfigDict(extra="forbid"),
+        **fields,
+    )
+    return Tool(
+        tool_name,
+        description if description is not None else summary,
+        fn,
+        args_model,
+        context_param=context_param,
+        timeout=timeout,
+    )
+
+
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """The summary and per-argument descriptions of a Google-style (`Args:`) or Sphinx
+    (`:param x:`) docstring."""
+    summary: list[str] = []
+    args: dict[str, str] = {}
+    section = "summary"
+    current: str | None = None
+    arg_indent = 0
+    for line in doc.splitlines():
+        stripped = line.strip()
+        sphinx = re.match(r":param\s+(?:\w+\s+)?(\w+):\s*(.*)", stripped)
+        if sphinx:
+            current, section = sphinx.group(1), "args"
+            args[current] = sphinx.group(2)
+            continue
+        if stripped in ("Args:", "Arguments:", "Parameters:"):
+            section, current = "args", None
+            continue
+        if re.match(r"^(Returns|Raises|Yields|Examples?|Notes?):$", stripped):
+            section = "other"
+            continue
+        if section == "summary":
+            summary.append(line)
+        elif section == "args" and stripped:
+            m = _ARG_LINE.match(line)
+            indent = len(line) - len(line.lstrip())
+            if m and (current is None or indent <= arg_indent):
+                current = m.group(1).lstrip("*")
+                arg_indent = indent
+                args[current] = m.group(2).strip()
+            elif current:
+                args[current] = (args[current] + " " + stripped).strip()
+    return "\n".join(summary).strip(), args
+
+
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's generated titles: they cost tokens and tell the model nothing."""
+
+    def walk(node: Any, in_properties: bool = False) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: walk(v, k == "properties")
+                for k, v in node.items()
+                if in_properties or k != "title"
+            }
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    cleaned: dict[str, Any] = walk(schema)
+    cleaned.setdefault("properties", {})
+    return cleaned
+
+
+def describe_validation_error(name: str, e: pydantic.ValidationError) -> str:
+    lines = [f"Invalid arguments for tool {name!r}:"]
+    for err in e.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown argument"
+        elif err["type"] != "missing":
+            msg += f" (got {err['input']!r})"
+        lines.append(f"- {where}: {msg}")
+    lines.append("Fix the arguments and call the tool again.")
+    return "\n".join(lines)

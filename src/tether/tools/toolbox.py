@@ -1,0 +1,79 @@
+"""Running the tool calls of one model reply: concurrently, bounded in time, never raising.
+
+Every failure becomes an error result that tells the model what to fix: an unknown tool, arguments
+that are not a JSON object or do not fit the schema, an exception, a timeout. Results come back in
+the order of the calls, whatever order they finish in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+
+from ..events import Emitter, call_dict, tool_result_data
+from ..messages import ToolCall, ToolResult, ToolSpec
+from .tool import RunContext, Tool, ToolArgumentsError
+
+
+class Toolbox:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, t: Tool) -> None:
+        if t.name in self.tools and self.tools[t.name] is not t:
+            raise ValueError(f"two tools are named {t.name!r}")
+        self.tools[t.name] = t
+
+    @property
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(t.spec for t in self.tools.values())
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    async def run(self, call: ToolCall, ctx: RunContext) -> ToolResult:
+        """One call, its failures turned into error results."""
+        t = self.tools.get(call.name)
+        if t is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            return error(call, f"Unknown tool {call.name!r}. Available tools: {known}.")
+        if call.arguments is None:
+            return error(
+                call,
+                f"The arguments for {call.name!r} are not a JSON object: "
+                f"{call.raw_arguments[:200]!r}. Send the arguments as a JSON object.",
+            )
+        try:
+            async with asyncio.timeout(t.timeout):
+                output = await t.invoke(call.arguments, ctx)
+        except ToolArgumentsError as e:
+            return error(call, str(e))
+        except TimeoutError:
+            return error(
+                call, f"Tool {call.name!r} timed out after {t.timeout:g} s and was stopped."
+            )
+        except Exception as e:
+            return error(call, f"Tool {call.name!r} failed: {type(e).__name__}: {e}")
+        return ToolResult(call.id, call.name, output)
+
+    async def run_all(
+        self, calls: Sequence[ToolCall], ctx: RunContext, emitter: Emitter
+    ) -> list[ToolResult]:
+        """All calls of one reply at the same time; results in the order of the calls."""
+        for c in calls:
+            emitter.emit("tool_call", **call_dict(c))
+
+        async def one(c: ToolCall) -> ToolResult:
+            result = await self.run(c, ctx)
+            emitter.emit("tool_result", **tool_result_data(result))
+            return result
+
+        if len(calls) == 1:
+            return [await one(calls[0])]
+        return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+def error(call: ToolCall, message: str) -> ToolResult:
+    return ToolResult(call.id, call.name, message, is_error=True)
