@@ -76,10 +76,15 @@ async def run_command(command: str, cwd: str, output: CappedOutput) -> int:
     reader = asyncio.create_task(pump())
     finished = False
     try:
-        code = await proc.wait()
-        # Children left in the background may hold the pipe open: read on briefly, then stop.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(reader), DRAIN_AFTER_EXIT)
+        # Process.wait() also waits for the pipe to close, which a child left running in the
+        # background can hold open for ever: watch the exit status and the pipe side by side.
+        while proc.returncode is None and not reader.done():
+            await asyncio.wait({reader}, timeout=0.05)
+        if reader.done():
+            code = await proc.wait()
+        else:
+            await asyncio.wait({reader}, timeout=DRAIN_AFTER_EXIT)
+            code = proc.returncode if proc.returncode is not None else -1
         finished = True
         return code
     finally:
@@ -87,7 +92,12 @@ async def run_command(command: str, cwd: str, output: CappedOutput) -> int:
             kill_group(proc.pid)
             if proc.returncode is None:
                 await asyncio.shield(proc.wait())
-        reader.cancel()
+        if not reader.done():
+            reader.cancel()
+            # Let go of a pipe still held by children: asyncio has no public way to close it.
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
 

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from chat_server import ChatServer  # noqa: E402
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    server = ChatServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TETHER = [sys.executable, "-m", "tether"]
+SRC = str(Path(__file__).parent.parent / "src")
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env

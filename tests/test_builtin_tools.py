@@ -1,0 +1,164 @@
+"""Built-in tools: bash with process-tree kills, file tools confined to the workspace, weather."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from tether import BUILTINS, RunContext, ToolCall, Toolbox
+from tether.tools.bash import CappedOutput
+
+TOOLS = Toolbox(BUILTINS.values())
+
+
+async def run(name: str, ctx: RunContext, **args: object) -> tuple[str, bool]:
+    r = await TOOLS.run(ToolCall("c", name, dict(args)), ctx)
+    return r.output, r.is_error
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purpose
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+async def test_bash_exit_status_and_combined_output(tmp_path: Path) -> None:
+    out, err = await run("bash", RunContext(workspace=tmp_path),
+                         command="echo out; echo err >&2; pwd; exit 3")
+    assert not err
+    assert out.startswith("exit status 3\n")
+    assert "out\n" in out and "err\n" in out and str(tmp_path) in out
+
+
+async def test_bash_long_output_keeps_head_and_tail(tmp_path: Path) -> None:
+    out, _ = await run("bash", RunContext(workspace=tmp_path),
+                       command="echo FIRST; seq 1 200000; echo LAST")
+    assert "FIRST" in out and "LAST" in out
+    assert "bytes of output cut" in out
+    assert len(out) < 20_000
+
+
+def test_capped_output_counts_what_it_cuts() -> None:
+    c = CappedOutput(head=4, tail=4)
+    for chunk in (b"abcdef", b"ghijkl", b"mn"):
+        c.add(chunk)
+    assert c.text() == "abcd\n[... 6 bytes of output cut ...]\nklmn"
+
+
+async def test_bash_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
+    box = Toolbox([dataclasses.replace(BUILTINS["bash"], timeout=0.5)])
+    cmd = "sleep 30 & echo $! > child.pid; (sleep 30; echo x) & echo $! > sub.pid; sleep 30"
+    t0 = time.monotonic()
+    r = await box.run(ToolCall("c", "bash", {"command": cmd}), RunContext(workspace=tmp_path))
+    assert r.is_error and "timed out" in r.output
+    assert time.monotonic() - t0 < 2
+    await asyncio.sleep(0.2)
+    pids = [int((tmp_path / f).read_text()) for f in ("child.pid", "sub.pid")]
+    assert not any(alive(p) for p in pids), "a child of the timed-out command is still running"
+
+
+async def test_bash_cancel_kills_the_whole_tree(tmp_path: Path) -> None:
+    task = asyncio.create_task(run("bash", RunContext(workspace=tmp_path),
+                                   command="sleep 30 & echo $! > child.pid; wait"))
+    for _ in range(100):
+        if (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text().strip():
+            break
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.2)
+    assert not alive(int((tmp_path / "child.pid").read_text()))
+
+
+async def test_bash_background_child_holding_the_pipe_does_not_hang(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    out, _ = await run("bash", RunContext(workspace=tmp_path), command="(sleep 3 &) ; echo quick")
+    assert "quick" in out and time.monotonic() - t0 < 2.5
+
+
+async def test_file_tools_round_trip(tmp_path: Path) -> None:
+    ctx = RunContext(workspace=tmp_path)
+    out, err = await run("write_file", ctx, path="src/app.py", content="x = 1\ny = 2\n")
+    assert not err and (tmp_path / "src/app.py").read_text() == "x = 1\ny = 2\n"
+    out, err = await run("read_file", ctx, path="src/app.py")
+    assert out == "x = 1\ny = 2\n"
+    out, err = await run("edit_file", ctx, path="src/app.py", old_text="y = 2", new_text="y = 3")
+    assert not err and (tmp_path / "src/app.py").read_text() == "x = 1\ny = 3\n"
+    out, err = await run("list_files", ctx, recursive=True)
+    assert out.splitlines() == ["src/", "src/app.py"]
+
+
+async def test_edit_file_needs_a_unique_exact_match(tmp_path: Path) -> None:
+    ctx = RunContext(workspace=tmp_path)
+    (tmp_path / "f.txt").write_text("a a a")
+    out, err = await run("edit_file", ctx, path="f.txt", old_text="a", new_text="b")
+    assert err and "occurs 3 times" in out
+    out, err = await run("edit_file", ctx, path="f.txt", old_text="zzz", new_text="b")
+    assert err and "not found" in out
+    out, err = await run("edit_file", ctx, path="f.txt", old_text="a", new_text="b", replace_all=True)
+    assert not err and (tmp_path / "f.txt").read_text() == "b b b"
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../outside.txt", "a/../../outside.txt", "~/x"])
+async def test_file_tools_refuse_paths_outside_the_workspace(tmp_path: Path, path: str) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "outside.txt").write_text("secret")
+    ctx = RunContext(workspace=ws)
+    for name, args in [("read_file", {}), ("write_file", {"content": "pwned"}),
+                       ("edit_file", {"old_text": "secret", "new_text": "x"})]:
+        out, err = await run(name, ctx, path=path, **args)
+        assert err and ("outside the workspace" in out or "absolute path" in out), out
+    assert (tmp_path / "outside.txt").read_text() == "secret"
+
+
+async def test_symlink_leading_outside_is_refused(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "secret.txt").write_text("secret")
+    (ws / "link.txt").symlink_to(tmp_path / "secret.txt")
+    (ws / "linkdir").symlink_to(tmp_path)
+    ctx = RunContext(workspace=ws)
+    out, err = await run("read_file", ctx, path="link.txt")
+    assert err and "outside the workspace" in out
+    out, err = await run("list_files", ctx, path="linkdir")
+    assert err and "outside the workspace" in out
+    out, err = await run("write_file", ctx, path="linkdir/secret.txt", content="x")
+    assert err and (tmp_path / "secret.txt").read_text() == "secret"
+
+
+async def test_get_weather_against_a_local_service() -> None:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.query["city"])
+        return web.json_response({"city": request.query["city"], "temp_c": 4})
+
+    app = web.Application()
+    app.router.add_get("/weather", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        ctx = RunContext(config={"weather_url": f"http://127.0.0.1:{port}/weather"})
+        out, err = await run("get_weather", ctx, city="São Paulo")
+        assert not err and '"temp_c": 4' in out.replace('":4', '": 4')
+        assert seen == ["São Paulo"]
+        bad = RunContext(config={"weather_url": f"http://127.0.0.1:{port}/missing"})
+        out, err = await run("get_weather", bad, city="Oslo")
+        assert err and "HTTP 404" in out
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,184 @@
+"""Tools described once: schema, validation, context, and every failure as an error result."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from tether import RunContext, ToolCall, Toolbox, tool
+from tether.events import Emitter, Event
+
+
+@tool
+def add(a: int, b: int = 0) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first number.
+        b: The second number,
+            which defaults to zero.
+    """
+    return a + b
+
+
+@tool(timeout=0.3)
+async def slow(seconds: float) -> str:
+    """Sleep, then answer."""
+    await asyncio.sleep(seconds)
+    return "woke"
+
+
+@tool
+def boom() -> str:
+    """Always fails."""
+    raise RuntimeError("the disk is on fire")
+
+
+@tool
+def whoami(ctx: RunContext, greeting: str = "hi") -> str:
+    """Say who the run belongs to."""
+    return f"{greeting} {ctx.account_id} in {ctx.workspace}"
+
+
+@tool
+def blocking(seconds: float) -> str:
+    """A sync tool that blocks its thread."""
+    time.sleep(seconds)
+    return "done blocking"
+
+
+def call(name: str, args: dict | None, raw: str = "") -> ToolCall:
+    return ToolCall(f"id_{name}", name, args, raw)
+
+
+def box() -> Toolbox:
+    return Toolbox([add, slow, boom, whoami, blocking])
+
+
+def test_schema_from_signature_and_docstring() -> None:
+    assert add.name == "add"
+    assert add.description == "Add two integers."
+    assert add.parameters == {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "description": "The first number."},
+            "b": {"type": "integer", "default": 0,
+                  "description": "The second number, which defaults to zero."},
+        },
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+
+
+def test_context_parameter_is_not_in_the_schema() -> None:
+    assert set(whoami.parameters["properties"]) == {"greeting"}
+
+
+def test_decorated_function_still_callable() -> None:
+    assert add(2, b=3) == 5
+
+
+async def test_valid_call_runs() -> None:
+    r = await box().run(call("add", {"a": 2, "b": 40}), RunContext())
+    assert (r.output, r.is_error) == ("42", False)
+
+
+async def test_schema_violation_tells_the_model_what_to_fix() -> None:
+    r = await box().run(call("add", {"a": "two", "c": 1}), RunContext())
+    assert r.is_error
+    assert "a: Input should be a valid integer" in r.output
+    assert "c: unknown argument" in r.output
+    assert "Fix the arguments" in r.output
+
+
+async def test_missing_argument() -> None:
+    r = await box().run(call("add", {}), RunContext())
+    assert r.is_error and "a: Field required" in r.output
+
+
+async def test_malformed_json_arguments() -> None:
+    r = await box().run(call("add", None, '{"a": 1,'), RunContext())
+    assert r.is_error and "not a JSON object" in r.output and '{"a": 1,' in r.output
+
+
+async def test_unknown_tool_lists_the_known_ones() -> None:
+    r = await box().run(call("multiply", {}), RunContext())
+    assert r.is_error and "Unknown tool 'multiply'" in r.output and "add" in r.output
+
+
+async def test_exception_becomes_error_result() -> None:
+    r = await box().run(call("boom", {}), RunContext())
+    assert r.is_error and "RuntimeError: the disk is on fire" in r.output
+
+
+async def test_timeout_becomes_error_result() -> None:
+    t0 = time.monotonic()
+    r = await box().run(call("slow", {"seconds": 5}), RunContext())
+    assert r.is_error and "timed out after 0.3 s" in r.output
+    assert time.monotonic() - t0 < 1
+
+
+async def test_context_reaches_tools_and_cannot_be_set_by_the_model(tmp_path: Path) -> None:
+    ctx = RunContext(run_id="r1", workspace=tmp_path, account_id="acct-7")
+    ok = await box().run(call("whoami", {"greeting": "hello"}), ctx)
+    assert ok.output == f"hello acct-7 in {tmp_path}"
+    forged = await box().run(call("whoami", {"ctx": {"account_id": "admin"}}), ctx)
+    assert forged.is_error and "ctx: unknown argument" in forged.output
+
+
+async def test_calls_run_concurrently_and_results_keep_call_order() -> None:
+    events: list[Event] = []
+    calls = [ToolCall("c1", "slow", {"seconds": 0.2}), ToolCall("c2", "add", {"a": 1}),
+             ToolCall("c3", "slow", {"seconds": 0.1}), ToolCall("c4", "nope", {})]
+    t0 = time.monotonic()
+    results = await box().run_all(calls, RunContext(), Emitter("r", [events.append]))
+    elapsed = time.monotonic() - t0
+    assert [r.call_id for r in results] == ["c1", "c2", "c3", "c4"]
+    assert elapsed < 0.29  # 0.2 + 0.1 in sequence would be 0.3
+    kinds = [(e.type, e.data["id"]) for e in events]
+    assert kinds[:4] == [("tool_call", "c1"), ("tool_call", "c2"), ("tool_call", "c3"),
+                         ("tool_call", "c4")]
+    # results are emitted as they finish: the slowest last
+    assert kinds[-1] == ("tool_result", "c1")
+
+
+async def test_blocking_sync_tool_does_not_block_the_event_loop() -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    t = asyncio.create_task(ticker())
+    calls = [ToolCall("b1", "blocking", {"seconds": 0.3}), ToolCall("b2", "blocking", {"seconds": 0.3})]
+    t0 = time.monotonic()
+    results = await box().run_all(calls, RunContext(), Emitter("r"))
+    elapsed = time.monotonic() - t0
+    t.cancel()
+    assert [r.output for r in results] == ["done blocking", "done blocking"]
+    assert elapsed < 0.55  # two blocking tools ran side by side
+    assert ticks >= 10  # the loop kept turning meanwhile
+
+
+def test_duplicate_names_are_refused() -> None:
+    other = tool(name="add")(lambda a: a)
+    with pytest.raises(ValueError, match="two tools"):
+        Toolbox([add, other])
+
+
+def test_sphinx_docstring() -> None:
+    @tool
+    def f(x: str) -> str:
+        """Echo.
+
+        :param x: the text to echo
+        """
+        return x
+
+    assert f.parameters["properties"]["x"]["description"] == "the text to echo"
+    assert f.description == "Echo."
