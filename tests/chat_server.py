@@ -120,8 +120,9 @@ class ChatServer:
             return web.Response()
         if body.get("stream"):
             return await self.stream(request, body, reply)
-        return web.Response(body=orjson.dumps(self.completion(body, reply)),
-                            content_type="application/json")
+        return web.Response(
+            body=orjson.dumps(self.completion(body, reply)), content_type="application/json"
+        )
 
     def usage(self, reply: Reply) -> dict[str, Any]:
         u = reply.get("usage") or {}
@@ -131,9 +132,12 @@ class ChatServer:
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": u.get("cached", 0), "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": u.get("reasoning", 0),
-                                          "audio_tokens": 0, "accepted_prediction_tokens": 0,
-                                          "rejected_prediction_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": u.get("reasoning", 0),
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
         }
 
     def calls(self, reply: Reply) -> list[tuple[str, str, str]]:
@@ -149,45 +153,82 @@ class ChatServer:
 
     def completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         calls = self.calls(reply)
-        message: dict[str, Any] = {"role": "assistant", "content": reply.get("text") or None,
-                                   "refusal": None, "annotations": []}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.get("text") or None,
+            "refusal": None,
+            "annotations": [],
+        }
         if calls:
             message["tool_calls"] = [
                 {"id": cid, "type": "function", "function": {"name": n, "arguments": a}}
                 for cid, n, a in calls
             ]
-        choices = [{"index": 0, "message": message, "logprobs": None,
-                    "finish_reason": self.finish_reason(reply)}]
+        choices = [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": self.finish_reason(reply),
+            }
+        ]
         for extra in range(1, reply.get("choices", 1)):
-            choices.append({"index": extra, "logprobs": None, "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": f"other choice {extra}"}})
+            choices.append(
+                {
+                    "index": extra,
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": f"other choice {extra}"},
+                }
+            )
         return {
-            "id": "chatcmpl-mock", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", "mock"), "choices": choices, "usage": self.usage(reply),
-            "service_tier": "default", "system_fingerprint": "fp_mock",
+            "id": "chatcmpl-mock",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "mock"),
+            "choices": choices,
+            "usage": self.usage(reply),
+            "service_tier": "default",
+            "system_fingerprint": "fp_mock",
         }
 
-    async def stream(self, request: web.Request, body: dict[str, Any], reply: Reply) -> web.StreamResponse:
+    async def stream(
+        self, request: web.Request, body: dict[str, Any], reply: Reply
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        base = {"id": "chatcmpl-mock", "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": body.get("model", "mock"),
-                "system_fingerprint": "fp_mock"}
+        base = {
+            "id": "chatcmpl-mock",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model", "mock"),
+            "system_fingerprint": "fp_mock",
+        }
         style = reply.get("style", "openai")
 
         def chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> bytes:
-            c = {**base, "choices": [{"index": index, "delta": delta, "logprobs": None,
-                                      "finish_reason": finish}]}
+            c = {
+                **base,
+                "choices": [
+                    {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
             return b"data: " + orjson.dumps(c) + b"\n\n"
 
         events = [chunk({"role": "assistant", "content": "", "refusal": None})]
-        for piece in split(reply.get("text", ""), reply.get("deltas", 3)) if reply.get("text") else ():
+        for piece in (
+            split(reply.get("text", ""), reply.get("deltas", 3)) if reply.get("text") else ()
+        ):
             events.append(chunk({"content": piece}))
             if reply.get("choices", 1) > 1:
                 events.append(chunk({"content": "OTHER"}, index=1))
         for i, (cid, name, raw) in enumerate(self.calls(reply)):
-            head: dict[str, Any] = {"index": i, "id": cid, "type": "function",
-                                    "function": {"name": name, "arguments": ""}}
+            head: dict[str, Any] = {
+                "index": i,
+                "id": cid,
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }
             if style == "null_args":
                 head["function"]["arguments"] = None
             if style == "id_then_args":
@@ -198,14 +239,22 @@ class ChatServer:
             for frag in split(raw, 3) if raw else ():
                 tc: dict[str, Any] = {"index": i, "function": {"arguments": frag}}
                 if style == "repeat_id_name":
-                    tc = {"index": i, "id": cid, "type": "function",
-                          "function": {"name": name, "arguments": frag}}
+                    tc = {
+                        "index": i,
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": name, "arguments": frag},
+                    }
                 if style == "no_index":
                     tc.pop("index")
                 events.append(chunk({"tool_calls": [tc]}))
         events.append(chunk({}, self.finish_reason(reply)))
         if (body.get("stream_options") or {}).get("include_usage"):
-            events.append(b"data: " + orjson.dumps({**base, "choices": [], "usage": self.usage(reply)}) + b"\n\n")
+            events.append(
+                b"data: "
+                + orjson.dumps({**base, "choices": [], "usage": self.usage(reply)})
+                + b"\n\n"
+            )
         events.append(b"data: [DONE]\n\n")
 
         fault = reply.get("fault")

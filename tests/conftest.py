@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from chat_server import ChatServer  # noqa: E402
+from chat_server import ChatServer
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tether import BUILTINS, RunContext, ToolCall, Toolbox
+from tether import BUILTINS, RunContext, Toolbox, ToolCall
 from tether.tools.bash import CappedOutput
 
 TOOLS = Toolbox(BUILTINS.values())
@@ -33,16 +33,18 @@ def alive(pid: int) -> bool:
 
 
 async def test_bash_exit_status_and_combined_output(tmp_path: Path) -> None:
-    out, err = await run("bash", RunContext(workspace=tmp_path),
-                         command="echo out; echo err >&2; pwd; exit 3")
+    out, err = await run(
+        "bash", RunContext(workspace=tmp_path), command="echo out; echo err >&2; pwd; exit 3"
+    )
     assert not err
     assert out.startswith("exit status 3\n")
     assert "out\n" in out and "err\n" in out and str(tmp_path) in out
 
 
 async def test_bash_long_output_keeps_head_and_tail(tmp_path: Path) -> None:
-    out, _ = await run("bash", RunContext(workspace=tmp_path),
-                       command="echo FIRST; seq 1 200000; echo LAST")
+    out, _ = await run(
+        "bash", RunContext(workspace=tmp_path), command="echo FIRST; seq 1 200000; echo LAST"
+    )
     assert "FIRST" in out and "LAST" in out
     assert "bytes of output cut" in out
     assert len(out) < 20_000
@@ -68,8 +70,9 @@ async def test_bash_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
 
 
 async def test_bash_cancel_kills_the_whole_tree(tmp_path: Path) -> None:
-    task = asyncio.create_task(run("bash", RunContext(workspace=tmp_path),
-                                   command="sleep 30 & echo $! > child.pid; wait"))
+    task = asyncio.create_task(
+        run("bash", RunContext(workspace=tmp_path), command="sleep 30 & echo $! > child.pid; wait")
+    )
     for _ in range(100):
         if (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text().strip():
             break
@@ -106,7 +109,9 @@ async def test_edit_file_needs_a_unique_exact_match(tmp_path: Path) -> None:
     assert err and "occurs 3 times" in out
     out, err = await run("edit_file", ctx, path="f.txt", old_text="zzz", new_text="b")
     assert err and "not found" in out
-    out, err = await run("edit_file", ctx, path="f.txt", old_text="a", new_text="b", replace_all=True)
+    out, err = await run(
+        "edit_file", ctx, path="f.txt", old_text="a", new_text="b", replace_all=True
+    )
     assert not err and (tmp_path / "f.txt").read_text() == "b b b"
 
 
@@ -116,8 +121,11 @@ async def test_file_tools_refuse_paths_outside_the_workspace(tmp_path: Path, pat
     ws.mkdir()
     (tmp_path / "outside.txt").write_text("secret")
     ctx = RunContext(workspace=ws)
-    for name, args in [("read_file", {}), ("write_file", {"content": "pwned"}),
-                       ("edit_file", {"old_text": "secret", "new_text": "x"})]:
+    for name, args in [
+        ("read_file", {}),
+        ("write_file", {"content": "pwned"}),
+        ("edit_file", {"old_text": "secret", "new_text": "x"}),
+    ]:
         out, err = await run(name, ctx, path=path, **args)
         assert err and ("outside the workspace" in out or "absolute path" in out), out
     assert (tmp_path / "outside.txt").read_text() == "secret"

@@ -6,8 +6,8 @@ import asyncio
 import time
 
 import pytest
-from chat_server import ChatServer
 
+from chat_server import ChatServer
 from tether import (
     HTTPSettings,
     Message,
@@ -29,8 +29,9 @@ ADD = ToolSpec("add", "Add two numbers.", {"type": "object", "properties": {}})
 
 
 def client(server: ChatServer, stream: bool, settings: HTTPSettings = FAST) -> OpenAIChatModel:
-    return OpenAIChatModel("gpt-test", api_key="sk-test-secret", base_url=server.url,
-                           stream=stream, settings=settings)
+    return OpenAIChatModel(
+        "gpt-test", api_key="sk-test-secret", base_url=server.url, stream=stream, settings=settings
+    )
 
 
 def request(*messages: Message) -> ModelRequest:
@@ -42,8 +43,10 @@ both = pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 
 @both
 async def test_text_reply_and_usage(chat_server: ChatServer, stream: bool) -> None:
-    chat_server.add(text="Hello there, friend.", usage={"prompt": 120, "completion": 7,
-                                                        "cached": 100, "reasoning": 3})
+    chat_server.add(
+        text="Hello there, friend.",
+        usage={"prompt": 120, "completion": 7, "cached": 100, "reasoning": 3},
+    )
     deltas: list[str] = []
     model = client(chat_server, stream)
     r = await model.respond(request(), on_text=deltas.append)
@@ -59,27 +62,38 @@ async def test_text_reply_and_usage(chat_server: ChatServer, stream: bool) -> No
 
 
 @both
-async def test_several_tool_calls_with_text_in_one_reply(chat_server: ChatServer, stream: bool) -> None:
-    chat_server.add(text="Adding.", calls=[("add", {"a": 1, "b": 2}), ("add", {"a": 30, "b": 4}),
-                                           ("noargs", "")])
+async def test_several_tool_calls_with_text_in_one_reply(
+    chat_server: ChatServer, stream: bool
+) -> None:
+    chat_server.add(
+        text="Adding.",
+        calls=[("add", {"a": 1, "b": 2}), ("add", {"a": 30, "b": 4}), ("noargs", "")],
+    )
     model = client(chat_server, stream)
     r = await model.respond(request())
     await model.aclose()
     assert r.message.text == "Adding."
     assert r.stop_reason == "tool_use"
     assert [(c.name, c.arguments) for c in r.message.tool_calls] == [
-        ("add", {"a": 1, "b": 2}), ("add", {"a": 30, "b": 4}), ("noargs", {})]
+        ("add", {"a": 1, "b": 2}),
+        ("add", {"a": 30, "b": 4}),
+        ("noargs", {}),
+    ]
     assert len({c.id for c in r.message.tool_calls}) == 3
 
 
 @pytest.mark.parametrize("style", ["repeat_id_name", "null_args", "id_then_args", "no_index"])
-async def test_streamed_tool_call_quirks_of_compatible_servers(chat_server: ChatServer, style: str) -> None:
+async def test_streamed_tool_call_quirks_of_compatible_servers(
+    chat_server: ChatServer, style: str
+) -> None:
     chat_server.add(calls=[("add", {"a": 1, "b": 2}), ("add", {"a": 5, "b": 6})], style=style)
     model = client(chat_server, True)
     r = await model.respond(request())
     await model.aclose()
     assert [(c.name, c.arguments) for c in r.message.tool_calls] == [
-        ("add", {"a": 1, "b": 2}), ("add", {"a": 5, "b": 6})]
+        ("add", {"a": 1, "b": 2}),
+        ("add", {"a": 5, "b": 6}),
+    ]
 
 
 @both
@@ -92,7 +106,9 @@ async def test_first_choice_is_used(chat_server: ChatServer, stream: bool) -> No
 
 
 @both
-async def test_finish_reason_length_maps_to_max_tokens(chat_server: ChatServer, stream: bool) -> None:
+async def test_finish_reason_length_maps_to_max_tokens(
+    chat_server: ChatServer, stream: bool
+) -> None:
     chat_server.add(text="cut sho", finish_reason="length")
     model = client(chat_server, stream)
     r = await model.respond(request())
@@ -147,14 +163,23 @@ async def test_500_then_success(chat_server: ChatServer, stream: bool) -> None:
 
 async def test_retries_exhausted_raise_with_status_and_type(chat_server: ChatServer) -> None:
     for _ in range(3):
-        chat_server.add(status=429, type="rate_limit_exceeded", message="slow down",
-                        headers={"Retry-After": "0"})
+        chat_server.add(
+            status=429,
+            type="rate_limit_exceeded",
+            message="slow down",
+            headers={"Retry-After": "0"},
+        )
     model = client(chat_server, True)
     with pytest.raises(RateLimited) as info:
         await model.respond(request())
     await model.aclose()
     e = info.value
-    assert (e.status, e.error_type, e.retryable, e.retry_after) == (429, "rate_limit_exceeded", True, 0)
+    assert (e.status, e.error_type, e.retryable, e.retry_after) == (
+        429,
+        "rate_limit_exceeded",
+        True,
+        0,
+    )
     assert "slow down" in e.message
     assert len(chat_server.requests) == 3  # the first try and --max-retries 2
 

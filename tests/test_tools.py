@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tether import RunContext, ToolCall, Toolbox, tool
+from tether import RunContext, Toolbox, ToolCall, tool
 from tether.events import Emitter, Event
 
 
@@ -65,8 +65,11 @@ def test_schema_from_signature_and_docstring() -> None:
         "type": "object",
         "properties": {
             "a": {"type": "integer", "description": "The first number."},
-            "b": {"type": "integer", "default": 0,
-                  "description": "The second number, which defaults to zero."},
+            "b": {
+                "type": "integer",
+                "default": 0,
+                "description": "The second number, which defaults to zero.",
+            },
         },
         "required": ["a"],
         "additionalProperties": False,
@@ -131,16 +134,24 @@ async def test_context_reaches_tools_and_cannot_be_set_by_the_model(tmp_path: Pa
 
 async def test_calls_run_concurrently_and_results_keep_call_order() -> None:
     events: list[Event] = []
-    calls = [ToolCall("c1", "slow", {"seconds": 0.2}), ToolCall("c2", "add", {"a": 1}),
-             ToolCall("c3", "slow", {"seconds": 0.1}), ToolCall("c4", "nope", {})]
+    calls = [
+        ToolCall("c1", "slow", {"seconds": 0.2}),
+        ToolCall("c2", "add", {"a": 1}),
+        ToolCall("c3", "slow", {"seconds": 0.1}),
+        ToolCall("c4", "nope", {}),
+    ]
     t0 = time.monotonic()
     results = await box().run_all(calls, RunContext(), Emitter("r", [events.append]))
     elapsed = time.monotonic() - t0
     assert [r.call_id for r in results] == ["c1", "c2", "c3", "c4"]
     assert elapsed < 0.29  # 0.2 + 0.1 in sequence would be 0.3
     kinds = [(e.type, e.data["id"]) for e in events]
-    assert kinds[:4] == [("tool_call", "c1"), ("tool_call", "c2"), ("tool_call", "c3"),
-                         ("tool_call", "c4")]
+    assert kinds[:4] == [
+        ("tool_call", "c1"),
+        ("tool_call", "c2"),
+        ("tool_call", "c3"),
+        ("tool_call", "c4"),
+    ]
     # results are emitted as they finish: the slowest last
     assert kinds[-1] == ("tool_result", "c1")
 
@@ -155,7 +166,10 @@ async def test_blocking_sync_tool_does_not_block_the_event_loop() -> None:
             ticks += 1
 
     t = asyncio.create_task(ticker())
-    calls = [ToolCall("b1", "blocking", {"seconds": 0.3}), ToolCall("b2", "blocking", {"seconds": 0.3})]
+    calls = [
+        ToolCall("b1", "blocking", {"seconds": 0.3}),
+        ToolCall("b2", "blocking", {"seconds": 0.3}),
+    ]
     t0 = time.monotonic()
     results = await box().run_all(calls, RunContext(), Emitter("r"))
     elapsed = time.monotonic() - t0

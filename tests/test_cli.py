@@ -1,0 +1,300 @@
+"""`tether run` and `tether ask` as a user runs them: real processes, real HTTP to a mock server."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat_server import ChatServer
+from conftest import FIXTURES, TETHER, cli_env
+
+TOOLS = str(FIXTURES / "parallel_tools.py")
+
+
+def three_by_three(body: dict[str, Any]) -> dict[str, Any]:
+    """3 turns of 3 parallel calls, then the answer (turn = tool results so far // 3)."""
+    turn = sum(1 for m in body["messages"] if m["role"] == "tool") // 3
+    if turn < 3:
+        return {"calls": [("slow_echo", {"text": f"t{turn}c{i}", "ms": 300}) for i in range(3)]}
+    return {"text": "All nine echoes are back."}
+
+
+def tether(
+    *args: str, stdin: str | None = None, timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TETHER, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(OPENAI_API_KEY="sk-test", **env),
+    )
+
+
+def events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
+def test_three_turns_of_three_parallel_tools(
+    chat_server: ChatServer, tmp_path: Path, stream: bool
+) -> None:
+    chat_server.rule = three_by_three
+    log = tmp_path / "tools.log"
+    args = ["run", "echo things", "--base-url", chat_server.url, "--tools-from", TOOLS, "--json"]
+    if not stream:
+        args.append("--no-stream")
+    t0 = time.monotonic()
+    p = tether(*args, TOOL_LOG=str(log))
+    elapsed = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    evs = events(p.stdout)
+
+    # the contract: every event has type, run_id and seq, seq counts up from 0
+    assert all({"type", "run_id", "seq"} <= e.keys() for e in evs)
+    assert [e["seq"] for e in evs] == list(range(len(evs)))
+    assert len({e["run_id"] for e in evs}) == 1
+    types = [e["type"] for e in evs]
+    assert types.count("model_response") == 4
+    assert types.count("tool_call") == 9 and types.count("tool_result") == 9
+    assert ("text_delta" in types) == stream
+    call = next(e for e in evs if e["type"] == "tool_call")
+    assert set(call) >= {"id", "name", "arguments"} and call["arguments"]["ms"] == 300
+    result = next(e for e in evs if e["type"] == "tool_result")
+    assert set(result) >= {"id", "name", "output", "is_error"}
+    response = next(e for e in evs if e["type"] == "model_response")
+    assert set(response) >= {"text", "tool_calls", "stop_reason", "usage"}
+    assert set(response["usage"]) == {
+        "input_tokens",
+        "cached_input_tokens",
+        "output_tokens",
+        "reasoning_tokens",
+    }
+    final = evs[-1]
+    assert final["type"] == "run_finished" and final["outcome"] == "done"
+    assert final["answer"] == "All nine echoes are back."
+    assert final["usage"]["input_tokens"] == 4 * 50 and final["steps"] == 4
+
+    # each turn's three calls are announced before any of their results
+    tool_events = [t for t in types if t in ("tool_call", "tool_result", "model_response")]
+    turns = " ".join(tool_events).split("model_response")[1:4]
+    assert [t.split() for t in turns] == [["tool_call"] * 3 + ["tool_result"] * 3] * 3
+
+    # the tools visibly ran at the same time: in each turn the three intervals overlap
+    rows = [line.split() for line in log.read_text().splitlines()]
+    assert len(rows) == 9
+    for turn in range(3):
+        spans = [(float(s), float(e)) for name, s, e in rows if name.startswith(f"t{turn}")]
+        assert max(s for s, _ in spans) < min(e for _, e in spans), spans
+    assert elapsed < 9 * 0.3  # nine 0.3 s tools in sequence alone would take 2.7 s
+
+    # the model was sent every result, in call order, with content "" beside the calls
+    last = chat_server.requests[-1]["messages"]
+    assistant = [m for m in last if m["role"] == "assistant"]
+    assert all(m["content"] == "" for m in assistant)
+    tool_ids = [m["tool_call_id"] for m in last if m["role"] == "tool"]
+    call_ids = [tc["id"] for m in assistant for tc in m["tool_calls"]]
+    assert tool_ids == call_ids
+
+
+def test_human_output(chat_server: ChatServer) -> None:
+    chat_server.add(calls=[("slow_echo", {"text": "hi", "ms": 10})]).add(text="Done echoing.")
+    p = tether("run", "echo", "--base-url", chat_server.url, "--tools-from", TOOLS)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "Done echoing."
+    assert 'slow_echo({"text":"hi","ms":10})' in p.stderr and "echo: hi" in p.stderr
+    assert "[done] 2 steps" in p.stderr
+
+
+def test_failing_unknown_and_malformed_tools_do_not_end_the_run(chat_server: ChatServer) -> None:
+    chat_server.add(
+        calls=[
+            ("explode", {}),
+            ("no_such_tool", {}),
+            ("slow_echo", '{"text": '),
+            ("slow_echo", {"text": 5}),
+        ]
+    )
+    chat_server.add(text="I recovered.")
+    p = tether("run", "x", "--base-url", chat_server.url, "--tools-from", TOOLS, "--json")
+    assert p.returncode == 0, p.stderr
+    results = [e for e in events(p.stdout) if e["type"] == "tool_result"]
+    assert [r["is_error"] for r in results] == [True] * 4
+    assert events(p.stdout)[-1]["answer"] == "I recovered."
+    sent = [m for m in chat_server.requests[1]["messages"] if m["role"] == "tool"]
+    assert "ValueError: kaboom" in sent[0]["content"]
+    assert "Unknown tool" in sent[1]["content"]
+    assert "not a JSON object" in sent[2]["content"]
+    assert "valid string" in sent[3]["content"]
+
+
+def test_tool_timeout_option(chat_server: ChatServer) -> None:
+    chat_server.add(calls=[("slow_echo", {"text": "zzz", "ms": 5000})]).add(text="ok")
+    t0 = time.monotonic()
+    p = tether(
+        "run",
+        "x",
+        "--base-url",
+        chat_server.url,
+        "--tools-from",
+        TOOLS,
+        "--json",
+        "--tool-timeout",
+        "0.3",
+    )
+    assert p.returncode == 0 and time.monotonic() - t0 < 4
+    result = next(e for e in events(p.stdout) if e["type"] == "tool_result")
+    assert result["is_error"] and "timed out" in result["output"]
+
+
+def test_max_steps_halts_with_status_3(chat_server: ChatServer) -> None:
+    chat_server.rule = three_by_three
+    p = tether(
+        "run",
+        "x",
+        "--base-url",
+        chat_server.url,
+        "--tools-from",
+        TOOLS,
+        "--json",
+        "--max-steps",
+        "2",
+    )
+    assert p.returncode == 3, p.stderr
+    final = events(p.stdout)[-1]
+    assert final["outcome"] == "halted" and "max_steps" in final["reason"]
+    assert len(chat_server.requests) == 2
+
+
+def test_max_tokens_halts_with_status_3(chat_server: ChatServer) -> None:
+    chat_server.rule = three_by_three
+    p = tether(
+        "run", "x", "--base-url", chat_server.url, "--tools-from", TOOLS, "--max-tokens", "150"
+    )
+    assert p.returncode == 3
+    assert "[halted] max_tokens" in p.stderr
+    assert len(chat_server.requests) == 2  # 60 per call: a third would pass 150
+
+
+def test_provider_error_fails_with_status_1(chat_server: ChatServer) -> None:
+    chat_server.add(status=401, type="invalid_api_key", message="Incorrect API key provided")
+    p = tether("run", "x", "--base-url", chat_server.url, "--json")
+    assert p.returncode == 1
+    final = events(p.stdout)[-1]
+    assert final["outcome"] == "failed"
+    assert final["error"]["status"] == 401 and final["error"]["retryable"] is False
+    assert "sk-test" not in p.stdout + p.stderr
+
+
+def test_retries_are_visible_and_bounded_by_max_retries(chat_server: ChatServer) -> None:
+    for _ in range(2):
+        chat_server.add(status=503, headers={"Retry-After": "0"})
+    p = tether("run", "x", "--base-url", chat_server.url, "--json", "--max-retries", "1")
+    assert p.returncode == 1
+    evs = events(p.stdout)
+    assert [e["type"] for e in evs].count("retry") == 1
+    assert len(chat_server.requests) == 2
+
+
+def test_missing_key_is_a_one_line_error(no_keys: None) -> None:
+    p = subprocess.run([*TETHER, "run", "hi"], capture_output=True, text=True, env=cli_env())
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "OPENAI_API_KEY" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run"],
+        ["run", "x", "--max-steps", "lots"],
+        ["run", "x", "--tools", "rm_rf"],
+        ["run", "x", "--tools-from", "/no/such/file.py"],
+        ["run", "x", "--provider", "scripted"],
+    ],
+)
+def test_bad_usage_exits_2(args: list[str]) -> None:
+    p = tether(*args)
+    assert p.returncode == 2 and p.stderr.strip()
+    assert "Traceback" not in p.stderr
+
+
+def test_help_lists_every_option() -> None:
+    p = tether("run", "--help")
+    for option in [
+        "--provider",
+        "--model",
+        "--base-url",
+        "--tools",
+        "--tools-from",
+        "--workspace",
+        "--system",
+        "--max-steps",
+        "--max-tokens",
+        "--max-cost",
+        "--timeout",
+        "--max-retries",
+        "--no-stream",
+        "--json",
+        "--store",
+        "--run-id",
+    ]:
+        assert option in p.stdout, option
+    assert "ask" in tether("--help").stdout
+
+
+def test_ctrl_c_cancels_with_status_130(chat_server: ChatServer) -> None:
+    chat_server.add(calls=[("slow_echo", {"text": "long", "ms": 20000})])
+    proc = subprocess.Popen(
+        [*TETHER, "run", "x", "--base-url", chat_server.url, "--json", "--tools-from", TOOLS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(OPENAI_API_KEY="sk-test"),
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(json.loads(line))
+        if lines[-1]["type"] == "tool_call":
+            break
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 130
+    final = events(rest)[-1]
+    assert final["type"] == "run_finished" and final["outcome"] == "cancelled"
+
+
+def test_ask_keeps_the_conversation(chat_server: ChatServer) -> None:
+    chat_server.add(text="Nice to meet you, Ada.").add(text="You are Ada.")
+    p = tether("ask", "--base-url", chat_server.url, stdin="I am Ada\nWho am I?\n")
+    assert p.returncode == 0, p.stderr
+    assert "Nice to meet you, Ada." in p.stdout and "You are Ada." in p.stdout
+    second = chat_server.requests[1]["messages"]
+    assert [m["content"] for m in second if m["role"] != "system"] == [
+        "I am Ada",
+        "Nice to meet you, Ada.",
+        "Who am I?",
+    ]
+
+
+def test_scripted_provider_runs_the_example() -> None:
+    root = Path(__file__).parent.parent
+    p = tether(
+        "run",
+        "Weather?",
+        "--provider",
+        "scripted",
+        "--script",
+        str(root / "examples/weather_script.json"),
+        "--tools-from",
+        str(root / "examples/tools.py"),
+    )
+    assert p.returncode == 0, p.stderr
+    assert "Lisbon is 17 °C" in p.stdout and "get_forecast" in p.stderr

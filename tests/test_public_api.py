@@ -1,0 +1,67 @@
+"""The public API is what `tether.__all__` lists: every name there exists, and nothing is lost."""
+
+from __future__ import annotations
+
+import tether
+
+EXPECTED = {
+    "BUILTINS",
+    "Agent",
+    "Budget",
+    "ConfigError",
+    "Event",
+    "HTTPSettings",
+    "Message",
+    "MissingAPIKey",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAIChatModel",
+    "Price",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderProtocolError",
+    "ProviderStatusError",
+    "ProviderTimeout",
+    "RateLimited",
+    "ReasoningPart",
+    "RunContext",
+    "RunResult",
+    "ScriptedModel",
+    "ServerError",
+    "TetherError",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "Toolbox",
+    "Usage",
+    "make_model",
+    "reply",
+    "tool",
+}
+
+
+def test_all_is_the_public_api() -> None:
+    assert set(tether.__all__) == EXPECTED
+    assert len(tether.__all__) == len(EXPECTED)
+
+
+def test_every_public_name_exists() -> None:
+    for name in tether.__all__:
+        assert getattr(tether, name) is not None, name
+
+
+def test_provider_errors_form_one_tree() -> None:
+    for name in (
+        "ProviderConnectionError",
+        "ProviderTimeout",
+        "ProviderStatusError",
+        "RateLimited",
+        "ServerError",
+        "ProviderProtocolError",
+    ):
+        assert issubclass(getattr(tether, name), tether.ProviderError)
+    assert issubclass(tether.ProviderError, tether.TetherError)
+    assert issubclass(tether.MissingAPIKey, tether.ConfigError)
