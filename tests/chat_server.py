@@ -159,6 +159,8 @@ class ChatServer:
             "refusal": None,
             "annotations": [],
         }
+        if reply.get("reasoning"):
+            message["reasoning_content"] = reply["reasoning"]
         if calls:
             message["tool_calls"] = [
                 {"id": cid, "type": "function", "function": {"name": n, "arguments": a}}
@@ -216,6 +218,8 @@ class ChatServer:
             return b"data: " + orjson.dumps(c) + b"\n\n"
 
         events = [chunk({"role": "assistant", "content": "", "refusal": None})]
+        for piece in split(reply.get("reasoning", ""), 2) if reply.get("reasoning") else ():
+            events.append(chunk({"reasoning_content": piece}))
         for piece in (
             split(reply.get("text", ""), reply.get("deltas", 3)) if reply.get("text") else ()
         ):

@@ -17,6 +17,7 @@ from tether import (
     ProviderProtocolError,
     ProviderTimeout,
     RateLimited,
+    ReasoningPart,
     ServerError,
     ToolCall,
     ToolResult,
@@ -285,3 +286,17 @@ async def test_server_error_type(chat_server: ChatServer) -> None:
         await model.respond(request())
     await model.aclose()
     assert info.value.status == 502 and info.value.retryable
+
+
+@both
+async def test_reasoning_content_is_kept_and_not_sent_back(
+    chat_server: ChatServer, stream: bool
+) -> None:
+    chat_server.add(text="42.", reasoning="Six times seven.").add(text="ok")
+    model = client(chat_server, stream)
+    r = await model.respond(request())
+    assert r.message.text == "42."
+    assert [p.text for p in r.message.parts if isinstance(p, ReasoningPart)] == ["Six times seven."]
+    await model.respond(request(Message.user("q"), r.message, Message.user("again")))
+    await model.aclose()
+    assert chat_server.requests[1]["messages"][2] == {"role": "assistant", "content": "42."}

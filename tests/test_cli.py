@@ -298,3 +298,35 @@ def test_scripted_provider_runs_the_example() -> None:
     )
     assert p.returncode == 0, p.stderr
     assert "Lisbon is 17 °C" in p.stdout and "get_forecast" in p.stderr
+
+
+def test_ask_ctrl_c_cancels_the_turn_and_keeps_the_session(chat_server: ChatServer) -> None:
+    chat_server.add(text="Let me wait.", calls=[("slow_echo", {"text": "long", "ms": 20000})])
+    chat_server.add(text="Still here, and I remember the first question.")
+    proc = subprocess.Popen(
+        [*TETHER, "ask", "--base-url", chat_server.url, "--json", "--tools-from", TOOLS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(OPENAI_API_KEY="sk-test"),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("first question\n")
+    proc.stdin.flush()
+    for line in proc.stdout:
+        if json.loads(line)["type"] == "tool_call":
+            break
+    proc.send_signal(signal.SIGINT)
+    for line in proc.stdout:
+        event = json.loads(line)
+        if event["type"] == "run_finished":
+            assert event["outcome"] == "cancelled"
+            break
+    rest, err = proc.communicate("second question\n", timeout=20)
+    assert "turn cancelled" in err
+    final = events(rest)[-1]
+    assert final["outcome"] == "done" and final["answer"].startswith("Still here")
+    sent = chat_server.requests[1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
+    assert sent[1]["content"] == "first question" and sent[3]["content"].startswith("Cancelled")

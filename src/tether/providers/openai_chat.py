@@ -6,7 +6,9 @@ Quirks handled here, each pinned by a test:
 - streamed tool calls arrive as fragments keyed by `index`; some servers repeat the id and name in
   every chunk, send `null` or no arguments, or omit `index`;
 - more than one choice: the first is used;
-- usage arrives in a last chunk with no choices when `stream_options.include_usage` is set.
+- usage arrives in a last chunk with no choices when `stream_options.include_usage` is set;
+- reasoning that servers such as vLLM, DeepSeek and Ollama return as `reasoning_content` (or
+  `reasoning`) is kept as a ReasoningPart and not sent back, as those servers ask.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..messages import (
     ModelRequest,
     ModelResponse,
     Part,
+    ReasoningPart,
     StopReason,
     TextPart,
     ToolCall,
@@ -169,6 +172,9 @@ async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelR
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
         raise ProviderProtocolError("reply is not a chat completion", retryable=True) from None
     parts: list[Part] = []
+    thought = msg.get("reasoning_content") or msg.get("reasoning")
+    if isinstance(thought, str) and thought:
+        parts.append(ReasoningPart(thought))
     if msg.get("content"):
         parts.append(TextPart(msg["content"]))
     for i, tc in enumerate(msg.get("tool_calls") or ()):
@@ -190,6 +196,7 @@ async def parse_stream(
     resp: aiohttp.ClientResponse, progress: Progress, on_text: TextHook | None
 ) -> ModelResponse:
     text: list[str] = []
+    thought: list[str] = []
     calls: dict[int, list[str]] = {}  # index -> [id, name, argument text]
     finish: str | None = None
     usage: Usage | None = None
@@ -213,6 +220,9 @@ async def parse_stream(
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str):
+                thought.append(reasoning)
             content = delta.get("content")
             if content:
                 text.append(content)
@@ -227,7 +237,9 @@ async def parse_stream(
         raise ProviderProtocolError(
             "the reply stream ended before it was complete", retryable=not progress.emitted
         )
-    parts: list[Part] = [TextPart("".join(text))] if text else []
+    parts: list[Part] = [ReasoningPart("".join(thought))] if thought else []
+    if text:
+        parts.append(TextPart("".join(text)))
     for i, (cid, name, raw) in sorted(calls.items()):
         parts.append(ToolCall(cid or f"call_{i}", name, parse_arguments(raw), raw))
     return ModelResponse(
