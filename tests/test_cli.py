@@ -38,6 +38,11 @@ def tether(
     )
 
 
+def run_json(server: ChatServer, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`tether run x --json` against `server` with the test tools loaded."""
+    return tether("run", "x", "--base-url", server.url, "--tools-from", TOOLS, "--json", *extra)
+
+
 def events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
@@ -138,17 +143,7 @@ def test_failing_unknown_and_malformed_tools_do_not_end_the_run(chat_server: Cha
 def test_tool_timeout_option(chat_server: ChatServer) -> None:
     chat_server.add(calls=[("slow_echo", {"text": "zzz", "ms": 5000})]).add(text="ok")
     t0 = time.monotonic()
-    p = tether(
-        "run",
-        "x",
-        "--base-url",
-        chat_server.url,
-        "--tools-from",
-        TOOLS,
-        "--json",
-        "--tool-timeout",
-        "0.3",
-    )
+    p = run_json(chat_server, "--tool-timeout", "0.3")
     assert p.returncode == 0 and time.monotonic() - t0 < 4
     result = next(e for e in events(p.stdout) if e["type"] == "tool_result")
     assert result["is_error"] and "timed out" in result["output"]
@@ -156,17 +151,7 @@ def test_tool_timeout_option(chat_server: ChatServer) -> None:
 
 def test_max_steps_halts_with_status_3(chat_server: ChatServer) -> None:
     chat_server.rule = three_by_three
-    p = tether(
-        "run",
-        "x",
-        "--base-url",
-        chat_server.url,
-        "--tools-from",
-        TOOLS,
-        "--json",
-        "--max-steps",
-        "2",
-    )
+    p = run_json(chat_server, "--max-steps", "2")
     assert p.returncode == 3, p.stderr
     final = events(p.stdout)[-1]
     assert final["outcome"] == "halted" and "max_steps" in final["reason"]
