@@ -9,12 +9,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from chat_server import ChatServer
+from wire_server import WireServer
 
 
 @pytest.fixture
-def chat_server() -> Iterator[ChatServer]:
-    server = ChatServer().start()
+def wire() -> Iterator[WireServer]:
+    server = WireServer().start()
     yield server
     server.stop()
 

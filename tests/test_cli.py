@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from chat_server import ChatServer
 from conftest import FIXTURES, TETHER, cli_env
+from wire_server import WireServer
 
 TOOLS = str(FIXTURES / "parallel_tools.py")
 
@@ -38,7 +38,7 @@ def tether(
     )
 
 
-def run_json(server: ChatServer, *extra: str) -> subprocess.CompletedProcess[str]:
+def run_json(server: WireServer, *extra: str) -> subprocess.CompletedProcess[str]:
     """`tether run x --json` against `server` with the test tools loaded."""
     return tether("run", "x", "--base-url", server.url, "--tools-from", TOOLS, "--json", *extra)
 
@@ -49,11 +49,11 @@ def events(stdout: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
 def test_three_turns_of_three_parallel_tools(
-    chat_server: ChatServer, tmp_path: Path, stream: bool
+    wire: WireServer, tmp_path: Path, stream: bool
 ) -> None:
-    chat_server.rule = three_by_three
+    wire.rule = three_by_three
     log = tmp_path / "tools.log"
-    args = ["run", "echo things", "--base-url", chat_server.url, "--tools-from", TOOLS, "--json"]
+    args = ["run", "echo things", "--base-url", wire.url, "--tools-from", TOOLS, "--json"]
     if not stream:
         args.append("--no-stream")
     t0 = time.monotonic()
@@ -101,7 +101,7 @@ def test_three_turns_of_three_parallel_tools(
     assert elapsed < 9 * 0.3  # nine 0.3 s tools in sequence alone would take 2.7 s
 
     # the model was sent every result, in call order, with content "" beside the calls
-    last = chat_server.requests[-1]["messages"]
+    last = wire.requests[-1]["messages"]
     assistant = [m for m in last if m["role"] == "assistant"]
     assert all(m["content"] == "" for m in assistant)
     tool_ids = [m["tool_call_id"] for m in last if m["role"] == "tool"]
@@ -109,17 +109,17 @@ def test_three_turns_of_three_parallel_tools(
     assert tool_ids == call_ids
 
 
-def test_human_output(chat_server: ChatServer) -> None:
-    chat_server.add(calls=[("slow_echo", {"text": "hi", "ms": 10})]).add(text="Done echoing.")
-    p = tether("run", "echo", "--base-url", chat_server.url, "--tools-from", TOOLS)
+def test_human_output(wire: WireServer) -> None:
+    wire.add(calls=[("slow_echo", {"text": "hi", "ms": 10})]).add(text="Done echoing.")
+    p = tether("run", "echo", "--base-url", wire.url, "--tools-from", TOOLS)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "Done echoing."
     assert 'slow_echo({"text":"hi","ms":10})' in p.stderr and "echo: hi" in p.stderr
     assert "[done] 2 steps" in p.stderr
 
 
-def test_failing_unknown_and_malformed_tools_do_not_end_the_run(chat_server: ChatServer) -> None:
-    chat_server.add(
+def test_failing_unknown_and_malformed_tools_do_not_end_the_run(wire: WireServer) -> None:
+    wire.add(
         calls=[
             ("explode", {}),
             ("no_such_tool", {}),
@@ -127,50 +127,48 @@ def test_failing_unknown_and_malformed_tools_do_not_end_the_run(chat_server: Cha
             ("slow_echo", {"text": 5}),
         ]
     )
-    chat_server.add(text="I recovered.")
-    p = tether("run", "x", "--base-url", chat_server.url, "--tools-from", TOOLS, "--json")
+    wire.add(text="I recovered.")
+    p = tether("run", "x", "--base-url", wire.url, "--tools-from", TOOLS, "--json")
     assert p.returncode == 0, p.stderr
     results = [e for e in events(p.stdout) if e["type"] == "tool_result"]
     assert [r["is_error"] for r in results] == [True] * 4
     assert events(p.stdout)[-1]["answer"] == "I recovered."
-    sent = [m for m in chat_server.requests[1]["messages"] if m["role"] == "tool"]
+    sent = [m for m in wire.requests[1]["messages"] if m["role"] == "tool"]
     assert "ValueError: kaboom" in sent[0]["content"]
     assert "Unknown tool" in sent[1]["content"]
     assert "not a JSON object" in sent[2]["content"]
     assert "valid string" in sent[3]["content"]
 
 
-def test_tool_timeout_option(chat_server: ChatServer) -> None:
-    chat_server.add(calls=[("slow_echo", {"text": "zzz", "ms": 5000})]).add(text="ok")
+def test_tool_timeout_option(wire: WireServer) -> None:
+    wire.add(calls=[("slow_echo", {"text": "zzz", "ms": 5000})]).add(text="ok")
     t0 = time.monotonic()
-    p = run_json(chat_server, "--tool-timeout", "0.3")
+    p = run_json(wire, "--tool-timeout", "0.3")
     assert p.returncode == 0 and time.monotonic() - t0 < 4
     result = next(e for e in events(p.stdout) if e["type"] == "tool_result")
     assert result["is_error"] and "timed out" in result["output"]
 
 
-def test_max_steps_halts_with_status_3(chat_server: ChatServer) -> None:
-    chat_server.rule = three_by_three
-    p = run_json(chat_server, "--max-steps", "2")
+def test_max_steps_halts_with_status_3(wire: WireServer) -> None:
+    wire.rule = three_by_three
+    p = run_json(wire, "--max-steps", "2")
     assert p.returncode == 3, p.stderr
     final = events(p.stdout)[-1]
     assert final["outcome"] == "halted" and "max_steps" in final["reason"]
-    assert len(chat_server.requests) == 2
+    assert len(wire.requests) == 2
 
 
-def test_max_tokens_halts_with_status_3(chat_server: ChatServer) -> None:
-    chat_server.rule = three_by_three
-    p = tether(
-        "run", "x", "--base-url", chat_server.url, "--tools-from", TOOLS, "--max-tokens", "150"
-    )
+def test_max_tokens_halts_with_status_3(wire: WireServer) -> None:
+    wire.rule = three_by_three
+    p = tether("run", "x", "--base-url", wire.url, "--tools-from", TOOLS, "--max-tokens", "150")
     assert p.returncode == 3
     assert "[halted] max_tokens" in p.stderr
-    assert len(chat_server.requests) == 2  # 60 per call: a third would pass 150
+    assert len(wire.requests) == 2  # 60 per call: a third would pass 150
 
 
-def test_provider_error_fails_with_status_1(chat_server: ChatServer) -> None:
-    chat_server.add(status=401, type="invalid_api_key", message="Incorrect API key provided")
-    p = tether("run", "x", "--base-url", chat_server.url, "--json")
+def test_provider_error_fails_with_status_1(wire: WireServer) -> None:
+    wire.add(status=401, type="invalid_api_key", message="Incorrect API key provided")
+    p = tether("run", "x", "--base-url", wire.url, "--json")
     assert p.returncode == 1
     final = events(p.stdout)[-1]
     assert final["outcome"] == "failed"
@@ -178,14 +176,14 @@ def test_provider_error_fails_with_status_1(chat_server: ChatServer) -> None:
     assert "sk-test" not in p.stdout + p.stderr
 
 
-def test_retries_are_visible_and_bounded_by_max_retries(chat_server: ChatServer) -> None:
+def test_retries_are_visible_and_bounded_by_max_retries(wire: WireServer) -> None:
     for _ in range(2):
-        chat_server.add(status=503, headers={"Retry-After": "0"})
-    p = tether("run", "x", "--base-url", chat_server.url, "--json", "--max-retries", "1")
+        wire.add(status=503, headers={"Retry-After": "0"})
+    p = tether("run", "x", "--base-url", wire.url, "--json", "--max-retries", "1")
     assert p.returncode == 1
     evs = events(p.stdout)
     assert [e["type"] for e in evs].count("retry") == 1
-    assert len(chat_server.requests) == 2
+    assert len(wire.requests) == 2
 
 
 def test_missing_key_is_a_one_line_error(no_keys: None) -> None:
@@ -234,10 +232,10 @@ def test_help_lists_every_option() -> None:
     assert "ask" in tether("--help").stdout
 
 
-def test_ctrl_c_cancels_with_status_130(chat_server: ChatServer) -> None:
-    chat_server.add(calls=[("slow_echo", {"text": "long", "ms": 20000})])
+def test_ctrl_c_cancels_with_status_130(wire: WireServer) -> None:
+    wire.add(calls=[("slow_echo", {"text": "long", "ms": 20000})])
     proc = subprocess.Popen(
-        [*TETHER, "run", "x", "--base-url", chat_server.url, "--json", "--tools-from", TOOLS],
+        [*TETHER, "run", "x", "--base-url", wire.url, "--json", "--tools-from", TOOLS],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -256,12 +254,12 @@ def test_ctrl_c_cancels_with_status_130(chat_server: ChatServer) -> None:
     assert final["type"] == "run_finished" and final["outcome"] == "cancelled"
 
 
-def test_ask_keeps_the_conversation(chat_server: ChatServer) -> None:
-    chat_server.add(text="Nice to meet you, Ada.").add(text="You are Ada.")
-    p = tether("ask", "--base-url", chat_server.url, stdin="I am Ada\nWho am I?\n")
+def test_ask_keeps_the_conversation(wire: WireServer) -> None:
+    wire.add(text="Nice to meet you, Ada.").add(text="You are Ada.")
+    p = tether("ask", "--base-url", wire.url, stdin="I am Ada\nWho am I?\n")
     assert p.returncode == 0, p.stderr
     assert "Nice to meet you, Ada." in p.stdout and "You are Ada." in p.stdout
-    second = chat_server.requests[1]["messages"]
+    second = wire.requests[1]["messages"]
     assert [m["content"] for m in second if m["role"] != "system"] == [
         "I am Ada",
         "Nice to meet you, Ada.",
@@ -285,11 +283,11 @@ def test_scripted_provider_runs_the_example() -> None:
     assert "Lisbon is 17 °C" in p.stdout and "get_forecast" in p.stderr
 
 
-def test_ask_ctrl_c_cancels_the_turn_and_keeps_the_session(chat_server: ChatServer) -> None:
-    chat_server.add(text="Let me wait.", calls=[("slow_echo", {"text": "long", "ms": 20000})])
-    chat_server.add(text="Still here, and I remember the first question.")
+def test_ask_ctrl_c_cancels_the_turn_and_keeps_the_session(wire: WireServer) -> None:
+    wire.add(text="Let me wait.", calls=[("slow_echo", {"text": "long", "ms": 20000})])
+    wire.add(text="Still here, and I remember the first question.")
     proc = subprocess.Popen(
-        [*TETHER, "ask", "--base-url", chat_server.url, "--json", "--tools-from", TOOLS],
+        [*TETHER, "ask", "--base-url", wire.url, "--json", "--tools-from", TOOLS],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -312,6 +310,6 @@ def test_ask_ctrl_c_cancels_the_turn_and_keeps_the_session(chat_server: ChatServ
     assert "turn cancelled" in err
     final = events(rest)[-1]
     assert final["outcome"] == "done" and final["answer"].startswith("Still here")
-    sent = chat_server.requests[1]["messages"]
+    sent = wire.requests[1]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
     assert sent[1]["content"] == "first question" and sent[3]["content"].startswith("Cancelled")

@@ -109,3 +109,22 @@ def status_error(
     return cls(
         message, status=status, error_type=error_type, retryable=retryable, retry_after=retry_after
     )
+
+
+TRANSIENT_TYPES = {
+    "rate_limit_exceeded": RateLimited,
+    "rate_limit_error": RateLimited,
+    "overloaded_error": ServerError,
+    "api_error": ServerError,
+    "server_error": ServerError,
+    "internal_error": ServerError,
+}
+
+
+def stream_error(error_type: str | None, message: str, emitted: bool) -> ProviderError:
+    """An error reported inside a reply (an `error` event, a failed response). Transient ones
+    (rate limits, overload, server errors) may be retried, but only while nothing was emitted."""
+    cls = TRANSIENT_TYPES.get(error_type or "")
+    if cls is None:
+        return ProviderProtocolError(message, error_type=error_type, retryable=False)
+    return cls(message, error_type=error_type, retryable=not emitted)

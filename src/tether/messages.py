@@ -47,12 +47,14 @@ class ToolResult:
 @dataclass(frozen=True, slots=True)
 class ReasoningPart:
     """Model reasoning. `signature` / `encrypted` are opaque provider data that must be sent back
-    unchanged on the next turn for reasoning models to continue their chain of thought."""
+    unchanged on the next turn for reasoning models to continue their chain of thought; `provider`
+    names who made them, since no other provider can read them."""
 
     text: str
     signature: str | None = None
     encrypted: str | None = None
     id: str | None = None
+    provider: str | None = None
 
 
 Part = TextPart | ToolCall | ToolResult | ReasoningPart

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 
 from ..errors import ConfigError, MissingAPIKey
+from .anthropic import AnthropicModel
 from .base import Model, TextHook
 from .http import HTTPSettings
 from .openai_chat import OpenAIChatModel
+from .openai_responses import OpenAIResponsesModel
 from .scripted import ScriptedModel, reply
 
 PROVIDERS = ("openai-chat", "openai-responses", "anthropic", "scripted")
@@ -20,9 +22,11 @@ DEFAULT_MODELS = {
 
 __all__ = [
     "PROVIDERS",
+    "AnthropicModel",
     "HTTPSettings",
     "Model",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "ScriptedModel",
     "TextHook",
     "make_model",
@@ -44,19 +48,28 @@ def make_model(
         if not script:
             raise ConfigError("the scripted provider needs --script FILE (a JSON list of replies)")
         return ScriptedModel.from_file(script)
-    if provider == "openai-chat":
-        key = os.environ.get("OPENAI_API_KEY")
-        if not key:
-            if base_url is None:
-                raise MissingAPIKey("OPENAI_API_KEY", provider)
-            key = "none"  # local compatible servers (Ollama, llama.cpp) take any key
-        return OpenAIChatModel(
-            model or DEFAULT_MODELS[provider],
+    if provider not in PROVIDERS:
+        raise ConfigError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
+    variable = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
+    key = os.environ.get(variable)
+    if not key:
+        if base_url is None:
+            raise MissingAPIKey(variable, provider)
+        key = "none"  # local compatible servers (Ollama, llama.cpp) take any key
+    name = model or DEFAULT_MODELS[provider]
+    if provider == "anthropic":
+        return AnthropicModel(
+            name,
             api_key=key,
-            base_url=base_url or "https://api.openai.com/v1",
+            base_url=base_url or "https://api.anthropic.com",
             stream=stream,
             settings=settings,
         )
-    if provider in PROVIDERS:
-        raise ConfigError(f"the {provider} provider is not available in this version yet")
-    raise ConfigError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
+    cls = OpenAIChatModel if provider == "openai-chat" else OpenAIResponsesModel
+    return cls(
+        name,
+        api_key=key,
+        base_url=base_url or "https://api.openai.com/v1",
+        stream=stream,
+        settings=settings,
+    )

@@ -174,7 +174,7 @@ async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelR
     parts: list[Part] = []
     thought = msg.get("reasoning_content") or msg.get("reasoning")
     if isinstance(thought, str) and thought:
-        parts.append(ReasoningPart(thought))
+        parts.append(ReasoningPart(thought, provider="openai-chat"))
     if msg.get("content"):
         parts.append(TextPart(msg["content"]))
     for i, tc in enumerate(msg.get("tool_calls") or ()):
@@ -237,7 +237,7 @@ async def parse_stream(
         raise ProviderProtocolError(
             "the reply stream ended before it was complete", retryable=not progress.emitted
         )
-    parts: list[Part] = [ReasoningPart("".join(thought))] if thought else []
+    parts: list[Part] = [ReasoningPart("".join(thought), provider="openai-chat")] if thought else []
     if text:
         parts.append(TextPart("".join(text)))
     for i, (cid, name, raw) in sorted(calls.items()):

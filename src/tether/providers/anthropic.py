@@ -1,0 +1,267 @@
+"""Anthropic Messages (`POST /v1/messages`), streamed and not.
+
+Quirks handled here, each pinned by a test:
+- `max_tokens` is required: always sent;
+- tool results travel as `tool_result` blocks (with `is_error`) in a user message, and turns of
+  the same role are merged so the conversation alternates;
+- thinking blocks (with their signature) and redacted thinking are returned unchanged on the next
+  turn, as tool use with extended thinking requires;
+- `server_tool_use` and other server-tool blocks are not client tool calls;
+- a tool call without arguments streams an empty `partial_json`: its input is `{}`;
+- `input_tokens` is normalized to include cache reads and cache writes;
+- `overloaded_error` (HTTP 529, or an `error` event in the stream) is retryable while nothing
+  was emitted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ..errors import ProviderProtocolError, stream_error
+from ..messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Part,
+    ReasoningPart,
+    StopReason,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from .base import TextHook
+from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_events
+from .openai_chat import parse_arguments
+
+PROVIDER = "anthropic"
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+
+STOP_REASONS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "stop_sequence": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "refusal": "content_filter",
+}
+
+
+class AnthropicModel:
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        api_key: str,
+        base_url: str = "https://api.anthropic.com",
+        stream: bool = True,
+        settings: HTTPSettings | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
+        self.name = name
+        self.stream = stream
+        self.max_tokens = max_tokens
+        base = base_url.rstrip("/")
+        if not base.endswith("/v1"):
+            base += "/v1"
+        headers = {"x-api-key": api_key, "anthropic-version": API_VERSION}
+        self.http = HTTPClient(base, headers, settings or HTTPSettings())
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def respond(
+        self,
+        request: ModelRequest,
+        on_text: TextHook | None = None,
+        on_retry: RetryHook | None = None,
+    ) -> ModelResponse:
+        body = request_body(self.name, request, self.stream, self.max_tokens)
+
+        async def parse(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
+            if self.stream:
+                return await parse_stream(resp, progress, on_text)
+            try:
+                data = orjson.loads(await resp.read())
+            except orjson.JSONDecodeError:
+                raise ProviderProtocolError("reply is not JSON", retryable=True) from None
+            if not isinstance(data, dict) or data.get("type") != "message":
+                raise ProviderProtocolError("reply is not a message", retryable=True)
+            return parse_message(data)
+
+        response: ModelResponse = await self.http.post("/messages", body, parse, on_retry)
+        return response
+
+
+def request_body(
+    model: str, request: ModelRequest, stream: bool, max_tokens: int
+) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    for m in request.messages:
+        role, blocks = wire_blocks(m)
+        if not blocks:
+            continue
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": request.max_output_tokens or max_tokens,
+        "messages": messages,
+    }
+    if request.system:
+        body["system"] = request.system
+    if request.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def wire_blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
+    role = "assistant" if m.role == "assistant" else "user"
+    blocks: list[dict[str, Any]] = []
+    for p in m.parts:
+        if isinstance(p, TextPart):
+            if p.text:
+                blocks.append({"type": "text", "text": p.text})
+        elif isinstance(p, ToolCall):
+            blocks.append(
+                {"type": "tool_use", "id": p.id, "name": p.name, "input": p.arguments or {}}
+            )
+        elif isinstance(p, ToolResult):
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": p.call_id,
+                "content": p.output,
+            }
+            if p.is_error:
+                block["is_error"] = True
+            blocks.append(block)
+        elif isinstance(p, ReasoningPart) and p.provider == PROVIDER:
+            if p.encrypted is not None:
+                blocks.append({"type": "redacted_thinking", "data": p.encrypted})
+            else:
+                blocks.append({"type": "thinking", "thinking": p.text, "signature": p.signature})
+    return role, blocks
+
+
+def parse_usage(u: dict[str, Any] | None) -> Usage:
+    if not u:
+        return Usage()
+    read = u.get("cache_read_input_tokens") or 0
+    write = u.get("cache_creation_input_tokens") or 0
+    return Usage(
+        input_tokens=(u.get("input_tokens") or 0) + read + write,
+        cached_input_tokens=read,
+        output_tokens=u.get("output_tokens") or 0,
+    )
+
+
+def block_part(block: dict[str, Any]) -> Part | None:
+    """Our part for one content block; None for blocks that are not ours to act on."""
+    kind = block.get("type")
+    if kind == "text":
+        return TextPart(block.get("text") or "")
+    if kind == "tool_use":
+        args = block.get("input")
+        raw = block.get("raw_input")
+        if raw is None:
+            raw = orjson.dumps(args).decode() if isinstance(args, dict) else ""
+        arguments = args if isinstance(args, dict) else None
+        return ToolCall(block.get("id") or "", block.get("name") or "", arguments, raw)
+    if kind == "thinking":
+        return ReasoningPart(
+            block.get("thinking") or "", signature=block.get("signature"), provider=PROVIDER
+        )
+    if kind == "redacted_thinking":
+        return ReasoningPart("", encrypted=block.get("data") or "", provider=PROVIDER)
+    return None  # server_tool_use, web_search_tool_result, ...: run by Anthropic, not by us
+
+
+def parse_message(data: dict[str, Any]) -> ModelResponse:
+    parts = [p for b in data.get("content") or () if (p := block_part(b)) is not None]
+    parts = [p for p in parts if not (isinstance(p, TextPart) and not p.text)]
+    return ModelResponse(
+        Message("assistant", tuple(parts)),
+        STOP_REASONS.get(data.get("stop_reason") or "", "other"),
+        parse_usage(data.get("usage")),
+        data.get("model") or "",
+    )
+
+
+async def parse_stream(
+    resp: aiohttp.ClientResponse, progress: Progress, on_text: TextHook | None
+) -> ModelResponse:
+    message: dict[str, Any] | None = None
+    blocks: dict[int, dict[str, Any]] = {}
+    json_parts: dict[int, list[str]] = {}
+    usage: dict[str, Any] = {}
+    async for _name, data in sse_events(resp):
+        event = loads_event(data)
+        if not isinstance(event, dict):
+            raise ProviderProtocolError("stream event is not an object", retryable=True)
+        kind = event.get("type")
+        if kind == "message_start":
+            message = dict(event.get("message") or {})
+            usage.update(message.get("usage") or {})
+        elif kind == "content_block_start":
+            index = int(event.get("index", len(blocks)))
+            blocks[index] = dict(event.get("content_block") or {})
+            if blocks[index].get("type") in ("tool_use", "server_tool_use"):
+                json_parts[index] = []
+        elif kind == "content_block_delta":
+            block = blocks.get(int(event.get("index", -1)))
+            if block is None:
+                raise ProviderProtocolError("delta for a block that never started", retryable=True)
+            apply_delta(block, event.get("delta") or {}, json_parts, int(event["index"]))
+            if (event.get("delta") or {}).get("type") == "text_delta" and on_text is not None:
+                progress.emitted = True
+                on_text(event["delta"].get("text") or "")
+        elif kind == "message_delta":
+            if message is None:
+                raise ProviderProtocolError("message_delta before message_start", retryable=True)
+            message.update(event.get("delta") or {})
+            usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            if message is None:
+                raise ProviderProtocolError("message_stop before message_start", retryable=True)
+            for index, pieces in json_parts.items():
+                raw = "".join(pieces)
+                blocks[index]["input"] = parse_arguments(raw)
+                blocks[index]["raw_input"] = raw or "{}"
+            message["content"] = [blocks[i] for i in sorted(blocks)]
+            message["usage"] = usage
+            return parse_message(message)
+        elif kind == "error":
+            err = event.get("error") or {}
+            raise stream_error(
+                err.get("type"), f"error in stream: {err.get('message')}", progress.emitted
+            )
+        # ping and unknown events are ignored, as the API reference asks
+    raise ProviderProtocolError(
+        "the reply stream ended before it was complete", retryable=not progress.emitted
+    )
+
+
+def apply_delta(
+    block: dict[str, Any], delta: dict[str, Any], json_parts: dict[int, list[str]], index: int
+) -> None:
+    kind = delta.get("type")
+    if kind == "text_delta":
+        block["text"] = (block.get("text") or "") + (delta.get("text") or "")
+    elif kind == "input_json_delta":
+        json_parts.setdefault(index, []).append(delta.get("partial_json") or "")
+    elif kind == "thinking_delta":
+        block["thinking"] = (block.get("thinking") or "") + (delta.get("thinking") or "")
+    elif kind == "signature_delta":
+        block["signature"] = (block.get("signature") or "") + (delta.get("signature") or "")

@@ -1,0 +1,245 @@
+"""OpenAI Responses (`POST /responses`), streamed and not, stateless (`store: false`).
+
+Quirks handled here, each pinned by a test:
+- the stream ends with `response.completed`, `response.failed` or `response.incomplete` (there is
+  no `[DONE]`); a stream that stops before one of them is an error, never a complete answer;
+- function calls carry a `call_id` (what `function_call_output` answers) beside the item `id`;
+- reasoning items are kept with their `encrypted_content` (asked for with `include`) and sent back
+  unchanged, so multi-turn tool use works with reasoning models without server-side state;
+- an `error` event in the stream is a failure, retryable only while nothing was emitted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ..errors import ProviderError, ProviderProtocolError, stream_error
+from ..messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Part,
+    ReasoningPart,
+    StopReason,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from .base import TextHook
+from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_events
+from .openai_chat import parse_arguments
+
+PROVIDER = "openai-responses"
+
+
+class OpenAIResponsesModel:
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        api_key: str,
+        base_url: str = "https://api.openai.com/v1",
+        stream: bool = True,
+        settings: HTTPSettings | None = None,
+    ) -> None:
+        self.name = name
+        self.stream = stream
+        self.http = HTTPClient(
+            base_url, {"Authorization": f"Bearer {api_key}"}, settings or HTTPSettings()
+        )
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def respond(
+        self,
+        request: ModelRequest,
+        on_text: TextHook | None = None,
+        on_retry: RetryHook | None = None,
+    ) -> ModelResponse:
+        body = request_body(self.name, request, self.stream)
+
+        async def parse(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
+            if self.stream:
+                return await parse_stream(resp, progress, on_text)
+            try:
+                data = orjson.loads(await resp.read())
+            except orjson.JSONDecodeError:
+                raise ProviderProtocolError("reply is not JSON", retryable=True) from None
+            return parse_response(data)
+
+        response: ModelResponse = await self.http.post("/responses", body, parse, on_retry)
+        return response
+
+
+def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
+    for m in request.messages:
+        items.extend(input_items(m))
+    body: dict[str, Any] = {
+        "model": model,
+        "input": items,
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+    }
+    if request.system:
+        body["instructions"] = request.system
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+                "strict": False,
+            }
+            for t in request.tools
+        ]
+    if request.max_output_tokens:
+        body["max_output_tokens"] = request.max_output_tokens
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def input_items(m: Message) -> list[dict[str, Any]]:
+    if m.role in ("user", "system"):
+        return [{"role": m.role, "content": m.text}]
+    out: list[dict[str, Any]] = []
+    for p in m.parts:
+        if isinstance(p, TextPart):
+            if p.text:
+                out.append({"role": "assistant", "content": p.text})
+        elif isinstance(p, ToolCall):
+            out.append(
+                {
+                    "type": "function_call",
+                    "call_id": p.id,
+                    "name": p.name,
+                    "arguments": p.raw_arguments or "{}",
+                }
+            )
+        elif isinstance(p, ToolResult):
+            out.append({"type": "function_call_output", "call_id": p.call_id, "output": p.output})
+        elif isinstance(p, ReasoningPart) and p.provider == PROVIDER and p.id:
+            item: dict[str, Any] = {
+                "type": "reasoning",
+                "id": p.id,
+                "summary": [{"type": "summary_text", "text": p.text}] if p.text else [],
+            }
+            if p.encrypted:
+                item["encrypted_content"] = p.encrypted
+            out.append(item)
+    return out
+
+
+def parse_usage(u: dict[str, Any] | None) -> Usage:
+    if not u:
+        return Usage()
+    return Usage(
+        input_tokens=u.get("input_tokens") or 0,
+        cached_input_tokens=(u.get("input_tokens_details") or {}).get("cached_tokens") or 0,
+        output_tokens=u.get("output_tokens") or 0,
+        reasoning_tokens=(u.get("output_tokens_details") or {}).get("reasoning_tokens") or 0,
+    )
+
+
+def output_parts(output: list[dict[str, Any]]) -> list[Part]:
+    parts: list[Part] = []
+    for item in output:
+        kind = item.get("type")
+        if kind == "message":
+            text = "".join(
+                c.get("text", "")
+                for c in item.get("content") or ()
+                if c.get("type") == "output_text"
+            )
+            if text:
+                parts.append(TextPart(text))
+        elif kind == "function_call":
+            raw = item.get("arguments") or ""
+            parts.append(
+                ToolCall(
+                    item.get("call_id") or item.get("id") or "",
+                    item.get("name") or "",
+                    parse_arguments(raw),
+                    raw,
+                )
+            )
+        elif kind == "reasoning":
+            summary = "".join(s.get("text", "") for s in item.get("summary") or ())
+            parts.append(
+                ReasoningPart(
+                    summary,
+                    encrypted=item.get("encrypted_content"),
+                    id=item.get("id"),
+                    provider=PROVIDER,
+                )
+            )
+    return parts
+
+
+def stop_reason(data: dict[str, Any], has_calls: bool) -> StopReason:
+    if data.get("status") == "incomplete":
+        reason = (data.get("incomplete_details") or {}).get("reason")
+        return "content_filter" if reason == "content_filter" else "max_tokens"
+    return "tool_use" if has_calls else "end_turn"
+
+
+def failure(data: dict[str, Any], emitted: bool) -> ProviderError:
+    """The error of a `failed` response, or of an `error` event (`data` is then the event)."""
+    err: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else data
+    code = err.get("code") or err.get("type")
+    message = err.get("message") or "the response failed"
+    return stream_error(code if code != "error" else None, f"response failed: {message}", emitted)
+
+
+def parse_response(data: Any) -> ModelResponse:
+    if not isinstance(data, dict) or "output" not in data:
+        raise ProviderProtocolError("reply is not a response object", retryable=True)
+    if data.get("status") == "failed":
+        raise failure(data, emitted=False)
+    parts = output_parts(data.get("output") or [])
+    has_calls = any(isinstance(p, ToolCall) for p in parts)
+    return ModelResponse(
+        Message("assistant", tuple(parts)),
+        stop_reason(data, has_calls),
+        parse_usage(data.get("usage")),
+        data.get("model") or "",
+    )
+
+
+async def parse_stream(
+    resp: aiohttp.ClientResponse, progress: Progress, on_text: TextHook | None
+) -> ModelResponse:
+    done_items: dict[int, dict[str, Any]] = {}
+    async for event_name, data in sse_events(resp):
+        event = loads_event(data)
+        if not isinstance(event, dict):
+            raise ProviderProtocolError("stream event is not an object", retryable=True)
+        kind = event.get("type") or event_name
+        if kind == "response.output_text.delta":
+            delta = event.get("delta") or ""
+            if delta and on_text is not None:
+                progress.emitted = True
+                on_text(delta)
+        elif kind == "response.output_item.done":
+            done_items[int(event.get("output_index", len(done_items)))] = event.get("item") or {}
+        elif kind in ("response.completed", "response.incomplete"):
+            final = dict(event.get("response") or {})
+            if not final.get("output"):  # some servers leave it empty: use what streamed
+                final["output"] = [done_items[i] for i in sorted(done_items)]
+            return parse_response(final)
+        elif kind == "response.failed":
+            raise failure(event.get("response") or {}, progress.emitted)
+        elif kind == "error":
+            raise failure(event, progress.emitted)
+    raise ProviderProtocolError(
+        "the reply stream ended before it was complete", retryable=not progress.emitted
+    )

@@ -1,0 +1,323 @@
+"""Every provider client against a server speaking its exact wire format, over real HTTP:
+the same behaviour on Chat Completions, Responses and Anthropic Messages, streamed and not."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tether import (
+    HTTPSettings,
+    Message,
+    Model,
+    ModelRequest,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderProtocolError,
+    ProviderTimeout,
+    RateLimited,
+    ReasoningPart,
+    ServerError,
+    ToolResult,
+    ToolSpec,
+)
+from tether.errors import ClientRequestError
+from tether.providers import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
+from wire_server import WireServer
+
+FAST = HTTPSettings(max_retries=2, backoff_base=0.01, backoff_max=0.05, read_timeout=2)
+ADD = ToolSpec("add", "Add two numbers.", {"type": "object", "properties": {}})
+CLIENTS = {"chat": OpenAIChatModel, "responses": OpenAIResponsesModel, "anthropic": AnthropicModel}
+PROTOCOLS = list(CLIENTS)
+
+
+def client(server: WireServer, protocol: str, stream: bool, settings: HTTPSettings = FAST) -> Model:
+    cls = CLIENTS[protocol]
+    return cls(
+        "model-x",
+        api_key="sk-secret-key",
+        base_url=server.url,
+        stream=stream,  # type: ignore[call-arg]
+        settings=settings,
+    )
+
+
+def request(*messages: Message) -> ModelRequest:
+    return ModelRequest(messages or (Message.user("hi"),), (ADD,), "be brief")
+
+
+every = pytest.mark.parametrize("protocol", PROTOCOLS)
+both = pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+
+
+async def respond(model: Model, req: ModelRequest | None = None, **hooks: object):  # type: ignore[no-untyped-def]
+    try:
+        return await model.respond(req or request(), **hooks)  # type: ignore[arg-type]
+    finally:
+        await model.aclose()
+
+
+@every
+@both
+async def test_text_and_normalized_usage(wire: WireServer, protocol: str, stream: bool) -> None:
+    wire.add(
+        text="Hello there, friend.",
+        usage={"prompt": 120, "completion": 7, "cached": 100, "cache_write": 5},
+    )
+    deltas: list[str] = []
+    r = await respond(client(wire, protocol, stream), on_text=deltas.append)
+    assert r.message.text == "Hello there, friend."
+    assert r.stop_reason == "end_turn"
+    assert r.usage.input_tokens == 120  # cached (and for Anthropic cache writes) included
+    assert (r.usage.cached_input_tokens, r.usage.output_tokens) == (100, 7)
+    if stream:
+        assert len(deltas) >= 3 and "".join(deltas) == "Hello there, friend."
+
+
+@every
+@both
+async def test_several_tool_calls_beside_text(
+    wire: WireServer, protocol: str, stream: bool
+) -> None:
+    wire.add(
+        text="Adding.",
+        calls=[("add", {"a": 1, "b": 2}), ("add", {"a": 30, "b": 4}), ("noargs", "")],
+    )
+    r = await respond(client(wire, protocol, stream))
+    assert r.message.text == "Adding."
+    assert r.stop_reason == "tool_use"
+    assert [(c.name, c.arguments) for c in r.message.tool_calls] == [
+        ("add", {"a": 1, "b": 2}),
+        ("add", {"a": 30, "b": 4}),
+        ("noargs", {}),
+    ]
+    assert len({c.id for c in r.message.tool_calls}) == 3
+
+
+@every
+@both
+async def test_length_limit_maps_to_max_tokens(
+    wire: WireServer, protocol: str, stream: bool
+) -> None:
+    wire.add(text="cut sho", finish_reason="length")
+    r = await respond(client(wire, protocol, stream))
+    assert r.stop_reason == "max_tokens" and r.message.text == "cut sho"
+
+
+@every
+async def test_tool_round_trip_request_shape(wire: WireServer, protocol: str) -> None:
+    wire.add(calls=[("add", {"a": 1, "b": 2})]).add(text="3")
+    model = client(wire, protocol, False)
+    first = await model.respond(request(Message.user("add")))
+    call = first.message.tool_calls[0]
+    results = Message(
+        "tool", (ToolResult(call.id, "add", "3"), ToolResult("x", "add", "bad", True))
+    )
+    await respond(model, request(Message.user("add"), first.message, results))
+    sent = wire.requests[1]
+    if protocol == "chat":
+        assert sent["messages"][3] == {"role": "tool", "tool_call_id": call.id, "content": "3"}
+    elif protocol == "responses":
+        assert sent["instructions"] == "be brief" and sent["store"] is False
+        assert {
+            "type": "function_call",
+            "call_id": call.id,
+            "name": "add",
+            "arguments": '{"a":1,"b":2}',
+        } in sent["input"]
+        assert {"type": "function_call_output", "call_id": call.id, "output": "3"} in sent["input"]
+        assert sent["tools"][0]["name"] == "add"
+    else:
+        assert sent["system"] == "be brief" and sent["max_tokens"] == 4096
+        assert sent["messages"][1] == {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": call.id, "name": "add", "input": {"a": 1, "b": 2}}
+            ],
+        }
+        assert sent["messages"][2]["content"] == [
+            {"type": "tool_result", "tool_use_id": call.id, "content": "3"},
+            {"type": "tool_result", "tool_use_id": "x", "content": "bad", "is_error": True},
+        ]
+        assert sent["tools"][0]["input_schema"] == {"type": "object", "properties": {}}
+        assert wire.headers[0]["x-api-key"] == "sk-secret-key"
+        assert wire.headers[0]["anthropic-version"] == "2023-06-01"
+
+
+@pytest.mark.parametrize("protocol", ["responses", "anthropic"])
+@both
+async def test_reasoning_is_sent_back_unchanged(
+    wire: WireServer, protocol: str, stream: bool
+) -> None:
+    wire.add(reasoning="I should add.", calls=[("add", {"a": 1, "b": 2})]).add(text="3")
+    model = client(wire, protocol, stream)
+    first = await model.respond(request(Message.user("add")))
+    thought = [p for p in first.message.parts if isinstance(p, ReasoningPart)]
+    assert [t.text for t in thought] == ["I should add."]
+    call = first.message.tool_calls[0]
+    await respond(
+        model,
+        request(
+            Message.user("add"), first.message, Message("tool", (ToolResult(call.id, "add", "3"),))
+        ),
+    )
+    sent = wire.requests[1]
+    if protocol == "responses":
+        assert wire.requests[0]["include"] == ["reasoning.encrypted_content"]
+        reasoning = [i for i in sent["input"] if i.get("type") == "reasoning"]
+        assert reasoning == [
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "encrypted_content": "gAAAA-encrypted-1",
+                "summary": [{"type": "summary_text", "text": "I should add."}],
+            }
+        ]
+    else:
+        assert sent["messages"][1]["content"][0] == {
+            "type": "thinking",
+            "thinking": "I should add.",
+            "signature": "sig-1",
+        }
+
+
+@every
+@both
+async def test_429_with_retry_after_is_retried(
+    wire: WireServer, protocol: str, stream: bool
+) -> None:
+    wire.add(status=429, type="rate_limit_error", headers={"Retry-After": "0.2"})
+    wire.add(text="after the wait")
+    retries: list[tuple[int, float]] = []
+    t0 = time.monotonic()
+    r = await respond(
+        client(wire, protocol, stream), on_retry=lambda a, d, e: retries.append((a, d))
+    )
+    assert r.message.text == "after the wait"
+    assert retries == [(1, 0.2)] and time.monotonic() - t0 >= 0.2
+
+
+@every
+async def test_5xx_then_success(wire: WireServer, protocol: str) -> None:
+    wire.add(status=500).add(status=529, type="overloaded_error").add(text="third time")
+    r = await respond(client(wire, protocol, True))
+    assert r.message.text == "third time" and len(wire.requests) == 3
+
+
+@every
+async def test_retries_exhausted_raise_the_error(wire: WireServer, protocol: str) -> None:
+    for _ in range(3):
+        wire.add(
+            status=429, type="rate_limit_error", message="slow down", headers={"Retry-After": "0"}
+        )
+    with pytest.raises(RateLimited) as info:
+        await respond(client(wire, protocol, True))
+    e = info.value
+    assert (e.status, e.error_type, e.retryable) == (429, "rate_limit_error", True)
+    assert "slow down" in e.message and len(wire.requests) == 3
+
+
+@every
+@pytest.mark.parametrize("status", [400, 401, 404])
+async def test_client_errors_are_not_retried(wire: WireServer, protocol: str, status: int) -> None:
+    wire.add(status=status, type="invalid_request_error", message="bad thing")
+    with pytest.raises(ClientRequestError) as info:
+        await respond(client(wire, protocol, True))
+    assert info.value.status == status and not info.value.retryable
+    assert "bad thing" in str(info.value) and "sk-secret-key" not in str(info.value)
+    assert len(wire.requests) == 1
+
+
+@every
+async def test_connection_refused_is_retried_then_fails(protocol: str) -> None:
+    model = CLIENTS[protocol]("m", api_key="k", base_url="http://127.0.0.1:9/v1", settings=FAST)  # type: ignore[call-arg]
+    retries: list[int] = []
+    with pytest.raises(ProviderConnectionError) as info:
+        await respond(model, on_retry=lambda a, d, e: retries.append(a))
+    assert info.value.retryable and retries == [1, 2]
+
+
+@every
+async def test_reset_before_first_byte_is_retried(wire: WireServer, protocol: str) -> None:
+    wire.add(fault="reset").add(text="recovered")
+    r = await respond(client(wire, protocol, True))
+    assert r.message.text == "recovered"
+
+
+@every
+async def test_reset_mid_stream_after_text_is_not_retried(wire: WireServer, protocol: str) -> None:
+    wire.add(text="partial answer here, and more", deltas=3, cut_after=6)
+    wire.add(text="must not be used")
+    deltas: list[str] = []
+    with pytest.raises(ProviderConnectionError):
+        await respond(client(wire, protocol, True), on_text=deltas.append)
+    assert deltas and len(wire.requests) == 1  # text was shown: a retry would repeat it
+
+
+@every
+async def test_stream_without_terminal_event_is_never_complete(
+    wire: WireServer, protocol: str
+) -> None:
+    for _ in range(3):
+        wire.add(calls=[("add", {"a": 1})], fault="no_done")
+    with pytest.raises(ProviderProtocolError, match="ended before"):
+        await respond(client(wire, protocol, True))
+    assert len(wire.requests) == 3  # nothing was emitted, so each was retried
+
+
+@every
+async def test_garbage_sse_line_is_a_protocol_error(wire: WireServer, protocol: str) -> None:
+    for _ in range(3):
+        wire.add(text="x", fault="garbage")
+    with pytest.raises(ProviderProtocolError, match="unreadable"):
+        await respond(client(wire, protocol, True))
+
+
+@every
+async def test_error_event_in_stream_is_retried_then_succeeds(
+    wire: WireServer, protocol: str
+) -> None:
+    wire.add(calls=[("add", {})], fault="stream_error").add(text="fine now")
+    r = await respond(client(wire, protocol, True))
+    assert r.message.text == "fine now" and len(wire.requests) == 2
+
+
+@every
+async def test_error_event_in_stream_fails_when_retries_run_out(
+    wire: WireServer, protocol: str
+) -> None:
+    wire.add(calls=[("add", {})], fault="stream_error")
+    with pytest.raises(ProviderError) as info:
+        await respond(client(wire, protocol, True, HTTPSettings(max_retries=0)))
+    assert isinstance(info.value, (ServerError, ProviderProtocolError))
+    assert "error" in str(info.value).lower()
+
+
+@every
+async def test_stalled_stream_times_out(wire: WireServer, protocol: str) -> None:
+    wire.add(text="never", fault="stall", stall=5)
+    t0 = time.monotonic()
+    with pytest.raises(ProviderTimeout):
+        await respond(client(wire, protocol, True, HTTPSettings(max_retries=0, read_timeout=0.3)))
+    assert time.monotonic() - t0 < 3
+
+
+@every
+async def test_cancel_closes_the_stream_at_once(wire: WireServer, protocol: str) -> None:
+    wire.add(text="a slow stream of many words", deltas=6, chunk_delay=1)
+    model = client(wire, protocol, True)
+    task = asyncio.create_task(model.respond(request()))
+    await asyncio.sleep(0.3)
+    cancelled_at = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):
+        if wire.closed_streams:
+            break
+        await asyncio.sleep(0.01)
+    await model.aclose()
+    assert wire.closed_streams == 1
+    assert wire.closed_at[0] - cancelled_at < 0.5  # the server saw the socket close
