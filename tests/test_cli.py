@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from conftest import FIXTURES, TETHER, cli_env
-from wire_server import WireServer
+from wire_server import WireServer, tool_results
 
 TOOLS = str(FIXTURES / "parallel_tools.py")
 
 
 def three_by_three(body: dict[str, Any]) -> dict[str, Any]:
     """3 turns of 3 parallel calls, then the answer (turn = tool results so far // 3)."""
-    turn = sum(1 for m in body["messages"] if m["role"] == "tool") // 3
+    turn = tool_results(body) // 3
     if turn < 3:
         return {"calls": [("slow_echo", {"text": f"t{turn}c{i}", "ms": 300}) for i in range(3)]}
     return {"text": "All nine echoes are back."}
@@ -34,7 +34,7 @@ def tether(
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=cli_env(OPENAI_API_KEY="sk-test", **env),
+        env=cli_env(OPENAI_API_KEY="sk-test", ANTHROPIC_API_KEY="sk-ant-test", **env),
     )
 
 
@@ -47,13 +47,18 @@ def events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
 
+PROVIDERS = ["openai-chat", "openai-responses", "anthropic"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
 def test_three_turns_of_three_parallel_tools(
-    wire: WireServer, tmp_path: Path, stream: bool
+    wire: WireServer, tmp_path: Path, stream: bool, provider: str
 ) -> None:
     wire.rule = three_by_three
     log = tmp_path / "tools.log"
     args = ["run", "echo things", "--base-url", wire.url, "--tools-from", TOOLS, "--json"]
+    args += ["--provider", provider]
     if not stream:
         args.append("--no-stream")
     t0 = time.monotonic()
@@ -100,8 +105,24 @@ def test_three_turns_of_three_parallel_tools(
         assert max(s for s, _ in spans) < min(e for _, e in spans), spans
     assert elapsed < 9 * 0.3  # nine 0.3 s tools in sequence alone would take 2.7 s
 
-    # the model was sent every result, in call order, with content "" beside the calls
-    last = wire.requests[-1]["messages"]
+    # the model was sent every result, in call order (Chat: with content "" beside the calls)
+    assert len(wire.requests) == 4
+    last_body = wire.requests[-1]
+    if provider == "openai-responses":
+        items = last_body["input"]
+        calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+        outputs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+        assert len(calls) == 9 and outputs == calls
+        return
+    if provider == "anthropic":
+        blocks = [
+            b for m in last_body["messages"] if isinstance(m["content"], list) for b in m["content"]
+        ]
+        uses = [b["id"] for b in blocks if b["type"] == "tool_use"]
+        results = [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"]
+        assert len(uses) == 9 and results == uses
+        return
+    last = last_body["messages"]
     assistant = [m for m in last if m["role"] == "assistant"]
     assert all(m["content"] == "" for m in assistant)
     tool_ids = [m["tool_call_id"] for m in last if m["role"] == "tool"]

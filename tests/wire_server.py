@@ -125,6 +125,15 @@ class WireServer:
             reply = self.rule(body)
         else:
             reply = {"text": "(the mock has no more replies)"}
+        if "raw" in reply:  # a recorded response, replayed byte for byte
+            return web.Response(
+                status=reply.get("status", 200),
+                body=reply["raw"],
+                headers={
+                    "Content-Type": reply.get("content_type", "application/json"),
+                    **reply.get("headers", {}),
+                },
+            )
         writer = WRITERS[request.path.rsplit("/", 1)[-1]](body, reply, len(self.requests))
         if reply.get("delay"):
             await asyncio.sleep(reply["delay"])

@@ -100,7 +100,8 @@ def step(
         calls = r.message.tool_calls
         if calls:
             return RunTools(calls)
-        return Finish("done", answer=r.message.text)
+        cut = "max_tokens: the reply was cut at the model's output limit"
+        return Finish("done", r.message.text, cut if r.stop_reason == "max_tokens" else "")
     if isinstance(happened, ToolsDone):
         state.messages.append(Message("tool", tuple(happened.results)))
     reason = over_budget(state, budget, price, now)

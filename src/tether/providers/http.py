@@ -144,7 +144,7 @@ async def error_from_response(resp: aiohttp.ClientResponse) -> ProviderError:
         err = body.get("error")
         if isinstance(err, dict):
             message = str(err.get("message") or "")
-            error_type = err.get("type") or err.get("code")
+            error_type = err.get("code") or err.get("type")
         elif isinstance(err, str):
             message = err
         elif isinstance(body.get("message"), str):
