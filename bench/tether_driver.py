@@ -7,10 +7,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether import Agent, HTTPSettings, OpenAIChatModel, tool
+from tether import Agent, HTTPSettings, Model, tool
+from tether.providers import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
 
 NAME = "tether"
-PROTOCOLS = {"chat"}
+PROTOCOLS = {"chat", "responses", "anthropic"}
+
+
+def make_model(ctx: Any) -> Model:
+    settings = HTTPSettings(
+        max_connections=int(ctx.opts.get("max_connections", 0)), read_timeout=600
+    )
+    if ctx.protocol == "anthropic":
+        return AnthropicModel(
+            ctx.model,
+            api_key=ctx.api_key,
+            base_url=ctx.anthropic_base_url,
+            stream=bool(ctx.stream),
+            settings=settings,
+        )
+    cls = OpenAIChatModel if ctx.protocol == "chat" else OpenAIResponsesModel
+    return cls(
+        ctx.model,
+        api_key=ctx.api_key,
+        base_url=ctx.base_url,
+        stream=bool(ctx.stream),
+        settings=settings,
+    )
 
 
 async def setup(ctx: Any) -> Any:
@@ -20,15 +43,7 @@ async def setup(ctx: Any) -> Any:
         result: str = await ctx.tool(ms)
         return result
 
-    model = OpenAIChatModel(
-        ctx.model,
-        api_key=ctx.api_key,
-        base_url=ctx.base_url,
-        stream=bool(ctx.stream),
-        settings=HTTPSettings(
-            max_connections=int(ctx.opts.get("max_connections", 0)), read_timeout=600
-        ),
-    )
+    model = make_model(ctx)
     agent = Agent(model, [sleep_tool], system="You are a benchmark agent.")
 
     async def run_one(i: int) -> str:
