@@ -7,6 +7,8 @@ import tether
 EXPECTED = {
     "BUILTINS",
     "Agent",
+    "AnthropicModel",
+    "OpenAIResponsesModel",
     "Budget",
     "ConfigError",
     "Event",

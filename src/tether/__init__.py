@@ -29,7 +29,16 @@ from .messages import (
     Usage,
 )
 from .pricing import Price
-from .providers import HTTPSettings, Model, OpenAIChatModel, ScriptedModel, make_model, reply
+from .providers import (
+    AnthropicModel,
+    HTTPSettings,
+    Model,
+    OpenAIChatModel,
+    OpenAIResponsesModel,
+    ScriptedModel,
+    make_model,
+    reply,
+)
 from .tools import BUILTINS, RunContext, Tool, Toolbox, tool
 
 __version__ = "0.1.0"
@@ -37,6 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BUILTINS",
     "Agent",
+    "AnthropicModel",
     "Budget",
     "ConfigError",
     "Event",
@@ -47,6 +57,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "Price",
     "ProviderConnectionError",
     "ProviderError",
