@@ -321,3 +321,15 @@ async def test_cancel_closes_the_stream_at_once(wire: WireServer, protocol: str)
     await model.aclose()
     assert wire.closed_streams == 1
     assert wire.closed_at[0] - cancelled_at < 0.5  # the server saw the socket close
+
+
+def test_sse_parser_handles_split_lines_crlf_comments_and_multiline_data() -> None:
+    from tether.providers.http import SSEParser
+
+    p = SSEParser()
+    stream = b': comment\r\nevent: a\r\ndata: {"x"\r\ndata: :1}\r\n\r\ndata: two\n\ndata: tail'
+    events = []
+    for i in range(0, len(stream), 3):  # split everywhere, even inside CRLF
+        events += p.feed(stream[i : i + 3])
+    events += p.close()
+    assert events == [("a", b'{"x"\n:1}'), (None, b"two"), (None, b"tail")]

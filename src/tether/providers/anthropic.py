@@ -34,7 +34,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_events
+from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
 from .openai_chat import parse_arguments
 
 PROVIDER = "anthropic"
@@ -206,48 +206,53 @@ async def parse_stream(
     blocks: dict[int, dict[str, Any]] = {}
     json_parts: dict[int, list[str]] = {}
     usage: dict[str, Any] = {}
-    async for _name, data in sse_events(resp):
-        event = loads_event(data)
-        if not isinstance(event, dict):
-            raise ProviderProtocolError("stream event is not an object", retryable=True)
-        kind = event.get("type")
-        if kind == "message_start":
-            message = dict(event.get("message") or {})
-            usage.update(message.get("usage") or {})
-        elif kind == "content_block_start":
-            index = int(event.get("index", len(blocks)))
-            blocks[index] = dict(event.get("content_block") or {})
-            if blocks[index].get("type") in ("tool_use", "server_tool_use"):
-                json_parts[index] = []
-        elif kind == "content_block_delta":
-            block = blocks.get(int(event.get("index", -1)))
-            if block is None:
-                raise ProviderProtocolError("delta for a block that never started", retryable=True)
-            apply_delta(block, event.get("delta") or {}, json_parts, int(event["index"]))
-            if (event.get("delta") or {}).get("type") == "text_delta" and on_text is not None:
-                progress.emitted = True
-                on_text(event["delta"].get("text") or "")
-        elif kind == "message_delta":
-            if message is None:
-                raise ProviderProtocolError("message_delta before message_start", retryable=True)
-            message.update(event.get("delta") or {})
-            usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
-        elif kind == "message_stop":
-            if message is None:
-                raise ProviderProtocolError("message_stop before message_start", retryable=True)
-            for index, pieces in json_parts.items():
-                raw = "".join(pieces)
-                blocks[index]["input"] = parse_arguments(raw)
-                blocks[index]["raw_input"] = raw or "{}"
-            message["content"] = [blocks[i] for i in sorted(blocks)]
-            message["usage"] = usage
-            return parse_message(message)
-        elif kind == "error":
-            err = event.get("error") or {}
-            raise stream_error(
-                err.get("type"), f"error in stream: {err.get('message')}", progress.emitted
-            )
-        # ping and unknown events are ignored, as the API reference asks
+    async for batch in sse_batches(resp):
+        for _name, data in batch:
+            event = loads_event(data)
+            if not isinstance(event, dict):
+                raise ProviderProtocolError("stream event is not an object", retryable=True)
+            kind = event.get("type")
+            if kind == "message_start":
+                message = dict(event.get("message") or {})
+                usage.update(message.get("usage") or {})
+            elif kind == "content_block_start":
+                index = int(event.get("index", len(blocks)))
+                blocks[index] = dict(event.get("content_block") or {})
+                if blocks[index].get("type") in ("tool_use", "server_tool_use"):
+                    json_parts[index] = []
+            elif kind == "content_block_delta":
+                block = blocks.get(int(event.get("index", -1)))
+                if block is None:
+                    raise ProviderProtocolError(
+                        "delta for a block that never started", retryable=True
+                    )
+                apply_delta(block, event.get("delta") or {}, json_parts, int(event["index"]))
+                if (event.get("delta") or {}).get("type") == "text_delta" and on_text is not None:
+                    progress.emitted = True
+                    on_text(event["delta"].get("text") or "")
+            elif kind == "message_delta":
+                if message is None:
+                    raise ProviderProtocolError(
+                        "message_delta before message_start", retryable=True
+                    )
+                message.update(event.get("delta") or {})
+                usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
+            elif kind == "message_stop":
+                if message is None:
+                    raise ProviderProtocolError("message_stop before message_start", retryable=True)
+                for index, pieces in json_parts.items():
+                    raw = "".join(pieces)
+                    blocks[index]["input"] = parse_arguments(raw)
+                    blocks[index]["raw_input"] = raw or "{}"
+                message["content"] = [blocks[i] for i in sorted(blocks)]
+                message["usage"] = usage
+                return parse_message(message)
+            elif kind == "error":
+                err = event.get("error") or {}
+                raise stream_error(
+                    err.get("type"), f"error in stream: {err.get('message')}", progress.emitted
+                )
+            # ping and unknown events are ignored, as the API reference asks
     raise ProviderProtocolError(
         "the reply stream ended before it was complete", retryable=not progress.emitted
     )

@@ -181,24 +181,55 @@ def retry_after_seconds(headers: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-async def sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str | None, bytes]]:
-    """Server-Sent Events as (event name, data) pairs; comments and unknown fields are skipped."""
-    event: str | None = None
-    data: list[bytes] = []
-    async for raw in resp.content:
-        line = raw.rstrip(b"\r\n")
-        if not line:
-            if data:
-                yield event, b"\n".join(data)
-            event, data = None, []
-            continue
-        if line.startswith(b"data:"):
-            chunk = line[5:]
-            data.append(chunk[1:] if chunk.startswith(b" ") else chunk)
-        elif line.startswith(b"event:"):
-            event = line[6:].strip().decode()
-    if data:
-        yield event, b"\n".join(data)
+SSEEvent = tuple[str | None, bytes]
+
+
+class SSEParser:
+    """Server-Sent Events from bytes as they arrive: (event name, data) pairs. Comments and
+    unknown fields are skipped; lines may end in LF or CRLF and may be split across reads."""
+
+    __slots__ = ("data", "event", "rest")
+
+    def __init__(self) -> None:
+        self.rest = b""
+        self.event: str | None = None
+        self.data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        lines = (self.rest + chunk if self.rest else chunk).split(b"\n")
+        self.rest = lines.pop()
+        out: list[SSEEvent] = []
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                if self.data:
+                    out.append((self.event, b"\n".join(self.data)))
+                self.event, self.data = None, []
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                self.data.append(value[1:] if value.startswith(b" ") else value)
+            elif line.startswith(b"event:"):
+                self.event = line[6:].strip().decode()
+        return out
+
+    def close(self) -> list[SSEEvent]:
+        """What is left when the stream ends (an event without its closing blank line)."""
+        out = self.feed(b"\n\n") if self.rest or self.data else []
+        return out
+
+
+async def sse_batches(resp: aiohttp.ClientResponse) -> AsyncIterator[list[SSEEvent]]:
+    """The events of a reply stream, a batch per network read: one await per read, not per line,
+    which is most of the cost of reading a stream."""
+    parser = SSEParser()
+    async for chunk in resp.content.iter_any():
+        batch = parser.feed(chunk)
+        if batch:
+            yield batch
+    last = parser.close()
+    if last:
+        yield last
 
 
 def loads_event(data: bytes) -> Any:

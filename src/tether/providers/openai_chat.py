@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..errors import ProviderProtocolError
+from ..errors import ProviderProtocolError, stream_error
 from ..messages import (
     Message,
     ModelRequest,
@@ -32,7 +32,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_events
+from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
 
 FINISH_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -202,37 +202,43 @@ async def parse_stream(
     usage: Usage | None = None
     model = ""
     done = False
-    async for _event, data in sse_events(resp):
-        if data == b"[DONE]":
-            done = True
+    async for batch in sse_batches(resp):
+        for _event, data in batch:
+            if data == b"[DONE]":
+                done = True
+                break
+            chunk = loads_event(data)
+            if not isinstance(chunk, dict):
+                raise ProviderProtocolError("stream chunk is not an object", retryable=True)
+            if chunk.get("error"):
+                err = chunk["error"] if isinstance(chunk["error"], dict) else {}
+                raise stream_error(
+                    err.get("code") or err.get("type"),
+                    f"error in stream: {err.get('message') or chunk['error']}",
+                    progress.emitted,
+                )
+            model = chunk.get("model") or model
+            if chunk.get("usage"):
+                usage = parse_usage(chunk["usage"])
+            for choice in chunk.get("choices") or ():
+                if choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                if isinstance(reasoning, str):
+                    thought.append(reasoning)
+                content = delta.get("content")
+                if content:
+                    text.append(content)
+                    if on_text is not None:
+                        progress.emitted = True
+                        on_text(content)
+                for tc in delta.get("tool_calls") or ():
+                    add_call_fragment(calls, tc)
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+        if done:
             break
-        chunk = loads_event(data)
-        if not isinstance(chunk, dict):
-            raise ProviderProtocolError("stream chunk is not an object", retryable=True)
-        if chunk.get("error"):
-            err = chunk["error"]
-            msg = err.get("message") if isinstance(err, dict) else str(err)
-            raise ProviderProtocolError(f"error in stream: {msg}", retryable=not progress.emitted)
-        model = chunk.get("model") or model
-        if chunk.get("usage"):
-            usage = parse_usage(chunk["usage"])
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(reasoning, str):
-                thought.append(reasoning)
-            content = delta.get("content")
-            if content:
-                text.append(content)
-                if on_text is not None:
-                    progress.emitted = True
-                    on_text(content)
-            for tc in delta.get("tool_calls") or ():
-                add_call_fragment(calls, tc)
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
     if not done and finish is None:
         raise ProviderProtocolError(
             "the reply stream ended before it was complete", retryable=not progress.emitted

@@ -30,7 +30,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_events
+from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
 from .openai_chat import parse_arguments
 
 PROVIDER = "openai-responses"
@@ -219,27 +219,30 @@ async def parse_stream(
     resp: aiohttp.ClientResponse, progress: Progress, on_text: TextHook | None
 ) -> ModelResponse:
     done_items: dict[int, dict[str, Any]] = {}
-    async for event_name, data in sse_events(resp):
-        event = loads_event(data)
-        if not isinstance(event, dict):
-            raise ProviderProtocolError("stream event is not an object", retryable=True)
-        kind = event.get("type") or event_name
-        if kind == "response.output_text.delta":
-            delta = event.get("delta") or ""
-            if delta and on_text is not None:
-                progress.emitted = True
-                on_text(delta)
-        elif kind == "response.output_item.done":
-            done_items[int(event.get("output_index", len(done_items)))] = event.get("item") or {}
-        elif kind in ("response.completed", "response.incomplete"):
-            final = dict(event.get("response") or {})
-            if not final.get("output"):  # some servers leave it empty: use what streamed
-                final["output"] = [done_items[i] for i in sorted(done_items)]
-            return parse_response(final)
-        elif kind == "response.failed":
-            raise failure(event.get("response") or {}, progress.emitted)
-        elif kind == "error":
-            raise failure(event, progress.emitted)
+    async for batch in sse_batches(resp):
+        for event_name, data in batch:
+            event = loads_event(data)
+            if not isinstance(event, dict):
+                raise ProviderProtocolError("stream event is not an object", retryable=True)
+            kind = event.get("type") or event_name
+            if kind == "response.output_text.delta":
+                delta = event.get("delta") or ""
+                if delta and on_text is not None:
+                    progress.emitted = True
+                    on_text(delta)
+            elif kind == "response.output_item.done":
+                done_items[int(event.get("output_index", len(done_items)))] = (
+                    event.get("item") or {}
+                )
+            elif kind in ("response.completed", "response.incomplete"):
+                final = dict(event.get("response") or {})
+                if not final.get("output"):  # some servers leave it empty: use what streamed
+                    final["output"] = [done_items[i] for i in sorted(done_items)]
+                return parse_response(final)
+            elif kind == "response.failed":
+                raise failure(event.get("response") or {}, progress.emitted)
+            elif kind == "error":
+                raise failure(event, progress.emitted)
     raise ProviderProtocolError(
         "the reply stream ended before it was complete", retryable=not progress.emitted
     )
