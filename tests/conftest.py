@@ -30,6 +30,16 @@ TETHER = [sys.executable, "-m", "tether"]
 SRC = str(Path(__file__).parent.parent / "src")
 
 
+def alive(pid: int) -> bool:
+    """Whether a process is running (a zombie waiting to be reaped counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")

@@ -4,32 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import time
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from conftest import alive
 from tether import BUILTINS, RunContext, Toolbox, ToolCall
+from tether.approvals import approve_all
 from tether.tools.bash import CappedOutput
 
 TOOLS = Toolbox(BUILTINS.values())
 
 
 async def run(name: str, ctx: RunContext, **args: object) -> tuple[str, bool]:
-    r = await TOOLS.run(ToolCall("c", name, dict(args)), ctx)
+    r = await TOOLS.run(ToolCall("c", name, dict(args)), ctx, approve_all)
     return r.output, r.is_error
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead for our purpose
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
 
 
 async def test_bash_exit_status_and_combined_output(tmp_path: Path) -> None:
@@ -61,7 +52,9 @@ async def test_bash_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
     box = Toolbox([dataclasses.replace(BUILTINS["bash"], timeout=0.5)])
     cmd = "sleep 30 & echo $! > child.pid; (sleep 30; echo x) & echo $! > sub.pid; sleep 30"
     t0 = time.monotonic()
-    r = await box.run(ToolCall("c", "bash", {"command": cmd}), RunContext(workspace=tmp_path))
+    r = await box.run(
+        ToolCall("c", "bash", {"command": cmd}), RunContext(workspace=tmp_path), approve_all
+    )
     assert r.is_error and "timed out" in r.output
     assert time.monotonic() - t0 < 2
     await asyncio.sleep(0.2)

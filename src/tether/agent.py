@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .admission import Limiter
+from .approvals import Approver
 from .errors import ProviderError
 from .events import Emitter, Sink, model_response_data
 from .loop import (
@@ -84,11 +86,20 @@ class Agent:
         context: RunContext | None = None,
         run_id: str | None = None,
         sinks: list[Sink] | None = None,
+        approver: Approver | None = None,
+        inbox: list[str] | None = None,
+        emitter: Emitter | None = None,
+        limiter: Limiter | None = None,
+        reraise_cancel: bool = True,
     ) -> RunResult:
         """Run until the model answers, a budget halts it, or a call fails.
 
         `transcript` is the conversation so far and is extended in place (so a caller keeps
         completed work even when the run is cancelled); `task` is appended as a user message.
+        The runtime attaches the rest: `approver` decides calls that need approval, `inbox`
+        holds user messages that arrive mid-run, `emitter` numbers the events, `limiter`
+        bounds concurrent calls to the model's endpoint. With `reraise_cancel=False` a cancel
+        returns the cancelled result instead of raising (for a task that owns the run).
         """
         ctx = context or RunContext()
         run_id = run_id or ctx.run_id or uuid.uuid4().hex[:12]
@@ -97,16 +108,19 @@ class Agent:
         if task is not None:
             messages.append(Message.user(task))
         state = LoopState(messages, self.system, self.toolbox.specs, started_at=time.monotonic())
-        emitter = Emitter(run_id, sinks)
+        if inbox is not None:
+            state.inbox = inbox
+        emitter = emitter or Emitter(run_id, sinks)
+        hooks = (approver, limiter)
         emitter.emit("run_started", task=task, provider=self.model.provider, model=self.model.name)
         error: dict[str, Any] | None = None
         try:
             if self.budget.max_seconds is None:
-                finish = await self._drive(state, ctx, emitter)
+                finish = await self._drive(state, ctx, emitter, *hooks)
             else:
                 try:
                     async with asyncio.timeout(self.budget.max_seconds):
-                        finish = await self._drive(state, ctx, emitter)
+                        finish = await self._drive(state, ctx, emitter, *hooks)
                 except TimeoutError:
                     close_open_calls(messages, "Cancelled: the run's time limit was reached.")
                     finish = Finish(
@@ -116,8 +130,13 @@ class Agent:
                     )
         except asyncio.CancelledError:
             close_open_calls(messages, "Cancelled before the tool finished.")
-            self._finish(emitter, state, Finish("cancelled", last_answer(messages), "cancelled"))
-            raise
+            cancelled = Finish("cancelled", last_answer(messages), "cancelled")
+            result = self._finish(emitter, state, cancelled)
+            task_ = asyncio.current_task()
+            if reraise_cancel or task_ is None:
+                raise
+            task_.uncancel()
+            return result
         except ProviderError as e:
             close_open_calls(messages, "Not run: the model call failed.")
             error = e.to_dict()
@@ -133,12 +152,22 @@ class Agent:
             finish = Finish("failed", last_answer(messages), f"{type(e).__name__}: {e}")
         return self._finish(emitter, state, finish, error)
 
-    async def _drive(self, state: LoopState, ctx: RunContext, emitter: Emitter) -> Finish:
+    async def _drive(
+        self,
+        state: LoopState,
+        ctx: RunContext,
+        emitter: Emitter,
+        approver: Approver | None,
+        limiter: Limiter | None,
+    ) -> Finish:
         happened: Happening = Started()
         on_text = (lambda t: emitter.emit("text_delta", text=t)) if emitter.active else None
 
         def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
             emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
+
+        def on_queued(position: int) -> None:
+            emitter.emit("queued", what="model_call", position=position)
 
         while True:
             action = step(state, happened, self.budget, self.price, time.monotonic())
@@ -148,12 +177,18 @@ class Agent:
                 request = ModelRequest(
                     tuple(state.messages), state.tools, state.system, self.max_output_tokens
                 )
-                response = await self.model.respond(request, on_text, on_retry)
+                if limiter is None:
+                    response = await self.model.respond(request, on_text, on_retry)
+                else:
+                    async with limiter.slot(on_queued) as waited:
+                        if waited:
+                            emitter.emit("admitted", what="model_call")
+                        response = await self.model.respond(request, on_text, on_retry)
                 if emitter.active:
                     emitter.emit("model_response", **model_response_data(response))
                 happened = ModelReplied(response)
             elif isinstance(action, RunTools):
-                results = await self.toolbox.run_all(action.calls, ctx, emitter)
+                results = await self.toolbox.run_all(action.calls, ctx, emitter, approver)
                 happened = ToolsDone(results)
 
     def _finish(

@@ -3,6 +3,10 @@
     TetherError
      ├── ConfigError                 bad usage or configuration (CLI exit status 2)
      │    └── MissingAPIKey          names the environment variable, never its value
+     ├── RunError                    asking the runtime for something it cannot do
+     │    ├── RunExists              a live run already has this id
+     │    ├── NoSuchRun              no run has this id
+     │    └── RunEnded               the run is over: it takes no more messages
      └── ProviderError               the model call failed: .status .error_type .message
           │                          .retryable .retry_after
           ├── ProviderConnectionError   could not connect, or the connection dropped
@@ -33,6 +37,23 @@ class MissingAPIKey(ConfigError):
     def __init__(self, variable: str, provider: str) -> None:
         super().__init__(f"{variable} is not set: export it to use the {provider} provider")
         self.variable = variable
+
+
+class RunError(TetherError):
+    """The runtime was asked for something it cannot do."""
+
+
+class RunExists(RunError):
+    pass
+
+
+class NoSuchRun(RunError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "no such run"
+
+
+class RunEnded(RunError):
+    pass
 
 
 class ProviderError(TetherError):

@@ -43,6 +43,9 @@ class LoopState:
     last_usage: Usage | None = None
     """Usage of the last model call: the base for estimating the next call's input."""
     tools_chars: int = -1
+    inbox: list[str] = field(default_factory=list)
+    """User messages that arrived while the model or tools were busy: delivered together, before
+    the next model call (the run's mailbox puts them here; the step function takes them out)."""
 
 
 # What just happened
@@ -100,10 +103,14 @@ def step(
         calls = r.message.tool_calls
         if calls:
             return RunTools(calls)
-        cut = "max_tokens: the reply was cut at the model's output limit"
-        return Finish("done", r.message.text, cut if r.stop_reason == "max_tokens" else "")
+        if not state.inbox:
+            cut = "max_tokens: the reply was cut at the model's output limit"
+            return Finish("done", r.message.text, cut if r.stop_reason == "max_tokens" else "")
     if isinstance(happened, ToolsDone):
         state.messages.append(Message("tool", tuple(happened.results)))
+    if state.inbox:  # messages sent meanwhile go to the model together, never lost
+        state.messages.extend(Message.user(text) for text in state.inbox)
+        state.inbox.clear()
     reason = over_budget(state, budget, price, now)
     if reason:
         return Finish("halted", answer=last_answer(state.messages), reason=reason)

@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ..admission import endpoint_key
 from ..errors import ProviderProtocolError, stream_error
 from ..messages import (
     Message,
@@ -69,6 +70,7 @@ class AnthropicModel:
         base = base_url.rstrip("/")
         if not base.endswith("/v1"):
             base += "/v1"
+        self.endpoint = endpoint_key(self.provider, base, api_key)
         headers = {"x-api-key": api_key, "anthropic-version": API_VERSION}
         self.http = HTTPClient(base, headers, settings or HTTPSettings())
 

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ..admission import endpoint_key
 from ..errors import ProviderProtocolError, stream_error
 from ..messages import (
     Message,
@@ -57,6 +58,7 @@ class OpenAIChatModel:
     ) -> None:
         self.name = name
         self.stream = stream
+        self.endpoint = endpoint_key(self.provider, base_url, api_key)
         self.http = HTTPClient(
             base_url, {"Authorization": f"Bearer {api_key}"}, settings or HTTPSettings()
         )

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ..admission import endpoint_key
 from ..errors import ProviderError, ProviderProtocolError, stream_error
 from ..messages import (
     Message,
@@ -50,6 +51,7 @@ class OpenAIResponsesModel:
     ) -> None:
         self.name = name
         self.stream = stream
+        self.endpoint = endpoint_key(self.provider, base_url, api_key)
         self.http = HTTPClient(
             base_url, {"Authorization": f"Bearer {api_key}"}, settings or HTTPSettings()
         )

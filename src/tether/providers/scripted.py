@@ -5,14 +5,15 @@
         reply("It is 4 °C in Oslo."),
     ])
 
-A script item is a `ModelResponse`, a `reply(...)`, an exception to raise, or a function of the
-request returning one of those. `ScriptedModel.from_file` reads the same as JSON:
+A script item is a `ModelResponse`, a `reply(...)`, an exception to raise, or a function (sync
+or async) of the request returning one of those. `ScriptedModel.from_file` reads the same as JSON:
 `[{"text": ..., "tool_calls": [{"name": ..., "arguments": {...}}], "delay": 0.1}, {"error": ...}]`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -104,6 +105,8 @@ class ScriptedModel:
         item: Any = self.script[index]
         if callable(item) and not isinstance(item, ModelResponse):
             item = item(request)
+            if inspect.isawaitable(item):
+                item = await item
         if isinstance(item, BaseException):
             raise item
         if not isinstance(item, ModelResponse):

@@ -102,7 +102,7 @@ async def run_command(command: str, cwd: str, output: CappedOutput) -> int:
             await reader
 
 
-@tool(timeout=120)
+@tool(timeout=120, approval="always")
 async def bash(command: str, ctx: RunContext) -> str:
     """Run a bash command in the workspace and return its exit status and combined output.
 

@@ -30,6 +30,7 @@ from typing import Any, overload
 import pydantic
 import pydantic_core
 
+from ..approvals import Policy
 from ..messages import ToolSpec
 
 DEFAULT_TIMEOUT = 60.0
@@ -61,6 +62,9 @@ class Tool:
     args_model: type[pydantic.BaseModel]
     context_param: str | None = None
     timeout: float = DEFAULT_TIMEOUT
+    approval: Policy = "never"
+    """Which calls a person must approve first: "never", "always", or a predicate on the
+    arguments."""
     parameters: dict[str, Any] = field(init=False)
     is_async: bool = field(init=False)
 
@@ -83,7 +87,10 @@ class Tool:
 
     async def invoke(self, arguments: dict[str, Any], ctx: RunContext) -> str:
         """Validate `arguments`, run the function and return its output as text."""
-        kwargs = self.validate(arguments)
+        return await self.call(self.validate(arguments), ctx)
+
+    async def call(self, kwargs: dict[str, Any], ctx: RunContext) -> str:
+        """Run the function on validated arguments and return its output as text."""
         if self.context_param:
             kwargs[self.context_param] = ctx
         if self.is_async:
@@ -108,7 +115,11 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, timeout: float = DEFAULT_TIMEOUT
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    approval: Policy = "never",
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -119,11 +130,15 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    approval: Policy = "never",
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a tool of a typed function (sync or async). Use as `@tool` or `@tool(timeout=5)`."""
+    """Make a tool of a typed function (sync or async). Use as `@tool` or `@tool(timeout=5)`;
+    `approval="always"` (or a predicate on the arguments) makes calls wait for a person."""
 
     def make(f: Callable[..., Any]) -> Tool:
-        return tool_from_function(f, name=name, description=description, timeout=timeout)
+        t = tool_from_function(f, name=name, description=description, timeout=timeout)
+        t.approval = approval
+        return t
 
     return make(fn) if fn is not None else make
 

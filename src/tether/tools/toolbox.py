@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 
+from ..approvals import ApprovalRequest, Approver, Decision, needs_approval
 from ..events import Emitter, call_dict, tool_result_data
 from ..messages import ToolCall, ToolResult, ToolSpec
 from .tool import RunContext, Tool, ToolArgumentsError
@@ -33,8 +34,15 @@ class Toolbox:
     def __len__(self) -> int:
         return len(self.tools)
 
-    async def run(self, call: ToolCall, ctx: RunContext) -> ToolResult:
-        """One call, its failures turned into error results."""
+    async def run(
+        self,
+        call: ToolCall,
+        ctx: RunContext,
+        approver: Approver | None = None,
+        emitter: Emitter | None = None,
+    ) -> ToolResult:
+        """One call, its failures turned into error results. A call that needs approval waits
+        for `approver` first (without one, it is denied)."""
         t = self.tools.get(call.name)
         if t is None:
             known = ", ".join(sorted(self.tools)) or "none"
@@ -46,27 +54,63 @@ class Toolbox:
                 f"{call.raw_arguments[:200]!r}. Send the arguments as a JSON object.",
             )
         try:
-            async with asyncio.timeout(t.timeout):
-                output = await t.invoke(call.arguments, ctx)
+            kwargs = t.validate(call.arguments)
         except ToolArgumentsError as e:
             return error(call, str(e))
+        if t.approval != "never" and needs_approval(t.approval, call.arguments):
+            decision = await self.ask(call, approver, emitter)
+            if not decision.approved:
+                return error(
+                    call,
+                    f"The call was not approved: {decision.reason}. "
+                    "Do not repeat it unchanged; choose another way or ask the user.",
+                )
+        try:
+            async with asyncio.timeout(t.timeout):
+                output = await t.call(kwargs, ctx)
         except TimeoutError:
             return error(
                 call, f"Tool {call.name!r} timed out after {t.timeout:g} s and was stopped."
             )
-        except Exception as e:
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # SystemExit from a tool must not end the process
             return error(call, f"Tool {call.name!r} failed: {type(e).__name__}: {e}")
         return ToolResult(call.id, call.name, output)
 
+    async def ask(
+        self, call: ToolCall, approver: Approver | None, emitter: Emitter | None
+    ) -> Decision:
+        if approver is None:
+            return Decision(False, "it needs approval and this run has no one to approve it")
+        request = ApprovalRequest.for_call(call, getattr(approver, "ttl", None))
+        if emitter is not None:
+            emitter.emit("approval_requested", **request.to_dict())
+        decision = await approver(request)
+        if emitter is not None:
+            emitter.emit(
+                "approval_decided",
+                approval_id=request.id,
+                id=call.id,
+                approved=decision.approved,
+                reason=decision.reason,
+            )
+        return decision
+
     async def run_all(
-        self, calls: Sequence[ToolCall], ctx: RunContext, emitter: Emitter
+        self,
+        calls: Sequence[ToolCall],
+        ctx: RunContext,
+        emitter: Emitter,
+        approver: Approver | None = None,
     ) -> list[ToolResult]:
-        """All calls of one reply at the same time; results in the order of the calls."""
+        """All calls of one reply at the same time (each waiting for its own approval where it
+        needs one); results in the order of the calls."""
         for c in calls:
             emitter.emit("tool_call", **call_dict(c))
 
         async def one(c: ToolCall) -> ToolResult:
-            result = await self.run(c, ctx)
+            result = await self.run(c, ctx, approver, emitter)
             emitter.emit("tool_result", **tool_result_data(result))
             return result
 

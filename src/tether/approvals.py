@@ -1,0 +1,126 @@
+"""Approvals: a person (or a policy) decides a tool call before it runs.
+
+A tool's `approval` policy says which calls need one: "never", "always", or a predicate on the
+arguments. Each call that needs one gets its own request, named by an id and bound to the hash of
+the exact arguments it was shown, so an approval can never be replayed onto different arguments.
+An `Approver` answers requests: `approve_all` and `deny_all` for unattended runs, an
+`ApprovalDesk` when a person decides later (the web page, `tether approve`), with expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from .messages import ToolCall
+
+Policy = Literal["never", "always"] | Callable[[dict[str, Any]], bool]
+
+
+def needs_approval(policy: Policy, arguments: dict[str, Any] | None) -> bool:
+    if policy == "never":
+        return False
+    if policy == "always":
+        return True
+    assert callable(policy)
+    return bool(policy(arguments or {}))
+
+
+def arguments_hash(name: str, arguments: dict[str, Any] | None) -> str:
+    """A stable hash of a tool name and its exact arguments (keys sorted)."""
+    blob = orjson.dumps({"name": name, "arguments": arguments}, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(blob).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    id: str
+    call: ToolCall
+    args_hash: str
+    expires_at: float | None = None  # wall-clock seconds
+
+    @classmethod
+    def for_call(cls, call: ToolCall, ttl: float | None) -> ApprovalRequest:
+        return cls(
+            f"ap_{uuid.uuid4().hex[:12]}",
+            call,
+            arguments_hash(call.name, call.arguments),
+            time.time() + ttl if ttl else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "approval_id": self.id,
+            "id": self.call.id,
+            "name": self.call.name,
+            "arguments": self.call.arguments or {},
+            "args_hash": self.args_hash,
+            "expires_at": self.expires_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    approved: bool
+    reason: str = ""
+
+
+Approver = Callable[[ApprovalRequest], Awaitable[Decision]]
+
+
+async def approve_all(request: ApprovalRequest) -> Decision:
+    return Decision(True, "approved by policy (--approve auto)")
+
+
+async def deny_all(request: ApprovalRequest) -> Decision:
+    return Decision(False, "denied by policy (--approve deny): no one is here to approve it")
+
+
+class ApprovalError(Exception):
+    """An approval that cannot be given: unknown, already decided, or for other arguments."""
+
+
+@dataclass
+class ApprovalDesk:
+    """Requests wait here until someone decides them or they expire."""
+
+    ttl: float | None = None
+    pending: dict[str, tuple[ApprovalRequest, asyncio.Future[Decision]]] = field(
+        default_factory=dict
+    )
+
+    async def __call__(self, request: ApprovalRequest) -> Decision:
+        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+        self.pending[request.id] = (request, future)
+        try:
+            timeout = None if request.expires_at is None else request.expires_at - time.time()
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            return Decision(False, f"the approval expired after {self.ttl:g} s")
+        finally:
+            self.pending.pop(request.id, None)
+
+    def decide(
+        self, approval_id: str, approved: bool, reason: str = "", args_hash: str | None = None
+    ) -> None:
+        """Approve or deny a waiting request. With `args_hash`, only if it names the arguments
+        the request was made for."""
+        entry = self.pending.get(approval_id)
+        if entry is None:
+            raise ApprovalError(f"no approval {approval_id!r} is waiting (decided or expired)")
+        request, future = entry
+        if args_hash is not None and args_hash != request.args_hash:
+            raise ApprovalError(f"approval {approval_id!r} was shown other arguments")
+        if not future.done():
+            future.set_result(Decision(approved, reason or ("approved" if approved else "denied")))
+
+    def waiting(self) -> list[ApprovalRequest]:
+        return [request for request, _ in self.pending.values()]

@@ -1,0 +1,130 @@
+"""A Run: one asyncio task that owns a conversation and reads a mailbox.
+
+The mailbox takes user messages (queued while the model or tools are busy, delivered together
+before the next model call, never lost), approvals and denials, and cancel, which takes effect
+at once, inside a model stream or a tool call too. Everything the run does is an event in its
+log, numbered from 0, which any number of subscribers follow (see `bus`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Literal
+
+from .admission import Limiter
+from .agent import Agent, RunResult
+from .approvals import ApprovalDesk, Approver
+from .bus import EventLog
+from .errors import RunEnded
+from .events import Emitter
+from .messages import Message
+from .tools.tool import RunContext
+
+Status = Literal["queued", "running", "idle", "done", "halted", "cancelled", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """What to do when a run's attempt ends, as an OTP supervisor does for a child.
+
+    temporary: never restart. transient: restart after a failure. permanent: restart after a
+    failure, and after an answer stay alive, idle, for the next message. At most `max_restarts`
+    restarts within `within` seconds; one more and the supervisor gives up and reports it.
+    """
+
+    mode: Literal["temporary", "transient", "permanent"] = "temporary"
+    max_restarts: int = 3
+    within: float = 60.0
+
+
+class Run:
+    def __init__(
+        self,
+        run_id: str,
+        agent: Agent,
+        task: str,
+        log: EventLog,
+        *,
+        context: RunContext | None = None,
+        approver: Approver | None = None,
+        approval_ttl: float | None = None,
+        restart: RestartPolicy | None = None,
+    ) -> None:
+        self.id = run_id
+        self.agent = agent
+        self.task = task
+        self.log = log
+        self.context = context or RunContext(run_id=run_id)
+        self.context.run_id = run_id
+        self.emitter = Emitter(run_id, [log.append])
+        self.emitter.seq = len(log.events)  # an id reused after its run ended: one stream
+        self.desk = ApprovalDesk(approval_ttl)
+        self.approver: Approver = approver or self.desk
+        self.restart = restart or RestartPolicy()
+        self.transcript: list[Message] = []
+        self.inbox: list[str] = []
+        self.mail = asyncio.Event()
+        self.status: Status = "queued"
+        self.result: RunResult | None = None
+        self.attempts = 0
+        self.task_handle: asyncio.Task[None] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.status in ("queued", "running", "idle")
+
+    def send(self, text: str) -> None:
+        """A user message: delivered before the next model call, together with any others."""
+        if not self.alive:
+            raise RunEnded(f"run {self.id} has ended ({self.status}); start a new one")
+        self.inbox.append(text)
+        self.emitter.emit("user_message", text=text)
+        self.mail.set()
+
+    def cancel(self) -> bool:
+        """Stop the run now. Returns False if it had already ended."""
+        if self.task_handle is None or self.task_handle.done():
+            return False
+        self.task_handle.cancel()
+        return True
+
+    def approve(self, approval_id: str, args_hash: str | None = None) -> None:
+        self.desk.decide(approval_id, True, "approved", args_hash)
+
+    def deny(self, approval_id: str, reason: str = "denied by the user") -> None:
+        self.desk.decide(approval_id, False, reason)
+
+    async def wait(self) -> RunResult | None:
+        """Wait for the run to end; its last result (None if it never got to run)."""
+        if self.task_handle is not None:
+            await asyncio.shield(self.task_handle)
+        return self.result
+
+    async def attempt(self, task: str | None, limiter: Limiter | None = None) -> RunResult:
+        """One go of the agent loop on this run's transcript."""
+        self.status = "running"
+        self.attempts += 1
+        self.mail.clear()
+        result = await self.agent.run(
+            task,
+            transcript=self.transcript,
+            context=self.context,
+            run_id=self.id,
+            emitter=self.emitter,
+            approver=self.approver,
+            inbox=self.inbox,
+            limiter=limiter,
+            reraise_cancel=False,
+        )
+        self.result = result
+        self.status = result.outcome
+        return result
+
+    async def next_message(self) -> None:
+        """Idle until a message arrives (permanent runs, between answers)."""
+        self.status = "idle"
+        self.emitter.emit("idle")
+        while not self.inbox:
+            self.mail.clear()
+            await self.mail.wait()

@@ -1,0 +1,178 @@
+"""The Supervisor: starts, finds, cancels and restarts runs; one run's crash touches no other.
+
+    sup = Supervisor(max_runs=500, max_model_calls=64)
+    run = sup.start(agent, "Summarise the logs", restart=RestartPolicy("transient"))
+    async for event in sup.bus.subscribe(run.id):  # from any offset
+        ...
+    run.send("Also count the errors")               # delivered before the next model call
+    sup.cancel(run.id)
+    await sup.shutdown(deadline=10)
+
+Each run is its own asyncio task with a registry entry (at most one live run per id). Runs over
+`max_runs` wait in a visible queue; model calls over `max_model_calls` per provider endpoint and
+key wait likewise (both emit `queued` and `admitted`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import deque
+
+from .admission import Limiter
+from .agent import Agent
+from .approvals import Approver
+from .bus import Bus
+from .errors import NoSuchRun, RunError, RunExists
+from .events import usage_from_dict
+from .run import RestartPolicy, Run
+from .tools.tool import RunContext
+
+
+class Supervisor:
+    def __init__(
+        self,
+        *,
+        max_runs: int | None = None,
+        max_model_calls: int | None = None,
+        approval_ttl: float | None = None,
+    ) -> None:
+        self.bus = Bus()
+        self.runs: dict[str, Run] = {}
+        self.run_slots = Limiter(max_runs) if max_runs else None
+        self.max_model_calls = max_model_calls
+        self.call_limits: dict[str, Limiter] = {}
+        self.approval_ttl = approval_ttl
+        self.accepting = True
+
+    def start(
+        self,
+        agent: Agent,
+        task: str,
+        *,
+        run_id: str | None = None,
+        context: RunContext | None = None,
+        restart: RestartPolicy | None = None,
+        approver: Approver | None = None,
+    ) -> Run:
+        """Start a run now (or queue it, over `max_runs`) and return it at once."""
+        if not self.accepting:
+            raise RunError("the supervisor is shutting down")
+        run_id = run_id or uuid.uuid4().hex[:12]
+        old = self.runs.get(run_id)
+        if old is not None and old.alive:
+            raise RunExists(f"a live run already has the id {run_id!r}")
+        run = Run(
+            run_id,
+            agent,
+            task,
+            self.bus.log(run_id),
+            context=context,
+            approver=approver,
+            approval_ttl=self.approval_ttl,
+            restart=restart,
+        )
+        self.runs[run_id] = run
+        run.task_handle = asyncio.create_task(self._supervise(run), name=f"run:{run_id}")
+        return run
+
+    def get(self, run_id: str) -> Run:
+        run = self.runs.get(run_id)
+        if run is None:
+            raise NoSuchRun(f"no run {run_id!r}")
+        return run
+
+    def cancel(self, run_id: str) -> bool:
+        return self.get(run_id).cancel()
+
+    def live(self) -> list[Run]:
+        return [r for r in self.runs.values() if r.alive]
+
+    def limiter_for(self, agent: Agent) -> Limiter | None:
+        if not self.max_model_calls:
+            return None
+        key = getattr(agent.model, "endpoint", agent.model.provider)
+        limiter = self.call_limits.get(key)
+        if limiter is None:
+            limiter = self.call_limits[key] = Limiter(self.max_model_calls)
+        return limiter
+
+    async def shutdown(self, deadline: float = 10.0) -> list[str]:
+        """Stop taking runs, give live ones `deadline` seconds to end, then cancel the rest.
+        Returns the ids of the runs that had to be cancelled."""
+        self.accepting = False
+        tasks = {r.id: r.task_handle for r in self.live() if r.task_handle is not None}
+        if not tasks:
+            return []
+        _, pending = await asyncio.wait(tasks.values(), timeout=deadline)
+        cancelled = [rid for rid, t in tasks.items() if t in pending]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5.0)
+        return cancelled
+
+    async def _supervise(self, run: Run) -> None:
+        try:
+            if self.run_slots is None:
+                await self._attempts(run)
+            else:
+
+                def queued(position: int) -> None:
+                    run.emitter.emit("queued", what="run", position=position)
+
+                async with self.run_slots.slot(queued) as waited:
+                    if waited:
+                        run.emitter.emit("admitted", what="run")
+                    await self._attempts(run)
+        except asyncio.CancelledError:
+            # cancelled while queued or idle: no attempt was running to report it
+            if run.status in ("queued", "idle"):
+                run.status = "cancelled"
+                run.emitter.emit(
+                    "run_finished",
+                    outcome="cancelled",
+                    answer=run.result.answer if run.result else "",
+                    reason="cancelled",
+                    usage=(run.result.usage if run.result else usage_from_dict({})).to_dict(),
+                    cost_usd=run.result.cost_usd if run.result else 0.0,
+                    steps=run.result.steps if run.result else 0,
+                )
+        except Exception as e:  # a bug in the runtime itself: this run fails, no other
+            run.status = "failed"
+            run.emitter.emit("run_crashed", error=f"{type(e).__name__}: {e}")
+        finally:
+            if not run.alive:
+                run.log.close()
+
+    async def _attempts(self, run: Run) -> None:
+        policy = run.restart
+        restarts: deque[float] = deque()
+        task: str | None = run.task
+        limiter = self.limiter_for(run.agent)
+        while True:
+            result = await run.attempt(task, limiter)
+            task = None  # later attempts continue the transcript
+            if result.outcome == "cancelled":
+                return
+            if result.outcome != "failed":
+                if policy.mode != "permanent":
+                    return
+                await run.next_message()
+                continue
+            if policy.mode == "temporary":
+                return
+            now = time.monotonic()
+            while restarts and now - restarts[0] > policy.within:
+                restarts.popleft()
+            if len(restarts) >= policy.max_restarts:
+                run.emitter.emit(
+                    "gave_up",
+                    restarts=len(restarts),
+                    within=policy.within,
+                    reason=result.reason,
+                )
+                return
+            restarts.append(now)
+            run.emitter.emit("restarting", attempt=run.attempts + 1, reason=result.reason)

@@ -1,0 +1,431 @@
+"""The runtime: runs with mailboxes, cancel, approvals, restarts, the bus and admission control."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import alive
+from tether import (
+    Agent,
+    HTTPSettings,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    OpenAIChatModel,
+    RunContext,
+    ScriptedModel,
+    ServerError,
+    reply,
+    tool,
+)
+from tether.approvals import ApprovalError, approve_all, arguments_hash
+from tether.errors import NoSuchRun, RunEnded, RunExists
+from tether.events import Event
+from tether.run import RestartPolicy, Run
+from tether.supervisor import Supervisor
+from tether.tools import BUILTINS
+from wire_server import WireServer
+
+
+@tool
+async def nap(seconds: float) -> str:
+    """Sleep a while."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@tool(approval="always")
+def pay(amount: int, to: str) -> str:
+    """Send money."""
+    return f"paid {amount} to {to}"
+
+
+class Counting:
+    """Wraps a model to count concurrent calls."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.name, self.provider = model, model.name, model.provider
+        self.in_flight = self.peak = 0
+
+    async def respond(
+        self, request: ModelRequest, on_text: Any = None, on_retry: Any = None
+    ) -> ModelResponse:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await asyncio.sleep(0.05)
+            return await self.model.respond(request, on_text, on_retry)
+        finally:
+            self.in_flight -= 1
+
+    async def aclose(self) -> None:
+        pass
+
+
+def events(run: Run, type_: str | None = None) -> list[Event]:
+    return [e for e in run.log.events if type_ is None or e.type == type_]
+
+
+def valid_transcript(messages: list[Message]) -> None:
+    """Every tool call has exactly one result, right after the message that made it."""
+    for i, m in enumerate(messages):
+        if m.role == "assistant" and m.tool_calls:
+            results = messages[i + 1].tool_results
+            assert [r.call_id for r in results] == [c.id for c in m.tool_calls]
+
+
+async def wait_for(predicate: Any, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+# -- mailbox ---------------------------------------------------------------------------------
+
+
+async def test_messages_sent_mid_turn_arrive_together_at_the_next_call() -> None:
+    model = Counting(
+        ScriptedModel(
+            [reply(tool_calls=[("nap", {"seconds": 0.3})]), reply("Got both of your notes.")]
+        )
+    )
+    sup = Supervisor()
+    run = sup.start(Agent(model, [nap]), "start")
+    await wait_for(lambda: events(run, "tool_call"))
+    run.send("first note")
+    run.send("second note")
+    result = await run.wait()
+    assert result is not None and result.answer == "Got both of your notes."
+    second = model.model.requests[1].messages
+    assert [m.role for m in second] == ["user", "assistant", "tool", "user", "user"]
+    assert [m.text for m in second[-2:]] == ["first note", "second note"]
+    assert model.peak == 1  # never a second concurrent model call
+    assert [e.data["text"] for e in events(run, "user_message")] == ["first note", "second note"]
+
+
+async def test_message_that_arrives_as_the_model_answers_is_not_lost() -> None:
+    async def slow_answer(request: ModelRequest) -> ModelResponse:
+        return reply("first answer")
+
+    model = ScriptedModel([slow_answer, reply("answer to the late note")])
+    model.delays[0] = 0.2
+    run = Supervisor().start(Agent(model), "hi")
+    await asyncio.sleep(0.1)  # the model is answering
+    run.send("late note")
+    result = await run.wait()
+    assert result is not None and result.answer == "answer to the late note"
+    assert model.requests[1].messages[-1].text == "late note"
+
+
+async def test_a_finished_run_refuses_messages() -> None:
+    run = Supervisor().start(Agent(ScriptedModel([reply("bye")])), "hi")
+    await run.wait()
+    with pytest.raises(RunEnded):
+        run.send("hello?")
+
+
+async def test_permanent_run_stays_alive_between_answers() -> None:
+    model = ScriptedModel([reply("one"), reply("two")])
+    run = Supervisor().start(Agent(model), "first", restart=RestartPolicy("permanent"))
+    await wait_for(lambda: run.status == "idle")
+    run.send("second")
+    await wait_for(lambda: run.status == "idle" and len(model.requests) == 2)
+    assert [m.text for m in run.transcript] == ["first", "one", "second", "two"]
+    run.cancel()
+    await run.wait()
+    assert run.status == "cancelled" and events(run)[-1].data["outcome"] == "cancelled"
+
+
+# -- cancel ------------------------------------------------------------------------------------
+
+
+async def test_cancel_inside_a_model_stream(wire: WireServer) -> None:
+    wire.add(text="a slow answer " * 10, deltas=10, chunk_delay=0.5)
+    model = OpenAIChatModel("m", api_key="k", base_url=wire.url, settings=HTTPSettings())
+    run = Supervisor().start(Agent(model), "talk slowly")
+    await wait_for(lambda: events(run, "text_delta"))
+    assert run.cancel()
+    await run.wait()
+    await model.aclose()
+    assert run.status == "cancelled"
+    assert [m.role for m in run.transcript] == ["user"]  # the partial reply is not kept
+    await wait_for(lambda: wire.closed_streams == 1)
+    assert events(run)[-1].type == "run_finished"
+
+
+async def test_cancel_inside_a_sleeping_subprocess_tool(tmp_path: Path) -> None:
+    cmd = "sleep 30 & echo $! > child.pid; wait"
+    model = ScriptedModel([reply(tool_calls=[("bash", {"command": cmd})])])
+    run = Supervisor().start(
+        Agent(model, [BUILTINS["bash"]]),
+        "run it",
+        context=RunContext(workspace=tmp_path),
+        approver=approve_all,
+    )
+    pid_file = tmp_path / "child.pid"
+    await wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
+    run.cancel()
+    await run.wait()
+    pid = int(pid_file.read_text())
+    await asyncio.sleep(0.2)
+    assert not alive(pid)
+    assert run.status == "cancelled"
+    valid_transcript(run.transcript)
+    assert run.transcript[-1].tool_results[0].is_error
+
+
+async def test_cancel_between_steps_while_queued() -> None:
+    sup = Supervisor(max_runs=1)
+    first = sup.start(
+        Agent(ScriptedModel([reply(tool_calls=[("nap", {"seconds": 0.5})]), reply("ok")]), [nap]),
+        "busy",
+    )
+    second = sup.start(Agent(ScriptedModel([reply("never")])), "waiting")
+    await wait_for(lambda: events(second, "queued"))
+    assert second.status == "queued"
+    sup.cancel(second.id)
+    await second.wait()
+    assert second.status == "cancelled" and second.transcript == []
+    assert events(second)[-1].data["outcome"] == "cancelled"
+    await first.wait()
+    assert first.status == "done"
+
+
+# -- approvals ---------------------------------------------------------------------------------
+
+
+async def test_parallel_calls_each_get_their_own_approval() -> None:
+    model = ScriptedModel(
+        [
+            reply(
+                tool_calls=[
+                    ("pay", {"amount": 5, "to": "ann"}),
+                    ("pay", {"amount": 900, "to": "eve"}),
+                ]
+            ),
+            reply("One payment went through."),
+        ]
+    )
+    sup = Supervisor()
+    run = sup.start(Agent(model, [pay]), "pay people")
+    await wait_for(lambda: len(events(run, "approval_requested")) == 2)
+    requests = {e.data["arguments"]["to"]: e.data for e in events(run, "approval_requested")}
+    assert requests["ann"]["approval_id"] != requests["eve"]["approval_id"]
+    assert requests["ann"]["args_hash"] == arguments_hash("pay", {"amount": 5, "to": "ann"})
+    with pytest.raises(ApprovalError):  # an approval bound to other arguments is refused
+        run.approve(requests["eve"]["approval_id"], args_hash=requests["ann"]["args_hash"])
+    run.approve(requests["ann"]["approval_id"], args_hash=requests["ann"]["args_hash"])
+    run.deny(requests["eve"]["approval_id"], "that is too much")
+    result = await run.wait()
+    assert result is not None and result.outcome == "done"
+    outputs = {r.call_id: r for r in run.transcript[2].tool_results}
+    ann, eve = (outputs[requests[k]["id"]] for k in ("ann", "eve"))
+    assert (ann.output, ann.is_error) == ("paid 5 to ann", False)
+    assert eve.is_error and "that is too much" in eve.output
+    decided = [(e.data["approved"], e.data["reason"]) for e in events(run, "approval_decided")]
+    assert sorted(decided) == [(False, "that is too much"), (True, "approved")]
+
+
+async def test_an_approval_expires() -> None:
+    model = ScriptedModel(
+        [
+            reply(tool_calls=[("pay", {"amount": 1, "to": "bob"})]),
+            reply("It was not approved in time."),
+        ]
+    )
+    run = Supervisor(approval_ttl=0.2).start(Agent(model, [pay]), "pay bob")
+    result = await run.wait()
+    assert result is not None and result.outcome == "done"
+    tool_result = run.transcript[2].tool_results[0]
+    assert tool_result.is_error and "expired" in tool_result.output
+    request = events(run, "approval_requested")[0].data
+    assert request["expires_at"] is not None
+    with pytest.raises(ApprovalError):
+        run.approve(request["approval_id"])
+
+
+async def test_calls_that_need_no_approval_do_not_wait() -> None:
+    @tool(approval=lambda args: args["amount"] > 100)
+    def transfer(amount: int) -> str:
+        """Move money."""
+        return f"moved {amount}"
+
+    model = ScriptedModel([reply(tool_calls=[("transfer", {"amount": 10})]), reply("ok")])
+    run = Supervisor().start(Agent(model, [transfer]), "small transfer")
+    await run.wait()
+    assert events(run, "approval_requested") == []
+    assert run.transcript[2].tool_results[0].output == "moved 10"
+
+
+# -- supervision -------------------------------------------------------------------------------
+
+
+async def test_one_run_crashing_while_others_finish() -> None:
+    @tool
+    def explode() -> str:
+        """Exit the process, if it could."""
+        raise SystemExit(3)
+
+    def crash(request: ModelRequest) -> ModelResponse:
+        raise RuntimeError("bug in a model adapter")
+
+    sup = Supervisor()
+    good = [
+        sup.start(
+            Agent(
+                ScriptedModel([reply(tool_calls=[("nap", {"seconds": 0.1})]), reply(f"ok {i}")]),
+                [nap],
+            ),
+            f"task {i}",
+        )
+        for i in range(5)
+    ]
+    bad = sup.start(Agent(ScriptedModel([crash])), "crash")
+    exiting = sup.start(
+        Agent(ScriptedModel([reply(tool_calls=[("explode", {})]), reply("survived")]), [explode]),
+        "exit",
+    )
+    await asyncio.gather(*(r.wait() for r in [*good, bad, exiting]))
+    assert [r.status for r in good] == ["done"] * 5
+    assert bad.status == "failed" and bad.result is not None
+    assert bad.result.error is not None and "bug in a model adapter" in bad.result.error["message"]
+    assert exiting.status == "done" and "SystemExit" in exiting.transcript[2].tool_results[0].output
+
+
+async def test_restart_intensity_gives_up() -> None:
+    errors = [ServerError("HTTP 500: down", status=500, retryable=True) for _ in range(10)]
+    model = ScriptedModel(errors)
+    run = Supervisor().start(Agent(model), "try", restart=RestartPolicy("transient", 2, 60))
+    await run.wait()
+    assert run.status == "failed" and run.attempts == 3
+    assert len(events(run, "restarting")) == 2
+    gave_up = events(run, "gave_up")
+    assert len(gave_up) == 1 and gave_up[0].data["restarts"] == 2
+
+
+async def test_transient_run_restarts_and_continues_its_transcript() -> None:
+    model = ScriptedModel(
+        [
+            reply(tool_calls=[("nap", {"seconds": 0.01})]),
+            ServerError("HTTP 503", status=503, retryable=True),
+            reply("finished after a restart"),
+        ]
+    )
+    run = Supervisor().start(Agent(model, [nap]), "go", restart=RestartPolicy("transient"))
+    result = await run.wait()
+    assert result is not None and result.answer == "finished after a restart"
+    assert [m.role for m in run.transcript] == ["user", "assistant", "tool", "assistant"]
+    assert run.attempts == 2
+
+
+async def test_at_most_one_live_run_per_id() -> None:
+    sup = Supervisor()
+    agent = Agent(ScriptedModel([reply(tool_calls=[("nap", {"seconds": 0.2})]), reply("a")]), [nap])
+    first = sup.start(agent, "one", run_id="job-1")
+    with pytest.raises(RunExists):
+        sup.start(agent, "two", run_id="job-1")
+    assert sup.get("job-1") is first
+    await first.wait()
+    again = sup.start(Agent(ScriptedModel([reply("b")])), "again", run_id="job-1")
+    await again.wait()
+    seqs = [e.seq for e in again.log.events]
+    assert seqs == list(range(len(seqs)))  # one numbered stream for the id
+    with pytest.raises(NoSuchRun):
+        sup.get("nope")
+
+
+async def test_shutdown_cancels_what_outlives_the_deadline() -> None:
+    sup = Supervisor()
+    quick = sup.start(Agent(ScriptedModel([reply("quick")])), "q")
+    slow = sup.start(
+        Agent(ScriptedModel([reply(tool_calls=[("nap", {"seconds": 30})])]), [nap]), "s"
+    )
+    cancelled = await sup.shutdown(deadline=0.3)
+    assert cancelled == [slow.id]
+    assert quick.status == "done" and slow.status == "cancelled"
+    valid_transcript(slow.transcript)
+    with pytest.raises(Exception, match="shutting down"):
+        sup.start(Agent(ScriptedModel([])), "late")
+
+
+# -- the bus -----------------------------------------------------------------------------------
+
+
+async def test_subscribers_join_from_any_offset() -> None:
+    sup = Supervisor()
+    run = sup.start(
+        Agent(ScriptedModel([reply(tool_calls=[("nap", {"seconds": 0.1})]), reply("end")]), [nap]),
+        "go",
+    )
+    live: list[Event] = []
+
+    async def follow() -> None:
+        async for e in sup.bus.subscribe(run.id):
+            live.append(e)
+
+    follower = asyncio.create_task(follow())
+    await run.wait()
+    await asyncio.wait_for(follower, 2)  # the stream ends when the run does
+    assert [e.seq for e in live] == list(range(len(run.log.events)))
+    late = [e async for e in sup.bus.subscribe(run.id, offset=3)]
+    assert [e.seq for e in late] == list(range(3, len(run.log.events)))
+
+
+async def test_a_slow_subscriber_does_not_slow_the_run_and_is_told_it_fell_behind() -> None:
+    script = [reply(tool_calls=[("nap", {"seconds": 0})]) for _ in range(30)] + [reply("end")]
+    sup = Supervisor()
+    run = sup.start(Agent(ScriptedModel(script), [nap]), "chatty")
+    subscription = sup.bus.subscribe(run.id, max_lag=10)
+    first = await anext(subscription)  # joined, then reads nothing while the run goes on
+    await run.wait()
+    assert run.status == "done"  # finished without waiting for the reader
+    rest = [e async for e in subscription]
+    notices = [e for e in rest if e.type == "fell_behind"]
+    assert len(notices) == 1
+    seqs = [first.seq] + [e.seq for e in rest if e.type != "fell_behind"]
+    assert seqs == list(range(len(run.log.events)))  # and it lost nothing
+
+
+# -- admission ---------------------------------------------------------------------------------
+
+
+async def test_runs_over_the_limit_wait_in_a_visible_queue() -> None:
+    sup = Supervisor(max_runs=2)
+    running = peak = 0
+
+    @tool
+    async def work() -> str:
+        """Work."""
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.1)
+        running -= 1
+        return "worked"
+
+    runs = [
+        sup.start(
+            Agent(ScriptedModel([reply(tool_calls=[("work", {})]), reply("ok")]), [work]),
+            f"job {i}",
+        )
+        for i in range(5)
+    ]
+    await asyncio.gather(*(r.wait() for r in runs))
+    assert all(r.status == "done" for r in runs)
+    assert peak == 2
+    queued = [r for r in runs if events(r, "queued")]
+    assert len(queued) == 3 and all(events(r, "admitted") for r in queued)
+
+
+async def test_model_calls_per_endpoint_are_bounded() -> None:
+    sup = Supervisor(max_model_calls=2)
+    shared = Counting(ScriptedModel([reply(f"answer {i}") for i in range(6)]))
+    runs = [sup.start(Agent(shared), f"q{i}") for i in range(6)]
+    await asyncio.gather(*(r.wait() for r in runs))
+    assert all(r.status == "done" for r in runs)
+    assert shared.peak == 2
+    assert sum(1 for r in runs if events(r, "queued")) == 4
