@@ -334,3 +334,60 @@ def test_ask_ctrl_c_cancels_the_turn_and_keeps_the_session(wire: WireServer) -> 
     sent = wire.requests[1]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
     assert sent[1]["content"] == "first question" and sent[3]["content"].startswith("Cancelled")
+
+
+@pytest.mark.parametrize(
+    ("approve", "approved", "reason"),
+    [
+        ("auto", True, "approved by policy"),
+        ("deny", False, "denied by policy"),
+        ("ask", False, "no one at a terminal"),
+    ],
+)
+def test_approve_policy_for_unattended_runs(
+    wire: WireServer, tmp_path: Path, approve: str, approved: bool, reason: str
+) -> None:
+    wire.add(calls=[("bash", {"command": "echo hi > proof.txt"})]).add(text="ok")
+    p = tether(
+        "run",
+        "x",
+        "--base-url",
+        wire.url,
+        "--json",
+        "--tools",
+        "bash",
+        "--workspace",
+        str(tmp_path),
+        "--approve",
+        approve,
+    )
+    assert p.returncode == 0, p.stderr
+    evs = events(p.stdout)
+    requested = next(e for e in evs if e["type"] == "approval_requested")
+    assert requested["name"] == "bash" and requested["arguments"] == {
+        "command": "echo hi > proof.txt"
+    }
+    decided = next(e for e in evs if e["type"] == "approval_decided")
+    assert decided["approved"] is approved and reason in decided["reason"]
+    assert (tmp_path / "proof.txt").exists() is approved
+    result = next(e for e in evs if e["type"] == "tool_result")
+    assert result["is_error"] is not approved
+
+
+def test_ask_asks_inline_before_running_bash(wire: WireServer, tmp_path: Path) -> None:
+    wire.add(calls=[("bash", {"command": "echo yes > a.txt"})]).add(text="made a")
+    wire.add(calls=[("bash", {"command": "echo no > b.txt"})]).add(text="b was refused")
+    p = tether(
+        "ask",
+        "--base-url",
+        wire.url,
+        "--tools",
+        "bash",
+        "--workspace",
+        str(tmp_path),
+        stdin="make a\ny\nmake b\nn\n",
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count('? allow bash({"command":') == 2
+    assert (tmp_path / "a.txt").exists() and not (tmp_path / "b.txt").exists()
+    assert "not approved: the user said no" in p.stderr

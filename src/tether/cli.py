@@ -17,6 +17,7 @@ from typing import TextIO
 import orjson
 
 from .agent import Agent, RunResult
+from .approvals import ApprovalRequest, Approver, Decision, approve_all, deny_all
 from .errors import ConfigError
 from .events import Event, Sink
 from .loop import Budget
@@ -121,6 +122,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     b.add_argument("--max-cost", type=float, metavar="USD", help="cost from the price table")
     b.add_argument("--prices", metavar="FILE", help="JSON price table laid over the defaults")
     b.add_argument("--timeout", type=float, metavar="SECONDS", help="wall-clock limit for a run")
+    t.add_argument(
+        "--approve",
+        choices=("ask", "auto", "deny"),
+        default="ask",
+        help="calls that need approval (bash, tools marked so): ask at the terminal, "
+        "approve all, or deny all (default: ask; with no terminal to ask on, deny)",
+    )
     o = p.add_argument_group("run")
     o.add_argument("--system", metavar="TEXT", help="system prompt")
     o.add_argument("--json", action="store_true", help="print events as JSON lines")
@@ -202,11 +210,43 @@ def context_for(args: argparse.Namespace, run_id: str) -> RunContext:
     return RunContext(run_id=run_id, workspace=Path(args.workspace).resolve())
 
 
+class TerminalApprover:
+    """Asks at the terminal, one call at a time: `? allow bash({"command": "ls"})? [y/N]`."""
+
+    def __init__(self, err: TextIO, can_ask: bool) -> None:
+        self.err, self.can_ask = err, can_ask
+        self.lock: asyncio.Lock | None = None
+
+    async def __call__(self, request: ApprovalRequest) -> Decision:
+        if not self.can_ask:
+            return Decision(False, "no one at a terminal to approve it (--approve auto allows it)")
+        self.lock = self.lock or asyncio.Lock()
+        async with self.lock:
+            args = orjson.dumps(request.call.arguments or {}).decode()
+            self.err.write(f"  ? allow {request.call.name}({short(args, 500)})? [y/N] ")
+            self.err.flush()
+            answer = await asyncio.to_thread(sys.stdin.readline)
+        if answer.strip().lower() in ("y", "yes"):
+            return Decision(True, "approved at the terminal")
+        return Decision(False, "the user said no")
+
+
+def approver_for(args: argparse.Namespace, can_ask: bool) -> Approver:
+    if args.approve == "auto":
+        return approve_all
+    if args.approve == "deny":
+        return deny_all
+    return TerminalApprover(sys.stderr, can_ask)
+
+
 def command_run(agent: Agent, args: argparse.Namespace) -> int:
     run_id = args.run_id or uuid.uuid4().hex[:12]
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
+    approver = approver_for(args, can_ask=sys.stdin.isatty())
     try:
-        result = asyncio.run(run_and_close(agent, args.task, [], context_for(args, run_id), [sink]))
+        result = asyncio.run(
+            run_and_close(agent, args.task, [], context_for(args, run_id), [sink], approver)
+        )
     except KeyboardInterrupt:
         if not args.json:
             print("\n[cancelled]", file=sys.stderr)
@@ -217,10 +257,17 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
 
 
 async def run_and_close(
-    agent: Agent, task: str, transcript: list[Message], ctx: RunContext, sinks: list[Sink]
+    agent: Agent,
+    task: str,
+    transcript: list[Message],
+    ctx: RunContext,
+    sinks: list[Sink],
+    approver: Approver,
 ) -> RunResult:
     try:
-        return await agent.run(task, transcript=transcript, context=ctx, sinks=sinks)
+        return await agent.run(
+            task, transcript=transcript, context=ctx, sinks=sinks, approver=approver
+        )
     finally:
         await agent.model.aclose()
 
@@ -230,6 +277,7 @@ def command_ask(agent: Agent, args: argparse.Namespace) -> int:
     transcript: list[Message] = []
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
     interactive = sys.stdin.isatty()
+    approver = approver_for(args, can_ask=True)  # answers come from the conversation's input
     status = 0
     with asyncio.Runner() as runner:
         turn = 0
@@ -250,7 +298,9 @@ def command_ask(agent: Agent, args: argparse.Namespace) -> int:
             ctx = context_for(args, f"{session}-{turn}")
             try:
                 result = runner.run(
-                    agent.run(text, transcript=transcript, context=ctx, sinks=[sink])
+                    agent.run(
+                        text, transcript=transcript, context=ctx, sinks=[sink], approver=approver
+                    )
                 )
             except KeyboardInterrupt:
                 print("\n[turn cancelled; the conversation goes on]", file=sys.stderr)
@@ -297,6 +347,8 @@ class HumanOutput:
         elif event.type == "tool_result":
             mark = "✗" if d["is_error"] else "←"
             self.err.write(f"  {mark} {d['name']}: {short(d['output'], 160)}\n")
+        elif event.type == "approval_decided" and not d["approved"]:
+            self.err.write(f"  ✗ not approved: {d['reason']}\n")
         elif event.type == "retry":
             self.err.write(
                 f"  … retry {d['attempt']} in {d['delay']:.1f} s: {d['error']['message']}\n"
