@@ -1,6 +1,9 @@
-"""Tether driver for the shared benchmark rig (../shared/bench): one Agent, runs in parallel.
+"""Tether driver for the shared benchmark rig (../shared/bench).
 
-python ../shared/bench/bench.py --add $PWD/bench/tether_driver.py:chat:1
+    python ../shared/bench/bench.py --add $PWD/bench/tether_driver.py:chat:1
+
+Each run is a supervised Run (its own task, mailbox and event log) under one Supervisor, as in
+production; `--opt runtime=0` calls the bare Agent loop instead.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from typing import Any
 
 from tether import Agent, HTTPSettings, Model, tool
 from tether.providers import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
+from tether.supervisor import Supervisor
 
 NAME = "tether"
 PROTOCOLS = {"chat", "responses", "anthropic"}
@@ -46,8 +50,16 @@ async def setup(ctx: Any) -> Any:
     model = make_model(ctx)
     agent = Agent(model, [sleep_tool], system="You are a benchmark agent.")
 
+    supervisor = Supervisor() if ctx.opts.get("runtime", "1") == "1" else None
+
     async def run_one(i: int) -> str:
-        result = await agent.run(ctx.prompt)
+        if supervisor is None:
+            result = await agent.run(ctx.prompt)
+        else:
+            run = supervisor.start(agent, ctx.prompt)
+            finished = await run.wait()
+            assert finished is not None
+            result = finished
         if result.outcome != "done":
             raise RuntimeError(f"run {i} {result.outcome}: {result.reason}")
         return result.answer

@@ -1,7 +1,7 @@
 """The one event schema: what a run tells the world, on the wire (`--json`), in logs and traces.
 
-Every event is a flat JSON object with `type`, `run_id` and `seq` (0, 1, 2 ... within a run) plus
-the fields of its type:
+Every event is a flat JSON object with `type`, `run_id`, `seq` (0, 1, 2 ... within a run) and
+`ts` (Unix time in seconds) plus the fields of its type:
 
     run_started     {task, provider, model}
     text_delta      {text}                                   while streaming
@@ -17,6 +17,7 @@ of done, halted, cancelled, failed. Types may gain fields; none is ever renamed 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,9 +33,16 @@ class Event:
     run_id: str
     seq: int
     data: dict[str, Any]
+    ts: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "run_id": self.run_id, "seq": self.seq, **self.data}
+        return {
+            "type": self.type,
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "ts": self.ts,
+            **self.data,
+        }
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())
@@ -61,7 +69,7 @@ class Emitter:
         if not self.sinks:
             self.seq += 1
             return
-        event = Event(type, self.run_id, self.seq, data)
+        event = Event(type, self.run_id, self.seq, data, time.time())
         self.seq += 1
         for sink in self.sinks:
             sink(event)
