@@ -24,6 +24,7 @@ from .loop import Budget
 from .messages import Message
 from .pricing import load_prices, price_for
 from .providers import PROVIDERS, HTTPSettings, make_model
+from .supervisor import Supervisor
 from .tools import BUILTINS, RunContext, Tool
 from .tools.loading import load_tools
 
@@ -243,11 +244,8 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
     run_id = args.run_id or uuid.uuid4().hex[:12]
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
     approver = approver_for(args, can_ask=sys.stdin.isatty())
-    try:
-        result = asyncio.run(
-            run_and_close(agent, args.task, [], context_for(args, run_id), [sink], approver)
-        )
-    except KeyboardInterrupt:
+    result = asyncio.run(supervised(agent, args.task, context_for(args, run_id), sink, approver))
+    if result.outcome == "cancelled":
         if not args.json:
             print("\n[cancelled]", file=sys.stderr)
         return 130
@@ -256,20 +254,29 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
     return result.exit_status
 
 
-async def run_and_close(
-    agent: Agent,
-    task: str,
-    transcript: list[Message],
-    ctx: RunContext,
-    sinks: list[Sink],
-    approver: Approver,
+async def supervised(
+    agent: Agent, task: str, ctx: RunContext, sink: Sink, approver: Approver
 ) -> RunResult:
+    """One supervised run, its events read from the bus as any subscriber reads them.
+    Ctrl-C cancels the run; its last events are still shown."""
+    supervisor = Supervisor()
+    run = supervisor.start(agent, task, run_id=ctx.run_id, context=ctx, approver=approver)
+    shown = 0
     try:
-        return await agent.run(
-            task, transcript=transcript, context=ctx, sinks=sinks, approver=approver
-        )
+        async for event in supervisor.bus.subscribe(run.id):
+            sink(event)
+            shown = event.seq + 1
+    except asyncio.CancelledError:
+        run.cancel()
+        await run.wait()
+        async for event in supervisor.bus.subscribe(run.id, offset=shown):
+            sink(event)
+        asyncio.current_task().uncancel()  # type: ignore[union-attr]
     finally:
         await agent.model.aclose()
+    result = await run.wait()
+    assert result is not None
+    return result
 
 
 def command_ask(agent: Agent, args: argparse.Namespace) -> int:
