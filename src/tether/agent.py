@@ -112,7 +112,19 @@ class Agent:
             state.inbox = inbox
         emitter = emitter or Emitter(run_id, sinks)
         hooks = (approver, limiter)
-        emitter.emit("run_started", task=task, provider=self.model.provider, model=self.model.name)
+        b = self.budget
+        emitter.emit(
+            "run_started",
+            task=task,
+            provider=self.model.provider,
+            model=self.model.name,
+            budget={
+                "max_steps": b.max_steps,
+                "max_tokens": b.max_tokens,
+                "max_cost_usd": b.max_cost_usd,
+                "max_seconds": b.max_seconds,
+            },
+        )
         error: dict[str, Any] | None = None
         try:
             if self.budget.max_seconds is None:

@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import ipaddress
 import os
+import secrets
 import sys
 import uuid
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import orjson
 
@@ -51,9 +53,38 @@ def build_parser() -> argparse.ArgumentParser:
         description="An interactive conversation. Ctrl-C cancels the current turn; "
         "Ctrl-D or /exit ends the session.",
     )
-    for p in (run, ask):
+    serve = sub.add_parser(
+        "serve",
+        help="the live web page: watch, approve, cancel",
+        description="Serve the web page and its JSON API. The model and tool options are the "
+        "defaults for runs started from the page.",
+    )
+    w = serve.add_argument_group("server")
+    w.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    w.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    w.add_argument(
+        "--token",
+        default=os.environ.get("TETHER_TOKEN"),
+        help="access token (default: $TETHER_TOKEN, else a new one, printed)",
+    )
+    w.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow binding to an address other than loopback",
+    )
+    w.add_argument(
+        "--data-dir",
+        default=str(data_dir()),
+        help=f"where run journals are kept (default: {data_dir()})",
+    )
+    for p in (run, ask, serve):
         add_run_options(p)
     return parser
+
+
+def data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tether"
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -147,10 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "run":
         return command_run(agent, args)
+    if args.command == "serve":
+        return command_serve(agent, args)
     return command_ask(agent, args)
 
 
-def build_agent(args: argparse.Namespace) -> Agent:
+def build_agent(args: argparse.Namespace, tools: list[Tool] | None = None) -> Agent:
     if args.store:
         raise ConfigError("--store: durable runs are not available in this version yet")
     for name in ("max_steps", "max_tokens", "max_input_tokens", "max_output_tokens", "max_retries"):
@@ -160,7 +193,8 @@ def build_agent(args: argparse.Namespace) -> Agent:
     workspace = Path(args.workspace)
     if not workspace.is_dir():
         raise ConfigError(f"--workspace: {args.workspace} is not a directory")
-    tools = select_tools(args)
+    if tools is None:
+        tools = select_tools(args)
     settings = HTTPSettings(
         connect_timeout=args.connect_timeout,
         read_timeout=args.read_timeout,
@@ -383,3 +417,65 @@ def report(result: RunResult, err: TextIO, quiet_done: bool = False) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def command_serve(agent: Agent, args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from .journal import Journal
+    from .web import WebApp
+
+    if not is_loopback(args.host) and not args.allow_remote:
+        print(
+            f"tether: error: --host {args.host} is not a loopback address; "
+            "add --allow-remote to serve other machines",
+            file=sys.stderr,
+        )
+        return 2
+    token = args.token or secrets.token_urlsafe(24)
+    default_tools = list(agent.toolbox.tools.values())
+    available = {**BUILTINS, **{t.name: t for t in default_tools}}
+
+    def factory(form: dict[str, Any]) -> Agent:
+        ns = argparse.Namespace(**vars(args))
+        if form.get("model"):
+            ns.model = str(form["model"])
+        if form.get("max_steps") is not None:
+            ns.max_steps = int(form["max_steps"])
+        if form.get("max_cost") is not None:
+            ns.max_cost = float(form["max_cost"])
+        tools = default_tools
+        if isinstance(form.get("tools"), list):
+            unknown = [n for n in form["tools"] if n not in available]
+            if unknown:
+                raise ConfigError(f"tools: unknown {', '.join(map(str, unknown))}")
+            tools = [available[n] for n in form["tools"]]
+        return build_agent(ns, tools)
+
+    defaults = {
+        "model": agent.model.name,
+        "tools": [t.name for t in default_tools],
+        "available_tools": list(available),
+        "max_steps": args.max_steps,
+    }
+    journal = Journal(Path(args.data_dir) / "events")
+    app = WebApp(
+        factory, token, journal=journal, defaults=defaults, workspace=Path(args.workspace).resolve()
+    ).app()
+    shown_host = f"[{args.host}]" if ":" in args.host else args.host
+    print(
+        f"tether serve: open http://{shown_host}:{args.port}/?token={token}",
+        file=sys.stderr,
+        flush=True,
+    )
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    return 0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

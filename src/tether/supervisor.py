@@ -26,7 +26,7 @@ from .agent import Agent
 from .approvals import Approver
 from .bus import Bus
 from .errors import NoSuchRun, RunError, RunExists
-from .events import usage_from_dict
+from .events import Sink, usage_from_dict
 from .run import RestartPolicy, Run
 from .tools.tool import RunContext
 
@@ -76,8 +76,10 @@ class Supervisor:
         context: RunContext | None = None,
         restart: RestartPolicy | None = None,
         approver: Approver | None = None,
+        sinks: list[Sink] | None = None,
     ) -> Run:
-        """Start a run now (or queue it, over `max_runs`) and return it at once."""
+        """Start a run now (or queue it, over `max_runs`) and return it at once. `sinks` see
+        every event as it is emitted (a journal, a tracer), before any subscriber does."""
         if not self.accepting:
             raise RunError("the supervisor is shutting down")
         run_id = run_id or uuid.uuid4().hex[:12]
@@ -94,6 +96,7 @@ class Supervisor:
             approval_ttl=self.approval_ttl,
             restart=restart,
         )
+        run.emitter.sinks.extend(sinks or ())
         self.runs[run_id] = run
         run.task_handle = asyncio.create_task(self._supervise(run), name=f"run:{run_id}")
         return run

@@ -1,0 +1,54 @@
+"""A journal of events: one JSON line per event, one file per run.
+
+`tether serve` writes every run's events here as they happen, so a page opened after a server
+restart still shows the whole run from its first event. (Resuming the run itself is the durable
+store's job.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO
+
+import orjson
+
+from .events import Event
+
+
+class Journal:
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.files: dict[str, IO[bytes]] = {}
+
+    def path(self, run_id: str) -> Path:
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise ValueError(f"not a run id for a file name: {run_id!r}")
+        return self.directory / f"{run_id}.jsonl"
+
+    def write(self, event: Event) -> None:
+        f = self.files.get(event.run_id)
+        if f is None:
+            f = self.files[event.run_id] = self.path(event.run_id).open("ab")
+        f.write(event.to_json() + b"\n")
+        f.flush()
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+        self.files.clear()
+
+    def runs(self) -> dict[str, list[Event]]:
+        """Every journaled run's events, oldest file first."""
+        out: dict[str, list[Event]] = {}
+        for path in sorted(self.directory.glob("*.jsonl"), key=lambda p: p.stat().st_mtime):
+            events = []
+            for line in path.read_bytes().splitlines():
+                try:
+                    d = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    break  # a line cut short by a crash: the rest is not trusted
+                data = {k: v for k, v in d.items() if k not in ("type", "run_id", "seq", "ts")}
+                events.append(Event(d["type"], d["run_id"], d["seq"], data, d.get("ts", 0.0)))
+            out[path.stem] = events
+        return out

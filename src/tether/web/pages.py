@@ -1,0 +1,209 @@
+"""The two pages of `tether serve`: server-rendered HTML and a little JavaScript over SSE.
+
+No build step. Everything a model or a tool produced reaches the page through `textContent`,
+never `innerHTML`, so it is shown as text, whatever it holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 980px; padding: 1rem;
+       color: #1d2430; background: #fafbfc; }
+h1 { font-size: 1.3rem; } h1 a { color: inherit; text-decoration: none; }
+table { border-collapse: collapse; width: 100%; background: white; }
+td, th { border-bottom: 1px solid #e3e6ea; padding: .35rem .5rem; text-align: left; }
+form.start { background: white; border: 1px solid #e3e6ea; padding: .8rem; margin: 1rem 0; }
+form.start textarea { width: 100%; min-height: 4rem; }
+.status-done { color: #176f2c; } .status-failed, .status-cancelled { color: #a4161a; }
+.status-halted { color: #9a6700; }
+.item { background: white; border: 1px solid #e3e6ea; border-radius: 6px; margin: .5rem 0;
+        padding: .5rem .7rem; white-space: pre-wrap; overflow-wrap: anywhere; }
+.user { border-left: 4px solid #4a6ee0; } .assistant { border-left: 4px solid #6f42c1; }
+.tool { border-left: 4px solid #8a96a3; font-family: ui-monospace, monospace; font-size: 13px; }
+.tool .name { font-weight: bold; } .error { border-left-color: #a4161a; color: #a4161a; }
+.approval { background: #fff8e1; border: 1px solid #f0c36d; padding: .4rem; margin-top: .4rem; }
+.note { color: #68727d; font-size: 13px; } .answer { border: 2px solid #176f2c; }
+#bar { position: sticky; top: 0; background: #fafbfc; padding: .4rem 0; display: flex;
+       gap: 1rem; align-items: center; border-bottom: 1px solid #e3e6ea; }
+button { cursor: pointer; }
+"""
+
+INDEX_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Tether runs</title>
+<meta name="csrf" content="__CSRF__"><style>__STYLE__</style></head>
+<body>
+<h1><a href="/">Tether</a> · runs</h1>
+<form class="start" id="start">
+  <label>Task<br><textarea name="task" required placeholder="What should the agent do?"></textarea></label>
+  <p><label>Model <input name="model" value="__MODEL__"></label>
+     <label>Max steps <input name="max_steps" type="number" min="1" value="__MAX_STEPS__" size="5"></label>
+     <label>Max cost (USD) <input name="max_cost" type="number" min="0" step="0.01" size="6"></label></p>
+  <p>Tools: __TOOLS__</p>
+  <button type="submit">Start run</button> <span id="start-error" class="note"></span>
+</form>
+<table><thead><tr><th>Run</th><th>Task</th><th>Status</th><th>Steps</th><th>Tokens</th>
+<th>Cost</th></tr></thead><tbody id="runs">__ROWS__</tbody></table>
+<script>
+const csrf = document.querySelector('meta[name=csrf]').content;
+document.getElementById('start').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const f = new FormData(ev.target);
+  const body = {task: f.get('task'), model: f.get('model') || null,
+                tools: f.getAll('tools'), max_steps: Number(f.get('max_steps')) || null,
+                max_cost: f.get('max_cost') ? Number(f.get('max_cost')) : null};
+  const r = await fetch('/api/runs', {method: 'POST', body: JSON.stringify(body),
+    headers: {'Content-Type': 'application/json', 'X-Tether-CSRF': csrf}});
+  const out = await r.json();
+  if (r.ok) { location.href = '/runs/' + encodeURIComponent(out.id); }
+  else { document.getElementById('start-error').textContent = out.error; }
+});
+function cell(tr, text, cls) {
+  const td = document.createElement('td'); td.textContent = text;
+  if (cls) td.className = cls; tr.appendChild(td); return td;
+}
+async function refresh() {
+  const r = await fetch('/api/runs'); if (!r.ok) return;
+  const runs = await r.json(); const body = document.getElementById('runs');
+  body.replaceChildren();
+  for (const s of runs.reverse()) {
+    const tr = document.createElement('tr'); const td = cell(tr, '');
+    const a = document.createElement('a'); a.href = '/runs/' + encodeURIComponent(s.id);
+    a.textContent = s.id; td.appendChild(a);
+    cell(tr, s.task.slice(0, 120)); cell(tr, s.status, 'status-' + s.status);
+    cell(tr, s.steps); cell(tr, s.tokens); cell(tr, '$' + s.cost_usd.toFixed(4));
+    body.appendChild(tr);
+  }
+}
+setInterval(refresh, 2000);
+</script>
+</body></html>
+"""
+
+RUN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Tether run __RUN_ID__</title>
+<meta name="csrf" content="__CSRF__"><style>__STYLE__</style></head>
+<body>
+<h1><a href="/">Tether</a> · run <span id="run-id">__RUN_ID__</span></h1>
+<div id="bar">
+  <span>Status: <b id="status">connecting</b></span>
+  <span id="budget" class="note"></span>
+  <button id="cancel">Cancel</button>
+</div>
+<div id="log"></div>
+<form id="send"><input name="text" size="60" placeholder="Send a message to the run">
+<button type="submit">Send</button> <span id="send-error" class="note"></span></form>
+<script>
+const runId = __RUN_ID_JSON__;
+const csrf = document.querySelector('meta[name=csrf]').content;
+const log = document.getElementById('log');
+const state = {streaming: null, calls: {}, steps: 0, tokens: 0, budget: {}};
+function el(tag, cls, text) {
+  const e = document.createElement(tag); if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text; return e;
+}
+function add(node) { log.appendChild(node); return node; }
+function post(path, body) {
+  return fetch('/api/runs/' + encodeURIComponent(runId) + path, {method: 'POST',
+    body: JSON.stringify(body || {}),
+    headers: {'Content-Type': 'application/json', 'X-Tether-CSRF': csrf}});
+}
+function budget() {
+  const b = state.budget; let text = `steps ${state.steps}` + (b.max_steps ? `/${b.max_steps}` : '');
+  text += ` · tokens ${state.tokens}` + (b.max_tokens ? `/${b.max_tokens}` : '');
+  if (state.cost !== undefined) text += ` · $${state.cost.toFixed(4)}`;
+  if (b.max_cost_usd) text += ` (limit $${b.max_cost_usd})`;
+  document.getElementById('budget').textContent = text;
+}
+function decide(box, approvalId, argsHash, approved) {
+  box.querySelectorAll('button').forEach(b => b.disabled = true);
+  post(approved ? '/approve' : '/deny', approved
+       ? {approval_id: approvalId, args_hash: argsHash}
+       : {approval_id: approvalId, reason: 'denied in the web page'});
+}
+const render = {
+  run_started(d) {
+    state.budget = d.budget || {};
+    if (d.task) add(el('div', 'item user', d.task));
+    document.getElementById('status').textContent = 'running'; budget();
+  },
+  user_message(d) { add(el('div', 'item user', d.text)); },
+  text_delta(d) {
+    if (!state.streaming) state.streaming = add(el('div', 'item assistant streaming', ''));
+    state.streaming.textContent += d.text;
+  },
+  model_response(d) {
+    if (state.streaming) { state.streaming.textContent = d.text; state.streaming.classList.remove('streaming'); }
+    else if (d.text) add(el('div', 'item assistant', d.text));
+    state.streaming = null; state.steps += 1;
+    state.tokens += (d.usage.input_tokens || 0) + (d.usage.output_tokens || 0); budget();
+  },
+  tool_call(d) {
+    const box = add(el('div', 'item tool'));
+    box.dataset.callId = d.id;
+    box.appendChild(el('span', 'name', d.name));
+    box.appendChild(el('span', 'args', ' ' + JSON.stringify(d.arguments, null, 1)));
+    state.calls[d.id] = box;
+  },
+  approval_requested(d) {
+    const box = state.calls[d.id] || add(el('div', 'item tool'));
+    const ask = el('div', 'approval');
+    ask.dataset.approvalId = d.approval_id;
+    ask.appendChild(el('span', '', `Approve ${d.name} with exactly these arguments? `));
+    const yes = el('button', 'approve', 'Approve'); const no = el('button', 'deny', 'Deny');
+    yes.onclick = () => decide(ask, d.approval_id, d.args_hash, true);
+    no.onclick = () => decide(ask, d.approval_id, d.args_hash, false);
+    ask.append(yes, ' ', no); box.appendChild(ask);
+  },
+  approval_decided(d) {
+    const ask = document.querySelector(`[data-approval-id="${CSS.escape(d.approval_id)}"]`);
+    if (ask) ask.replaceChildren(el('span', 'decision', (d.approved ? 'Approved' : 'Denied') + ': ' + d.reason));
+  },
+  tool_result(d) {
+    const box = state.calls[d.id] || add(el('div', 'item tool'));
+    const out = el('div', 'result' + (d.is_error ? ' error' : ''), d.output);
+    box.appendChild(out); if (d.is_error) box.classList.add('error');
+  },
+  retry(d) { add(el('div', 'note', `retry ${d.attempt} in ${d.delay}s: ${d.error.message}`)); },
+  queued(d) { add(el('div', 'note', `queued (${d.what}, position ${d.position})`)); },
+  restarting(d) { add(el('div', 'note', `restarting: ${d.reason}`)); },
+  gave_up(d) { add(el('div', 'note', `gave up after ${d.restarts} restarts: ${d.reason}`)); },
+  idle() { document.getElementById('status').textContent = 'idle'; },
+  run_finished(d) {
+    state.streaming = null; state.cost = d.cost_usd; budget();
+    const status = document.getElementById('status');
+    status.textContent = d.outcome; status.className = 'status-' + d.outcome;
+    if (d.answer && d.outcome === 'done') {
+      const last = [...document.querySelectorAll('.assistant')].pop();
+      if (last && last.textContent === d.answer) last.classList.add('answer');
+      else add(el('div', 'item answer', d.answer));
+    }
+    if (d.reason) add(el('div', 'note', d.reason));
+    document.querySelectorAll('.approval button').forEach(b => b.disabled = true);
+  },
+};
+const source = new EventSource('/api/runs/' + encodeURIComponent(runId) + '/events?offset=0');
+source.onmessage = (m) => {
+  const e = JSON.parse(m.data);
+  if (e.type === 'end') { source.close(); document.getElementById('cancel').disabled = true; return; }
+  (render[e.type] || (() => {}))(e);
+};
+document.getElementById('cancel').onclick = () => post('/cancel');
+document.getElementById('send').addEventListener('submit', async (ev) => {
+  ev.preventDefault(); const input = ev.target.elements.text;
+  const r = await post('/messages', {text: input.value});
+  document.getElementById('send-error').textContent = r.ok ? '' : (await r.json()).error;
+  if (r.ok) input.value = '';
+});
+</script>
+</body></html>
+"""
+
+
+def fill(template: str, **values: Any) -> str:
+    """Put already-escaped values in a page (markers look like __NAME__)."""
+    out = template.replace("__STYLE__", STYLE)
+    for name, value in values.items():
+        out = out.replace(f"__{name.upper()}__", str(value))
+    return out

@@ -1,0 +1,400 @@
+"""`tether serve`: the live web page and the JSON API behind it.
+
+The runs live in the server's Supervisor; the browser is only a viewer. Closing a tab never stops
+a run, and reopening it never starts another: the page replays the run's events from offset 0
+over Server-Sent Events, then follows them live.
+
+    GET  /                                   the list of runs and a form to start one
+    GET  /runs/{id}                          a run, live
+    POST /api/runs                           {task, model?, tools?, max_steps?, max_cost?} -> {id}
+    GET  /api/runs                           [{id, task, status, steps, usage, cost_usd, ...}]
+    GET  /api/runs/{id}                      the same for one run, with its transcript
+    GET  /api/runs/{id}/events?offset=N      Server-Sent Events from seq N (or Last-Event-ID)
+    POST /api/runs/{id}/messages             {text}
+    POST /api/runs/{id}/approve              {approval_id, args_hash?}
+    POST /api/runs/{id}/deny                 {approval_id, reason?}
+    POST /api/runs/{id}/cancel
+
+Security: every request needs the access token, as `Authorization: Bearer TOKEN` or as the
+cookie set by opening `/?token=TOKEN` once. Cookie-authenticated POSTs must also carry the page's
+CSRF token in `X-Tether-CSRF` (and the cookie is SameSite=Strict). Everything a model or a tool
+produced is inserted as text, never as HTML.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import html
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from ..agent import Agent
+from ..approvals import ApprovalError
+from ..errors import ConfigError, NoSuchRun, RunEnded
+from ..events import Event
+from ..journal import Journal
+from ..messages import Message, TextPart, ToolCall, ToolResult
+from ..supervisor import Supervisor
+from ..tools.tool import RunContext
+from .pages import INDEX_PAGE, RUN_PAGE, fill
+
+COOKIE = "tether_token"
+HEARTBEAT_S = 15.0
+
+AgentFactory = Callable[[dict[str, Any]], Agent]
+"""Builds the agent for a new run from the form's overrides (model, tools, budgets)."""
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class WebApp:
+    def __init__(
+        self,
+        factory: AgentFactory,
+        token: str,
+        *,
+        supervisor: Supervisor | None = None,
+        journal: Journal | None = None,
+        defaults: dict[str, Any] | None = None,
+        workspace: Path | None = None,
+    ) -> None:
+        self.factory = factory
+        self.token = token
+        self.csrf = hmac.new(token.encode(), b"csrf", hashlib.sha256).hexdigest()
+        self.supervisor = supervisor or Supervisor()
+        self.journal = journal
+        self.defaults = defaults or {}
+        self.workspace = workspace or Path.cwd()
+        self.archived: dict[str, list[Event]] = {}
+        self.background: set[asyncio.Task[None]] = set()
+        if journal is not None:
+            for run_id, events in journal.runs().items():
+                log = self.supervisor.bus.log(run_id)
+                log.events.extend(events)
+                log.close()
+                self.archived[run_id] = events
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self.auth])
+        app.router.add_get("/", self.index)
+        app.router.add_get("/runs/{id}", self.run_page)
+        app.router.add_post("/api/runs", self.start_run)
+        app.router.add_get("/api/runs", self.list_runs)
+        app.router.add_get("/api/runs/{id}", self.get_run)
+        app.router.add_get("/api/runs/{id}/events", self.events)
+        app.router.add_post("/api/runs/{id}/messages", self.send_message)
+        app.router.add_post("/api/runs/{id}/approve", self.approve)
+        app.router.add_post("/api/runs/{id}/deny", self.deny)
+        app.router.add_post("/api/runs/{id}/cancel", self.cancel)
+        app.on_shutdown.append(self.shutdown)
+        return app
+
+    async def shutdown(self, app: web.Application) -> None:
+        await self.supervisor.shutdown(deadline=2.0)
+        if self.journal is not None:
+            self.journal.close()
+
+    # -- security -------------------------------------------------------------------------------
+    @web.middleware
+    async def auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.query.get("token")
+        if given is not None and request.method == "GET":
+            if not hmac.compare_digest(given, self.token):
+                return self.denied(request)
+            rest = {k: v for k, v in request.query.items() if k != "token"}
+            response = web.HTTPFound(request.rel_url.with_query(rest))
+            response.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict", path="/")
+            return response
+        bearer = request.headers.get("Authorization", "")
+        if bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:], self.token):
+            return await handler(request)
+        cookie = request.cookies.get(COOKIE, "")
+        if not cookie or not hmac.compare_digest(cookie, self.token):
+            return self.denied(request)
+        if request.method == "POST":
+            csrf = request.headers.get("X-Tether-CSRF", "")
+            if not hmac.compare_digest(csrf, self.csrf):
+                return json_error(403, "missing or wrong X-Tether-CSRF header")
+        return await handler(request)
+
+    def denied(self, request: web.Request) -> web.Response:
+        if request.path.startswith("/api/"):
+            return json_error(401, "an access token is required")
+        return web.Response(
+            status=401,
+            content_type="text/html",
+            text="<!doctype html><title>Tether</title><p>Open the link that "
+            "<code>tether serve</code> printed (it holds the access token).</p>",
+        )
+
+    # -- pages ----------------------------------------------------------------------------------
+    async def index(self, request: web.Request) -> web.Response:
+        rows = "".join(
+            f'<tr><td><a href="/runs/{esc(s["id"])}">{esc(s["id"])}</a></td>'
+            f'<td>{esc(s["task"][:120])}</td><td class="status-{esc(s["status"])}">'
+            f"{esc(s['status'])}</td><td>{s['steps']}</td><td>{s['tokens']}</td>"
+            f"<td>${s['cost_usd']:.4f}</td></tr>"
+            for s in reversed(self.summaries())
+        )
+        page = fill(
+            INDEX_PAGE,
+            csrf=self.csrf,
+            rows=rows,
+            model=esc(str(self.defaults.get("model", ""))),
+            tools="".join(
+                f'<label><input type="checkbox" name="tools" value="{esc(t)}"'
+                f"{' checked' if t in self.defaults.get('tools', []) else ''}> {esc(t)}</label> "
+                for t in self.defaults.get("available_tools", [])
+            ),
+            max_steps=esc(str(self.defaults.get("max_steps", ""))),
+        )
+        return web.Response(text=page, content_type="text/html")
+
+    async def run_page(self, request: web.Request) -> web.Response:
+        run_id = request.match_info["id"]
+        if run_id not in self.supervisor.bus.logs:
+            return web.Response(status=404, text="no such run", content_type="text/plain")
+        page = fill(RUN_PAGE, csrf=self.csrf, run_id=esc(run_id), run_id_json=js_string(run_id))
+        return web.Response(text=page, content_type="text/html")
+
+    # -- API ------------------------------------------------------------------------------------
+    async def start_run(self, request: web.Request) -> web.Response:
+        body = await json_body(request)
+        task = body.get("task")
+        if not isinstance(task, str) or not task.strip():
+            return json_error(400, "task: a non-empty string is required")
+        try:
+            agent = self.factory(body)
+        except (ConfigError, ValueError, TypeError) as e:
+            return json_error(400, str(e))
+        run = self.supervisor.start(
+            agent,
+            task.strip(),
+            run_id=body.get("run_id") or None,
+            context=RunContext(workspace=self.workspace),
+            sinks=[self.journal.write] if self.journal else None,
+        )
+        closer = asyncio.create_task(close_when_done(run.wait(), agent))
+        self.background.add(closer)
+        closer.add_done_callback(self.background.discard)
+        return web.json_response({"id": run.id, "status": run.status}, status=201)
+
+    async def list_runs(self, request: web.Request) -> web.Response:
+        return web.json_response(self.summaries(), dumps=dumps)
+
+    async def get_run(self, request: web.Request) -> web.Response:
+        run_id = request.match_info["id"]
+        if run_id not in self.supervisor.bus.logs:
+            return json_error(404, f"no run {run_id!r}")
+        summary = self.summary(run_id)
+        run = self.supervisor.runs.get(run_id)
+        summary["transcript"] = [message_dict(m) for m in run.transcript] if run else None
+        summary["approvals"] = [r.to_dict() for r in run.desk.waiting()] if run else []
+        return web.json_response(summary, dumps=dumps)
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        run_id = request.match_info["id"]
+        if run_id not in self.supervisor.bus.logs:
+            return json_error(404, f"no run {run_id!r}")
+        try:
+            offset = int(request.query.get("offset", "-1"))
+            if offset < 0:
+                offset = int(request.headers.get("Last-Event-ID", "-1")) + 1
+        except ValueError:
+            return json_error(400, "offset: a whole number is required")
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await response.prepare(request)
+        position = max(0, offset)
+        while True:
+            subscription = self.supervisor.bus.subscribe(run_id, position)
+            try:
+                while True:
+                    async with asyncio.timeout(HEARTBEAT_S):
+                        event = await anext(subscription)
+                    if event.seq >= 0:
+                        position = event.seq + 1
+                        await response.write(b"id: %d\ndata: %s\n\n" % (event.seq, event.to_json()))
+                    else:
+                        await response.write(b"data: %s\n\n" % event.to_json())
+            except StopAsyncIteration:
+                await response.write(b'data: {"type":"end"}\n\n')
+                return response
+            except TimeoutError:
+                await response.write(b": still here\n\n")  # keeps proxies from closing it
+            except (ConnectionResetError, asyncio.CancelledError):
+                return response
+            finally:
+                await subscription.aclose()  # type: ignore[attr-defined]
+
+    async def send_message(self, request: web.Request) -> web.Response:
+        body = await json_body(request)
+        text = body.get("text")
+        if not isinstance(text, str) or not text.strip():
+            return json_error(400, "text: a non-empty string is required")
+        try:
+            self.live(request).send(text.strip())
+        except RunEnded as e:
+            return json_error(409, str(e))
+        return web.json_response({"queued": True})
+
+    async def approve(self, request: web.Request) -> web.Response:
+        return await self.decide(request, approved=True)
+
+    async def deny(self, request: web.Request) -> web.Response:
+        return await self.decide(request, approved=False)
+
+    async def decide(self, request: web.Request, approved: bool) -> web.Response:
+        body = await json_body(request)
+        approval_id = body.get("approval_id")
+        if not isinstance(approval_id, str):
+            return json_error(400, "approval_id: a string is required")
+        run = self.live(request)
+        try:
+            if approved:
+                run.approve(approval_id, body.get("args_hash"))
+            else:
+                run.deny(approval_id, str(body.get("reason") or "denied in the web page"))
+        except ApprovalError as e:
+            return json_error(409, str(e))
+        return web.json_response({"approval_id": approval_id, "approved": approved})
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        run = self.live(request)
+        cancelled = run.cancel()
+        if cancelled:
+            await run.wait()
+        return web.json_response({"cancelled": cancelled, "status": run.status})
+
+    def live(self, request: web.Request) -> Any:
+        run_id = request.match_info["id"]
+        try:
+            return self.supervisor.get(run_id)
+        except NoSuchRun:
+            status = 409 if run_id in self.archived else 404
+            raise json_http_error(status, f"run {run_id!r} is not running here") from None
+
+    # -- summaries ------------------------------------------------------------------------------
+    def summaries(self) -> list[dict[str, Any]]:
+        return [self.summary(run_id) for run_id in self.supervisor.bus.logs]
+
+    def summary(self, run_id: str) -> dict[str, Any]:
+        run = self.supervisor.runs.get(run_id)
+        s = summarize(self.supervisor.bus.logs[run_id].events)
+        s["id"] = run_id
+        if run is not None:
+            s["status"] = run.status
+        elif s["status"] in ("queued", "running", "idle"):
+            s["status"] = "interrupted"  # its server stopped before it ended
+        return s
+
+
+def summarize(events: list[Event]) -> dict[str, Any]:
+    s: dict[str, Any] = {
+        "task": "",
+        "status": "queued",
+        "steps": 0,
+        "tokens": 0,
+        "cost_usd": 0.0,
+        "answer": "",
+        "started": None,
+        "usage": None,
+        "model": "",
+    }
+    for e in events:
+        d = e.data
+        if e.type == "run_started":
+            s["task"] = s["task"] or (d.get("task") or "")
+            s["model"] = d.get("model", "")
+            s["started"] = s["started"] or e.ts
+            s["status"] = "running"
+        elif e.type == "model_response":
+            s["steps"] += 1
+            u = d.get("usage") or {}
+            s["tokens"] += u.get("input_tokens", 0) + u.get("output_tokens", 0)
+        elif e.type == "run_finished":
+            s["status"] = d.get("outcome", "done")
+            s["answer"] = d.get("answer", "")
+            s["cost_usd"] += d.get("cost_usd", 0.0)
+            s["usage"] = d.get("usage")
+    return s
+
+
+def message_dict(m: Message) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    for p in m.parts:
+        if isinstance(p, TextPart):
+            parts.append({"type": "text", "text": p.text})
+        elif isinstance(p, ToolCall):
+            parts.append(
+                {"type": "tool_call", "id": p.id, "name": p.name, "arguments": p.arguments}
+            )
+        elif isinstance(p, ToolResult):
+            parts.append(
+                {
+                    "type": "tool_result",
+                    "id": p.call_id,
+                    "name": p.name,
+                    "output": p.output,
+                    "is_error": p.is_error,
+                }
+            )
+    return {"role": m.role, "parts": parts}
+
+
+async def close_when_done(done: Awaitable[Any], agent: Agent) -> None:
+    with contextlib.suppress(Exception):
+        await done
+    await agent.model.aclose()
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = orjson.loads(await request.read() or b"{}")
+    except orjson.JSONDecodeError:
+        raise json_http_error(400, "the body must be JSON") from None
+    if not isinstance(body, dict):
+        raise json_http_error(400, "the body must be a JSON object")
+    return body
+
+
+def json_error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+HTTP_ERRORS: dict[int, type[web.HTTPException]] = {
+    400: web.HTTPBadRequest,
+    404: web.HTTPNotFound,
+    409: web.HTTPConflict,
+}
+
+
+def json_http_error(status: int, message: str) -> web.HTTPException:
+    return HTTP_ERRORS[status](
+        text=orjson.dumps({"error": message}).decode(), content_type="application/json"
+    )
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def esc(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def js_string(text: str) -> str:
+    """A JSON string literal that is safe inside an HTML <script> element."""
+    return orjson.dumps(text).decode().replace("<", "\\u003c").replace(">", "\\u003e")

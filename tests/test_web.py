@@ -1,0 +1,286 @@
+"""The web page in a real browser (Debian's Chromium driven by Playwright), against `tether serve`
+running as a real process, its model a wire-level mock over HTTP. Screenshots go to
+test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FIXTURES, TETHER, cli_env
+from wire_server import WireServer, tool_results
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).parent.parent / "test-artifacts"
+TOKEN = "test-token-6f1d"
+
+try:
+    from playwright.sync_api import Browser, Page, expect, sync_playwright
+except ImportError:  # pragma: no cover - the dev extra installs it
+    sync_playwright = None  # type: ignore[assignment]
+
+if sync_playwright is None or not os.path.exists(CHROMIUM):
+    reason = "needs the playwright package and Debian's chromium (scripts/test installs both)"
+    if os.environ.get("TETHER_REQUIRE_BROWSER"):
+        raise RuntimeError(reason)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def script(body: dict[str, Any]) -> dict[str, Any]:
+    """The mock model's replies, chosen by the run's task and how far it has got."""
+    first = body["messages"][1]["content"]
+    done = tool_results(body)
+    if first == "stream slowly":
+        words = " ".join(f"word{i}" for i in range(40))
+        return {"text": words, "deltas": 40, "chunk_delay": 0.1}
+    if first == "run two commands":
+        if done == 0:
+            return {
+                "calls": [
+                    ("bash", {"command": "echo yes > approved.txt"}),
+                    ("bash", {"command": "echo no > denied.txt"}),
+                ]
+            }
+        return {"text": "One command ran, the other was denied."}
+    if first == "cancel me":
+        return {"text": "never ending " * 100, "deltas": 200, "chunk_delay": 0.2}
+    if first == "inject":
+        if done == 0:
+            return {"calls": [("inject", {})]}
+        return {"text": '<img src=x onerror="window.pwned=2"> the tool said something odd.'}
+    return {"text": "I do not know that task."}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Server:
+    def __init__(self, wire: WireServer, data: Path, workspace: Path) -> None:
+        self.wire, self.data, self.workspace = wire, data, workspace
+        self.port = free_port()
+        self.proc: subprocess.Popen[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        self.proc = subprocess.Popen(
+            [
+                *TETHER,
+                "serve",
+                "--port",
+                str(self.port),
+                "--token",
+                TOKEN,
+                "--base-url",
+                self.wire.url,
+                "--tools",
+                "bash",
+                "--tools-from",
+                str(FIXTURES / "web_tools.py"),
+                "--workspace",
+                str(self.workspace),
+                "--data-dir",
+                str(self.data),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(OPENAI_API_KEY="sk-web"),
+        )
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(self.url + "/api/runs", timeout=1)
+            except urllib.error.HTTPError as e:
+                if e.code == 401:
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("tether serve did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        request = urllib.request.Request(
+            self.url + path,
+            method=method,
+            data=json.dumps(body).encode() if body else None,
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return json.loads(r.read())
+
+
+@pytest.fixture
+def server(wire: WireServer, tmp_path: Path) -> Iterator[Server]:
+    wire.rule = script
+    (tmp_path / "ws").mkdir()
+    s = Server(wire, tmp_path / "data", tmp_path / "ws").start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser, server: Server) -> Iterator[Page]:
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{server.url}/?token={TOKEN}")  # sets the cookie, then drops the token
+    assert "token" not in page.url
+    yield page
+    context.close()
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"web-{name}.png"), full_page=True)
+
+
+def start_from_form(page: Page, task: str) -> None:
+    page.fill("textarea[name=task]", task)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/runs/*")
+
+
+def test_watch_deltas_arrive_and_a_reload_loses_nothing(page: Page, server: Server) -> None:
+    start_from_form(page, "stream slowly")
+    streaming = page.locator(".assistant").first
+    expect(streaming).to_contain_text("word3", timeout=10_000)
+    seen = len(streaming.inner_text())
+    page.wait_for_timeout(600)
+    assert len(streaming.inner_text()) > seen  # it grows as deltas arrive
+    assert page.locator("#status").inner_text() == "running"
+    shot(page, "streaming")
+    page.reload()  # mid-run: the page replays from the first event, then follows live
+    expect(page.locator(".user").first).to_have_text("stream slowly")
+    expect(page.locator(".assistant").first).to_contain_text("word0 word1 word2")
+    expect(page.locator("#status")).to_have_text("done", timeout=15_000)
+    expect(page.locator(".answer")).to_contain_text("word39")
+    shot(page, "done")
+
+
+def test_approve_one_call_and_deny_another(page: Page, server: Server) -> None:
+    run = server.api("POST", "/api/runs", {"task": "run two commands"})
+    page.goto(f"{server.url}/runs/{run['id']}")
+    expect(page.locator(".approval")).to_have_count(2, timeout=10_000)
+    approve_box = page.locator(".tool", has_text="approved.txt")
+    deny_box = page.locator(".tool", has_text="denied.txt")
+    expect(approve_box.locator(".approval")).to_contain_text("Approve bash")
+    shot(page, "approvals")
+    approve_box.locator("button.approve").click()
+    deny_box.locator("button.deny").click()
+    expect(page.locator("#status")).to_have_text("done", timeout=10_000)
+    expect(approve_box).to_contain_text("Approved")
+    expect(deny_box).to_contain_text("Denied: denied in the web page")
+    expect(deny_box.locator(".result")).to_contain_text("not approved")
+    assert (server.workspace / "approved.txt").read_text() == "yes\n"
+    assert not (server.workspace / "denied.txt").exists()
+    shot(page, "approved-and-denied")
+
+
+def test_cancel_a_run(page: Page, server: Server) -> None:
+    start_from_form(page, "cancel me")
+    expect(page.locator(".assistant").first).to_contain_text("never ending", timeout=10_000)
+    page.click("#cancel")
+    expect(page.locator("#status")).to_have_text("cancelled", timeout=5_000)
+    run_id = page.url.rsplit("/", 1)[1]
+    assert server.api("GET", f"/api/runs/{run_id}")["status"] == "cancelled"
+    shot(page, "cancelled")
+
+
+def test_injected_markup_stays_text(page: Page, server: Server) -> None:
+    start_from_form(page, "inject")
+    expect(page.locator("#status")).to_have_text("done", timeout=10_000)
+    result = page.locator(".tool .result")
+    expect(result).to_contain_text("<script>window.pwned=1</script>")
+    expect(page.locator(".answer")).to_contain_text('<img src=x onerror="window.pwned=2">')
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("#log script, #log img").count() == 0
+    shot(page, "injection-as-text")
+
+
+def test_a_page_opened_after_a_server_restart_shows_the_whole_run(
+    browser: Browser, server: Server
+) -> None:
+    run = server.api("POST", "/api/runs", {"task": "stream slowly"})
+    for _ in range(100):
+        if server.api("GET", f"/api/runs/{run['id']}")["status"] == "done":
+            break
+        time.sleep(0.1)
+    server.stop()
+    server.start()
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{server.url}/runs/{run['id']}?token={TOKEN}")
+    expect(page.locator("#status")).to_have_text("done", timeout=10_000)
+    expect(page.locator(".user").first).to_have_text("stream slowly")
+    expect(page.locator(".answer")).to_contain_text("word0 word1")
+    shot(page, "after-restart")
+    context.close()
+
+
+def test_the_api_needs_the_token_and_the_csrf_header(server: Server) -> None:
+    def status(path: str, method: str = "GET", headers: dict[str, str] | None = None) -> int:
+        request = urllib.request.Request(
+            server.url + path, method=method, data=b"{}", headers=headers or {}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert status("/api/runs") == 401
+    assert status("/") == 401
+    assert status("/api/runs", headers={"Authorization": "Bearer wrong"}) == 401
+    cookie = {"Cookie": f"tether_token={TOKEN}"}
+    assert status("/api/runs", headers=cookie) == 200
+    assert status("/api/runs", "POST", cookie) == 403  # a cookie alone cannot POST
+    assert status("/api/runs", "POST", {"Authorization": f"Bearer {TOKEN}"}) == 400  # no task
+
+
+def test_binding_beyond_loopback_needs_a_flag() -> None:
+    p = subprocess.run(
+        [*TETHER, "serve", "--host", "0.0.0.0", "--base-url", "http://x/v1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=cli_env(),
+    )
+    assert p.returncode == 2 and "--allow-remote" in p.stderr
