@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import ipaddress
 import os
@@ -20,7 +21,7 @@ import orjson
 
 from .agent import Agent, RunResult
 from .approvals import ApprovalRequest, Approver, Decision, approve_all, deny_all
-from .errors import ConfigError
+from .errors import ConfigError, MissingAPIKey
 from .events import Event, Sink
 from .loop import Budget
 from .messages import Message
@@ -77,7 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=str(data_dir()),
         help=f"where run journals are kept (default: {data_dir()})",
     )
-    for p in (run, ask, serve):
+    mcp = sub.add_parser(
+        "mcp-serve",
+        help="serve Tether's tools, and an agent as a tool, to MCP clients (stdio)",
+        description="An MCP server over stdio: the selected tools, and run_agent, which gives a "
+        "task to a Tether agent built from the model options (left out without a model key).",
+    )
+    for p in (run, ask, serve, mcp):
         add_run_options(p)
     return parser
 
@@ -129,6 +136,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         help="load @tool functions from a Python file or module (repeatable)",
     )
     t.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="COMMAND_OR_URL",
+        help="use the tools of an MCP server: a command (stdio) or a streamable HTTP URL "
+        "(repeatable)",
+    )
+    t.add_argument(
         "--tool-timeout",
         type=float,
         metavar="S",
@@ -171,6 +186,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "mcp-serve":
+        return command_mcp_serve(args)
     try:
         agent = build_agent(args)
     except ConfigError as e:
@@ -278,7 +295,13 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
     run_id = args.run_id or uuid.uuid4().hex[:12]
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
     approver = approver_for(args, can_ask=sys.stdin.isatty())
-    result = asyncio.run(supervised(agent, args.task, context_for(args, run_id), sink, approver))
+    try:
+        result = asyncio.run(
+            supervised(agent, args.task, context_for(args, run_id), sink, approver, args.mcp)
+        )
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
     if result.outcome == "cancelled":
         if not args.json:
             print("\n[cancelled]", file=sys.stderr)
@@ -289,11 +312,18 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
 
 
 async def supervised(
-    agent: Agent, task: str, ctx: RunContext, sink: Sink, approver: Approver
+    agent: Agent, task: str, ctx: RunContext, sink: Sink, approver: Approver, mcp: list[str]
 ) -> RunResult:
     """One supervised run, its events read from the bus as any subscriber reads them.
     Ctrl-C cancels the run; its last events are still shown."""
     supervisor = Supervisor()
+    stack = contextlib.AsyncExitStack()
+    try:
+        await add_mcp_tools(agent, mcp, stack)
+    except ConfigError:
+        await stack.aclose()
+        await agent.model.aclose()
+        raise
     run = supervisor.start(agent, task, run_id=ctx.run_id, context=ctx, approver=approver)
     shown = 0
     try:
@@ -307,6 +337,7 @@ async def supervised(
             sink(event)
         asyncio.current_task().uncancel()  # type: ignore[union-attr]
     finally:
+        await stack.aclose()
         await agent.model.aclose()
     result = await run.wait()
     assert result is not None
@@ -320,7 +351,14 @@ def command_ask(agent: Agent, args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     approver = approver_for(args, can_ask=True)  # answers come from the conversation's input
     status = 0
+    stack = contextlib.AsyncExitStack()
     with asyncio.Runner() as runner:
+        try:
+            runner.run(add_mcp_tools(agent, args.mcp, stack))
+        except ConfigError as e:
+            print(f"tether: error: {e}", file=sys.stderr)
+            runner.run(agent.model.aclose())
+            return 2
         turn = 0
         while True:
             try:
@@ -350,6 +388,7 @@ def command_ask(agent: Agent, args: argparse.Namespace) -> int:
             status = result.exit_status
             if not args.json:
                 report(result, sys.stderr, quiet_done=True)
+        runner.run(stack.aclose())
         runner.run(agent.model.aclose())
     return status
 
@@ -479,3 +518,33 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+async def add_mcp_tools(agent: Agent, servers: list[str], stack: contextlib.AsyncExitStack) -> None:
+    if not servers:
+        return
+    from .tools.mcp import mcp_tools
+
+    for t in await stack.enter_async_context(mcp_tools(servers)):
+        agent.toolbox.add(t)
+
+
+def command_mcp_serve(args: argparse.Namespace) -> int:
+    from .mcp_server import agent_tool, serve_stdio
+
+    try:
+        tools = select_tools(args)
+        workspace = Path(args.workspace).resolve()
+        approver: Approver = approve_all if args.approve == "auto" else deny_all
+        try:
+            agent = build_agent(args)
+            tools.append(agent_tool(agent, workspace, approver))
+        except MissingAPIKey as e:
+            print(f"tether mcp-serve: no run_agent tool: {e}", file=sys.stderr)
+        asyncio.run(serve_stdio(tools, workspace, approver))
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -59,26 +59,34 @@ class Tool:
     name: str
     description: str
     fn: Callable[..., Any]
-    args_model: type[pydantic.BaseModel]
+    args_model: type[pydantic.BaseModel] | None
+    """Validates the model's arguments; None for tools described by a JSON schema alone (MCP
+    tools: their server validates)."""
     context_param: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     approval: Policy = "never"
     """Which calls a person must approve first: "never", "always", or a predicate on the
     arguments."""
+    schema: dict[str, Any] | None = None
     parameters: dict[str, Any] = field(init=False)
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.parameters = clean_schema(self.args_model.model_json_schema())
+        if self.args_model is not None:
+            self.parameters = clean_schema(self.args_model.model_json_schema())
+            self._fields = tuple(self.args_model.model_fields)
+        else:
+            self.parameters = dict(self.schema or {"type": "object", "properties": {}})
         self.is_async = inspect.iscoroutinefunction(self.fn)
         self.spec = ToolSpec(self.name, self.description, self.parameters)
-        self._fields = tuple(self.args_model.model_fields)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the plain function, as if it were not a tool."""
         return self.fn(*args, **kwargs)
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        if self.args_model is None:
+            return dict(arguments)
         try:
             model = self.args_model.model_validate(arguments)
         except pydantic.ValidationError as e:

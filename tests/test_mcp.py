@@ -1,0 +1,141 @@
+"""MCP both ways, with real processes built with the mcp SDK: a run that uses an MCP server's
+tool (stdio and streamable HTTP), and an MCP client that uses Tether's tools and agent."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FIXTURES, TETHER, cli_env
+from wire_server import WireServer
+
+pytest.importorskip("mcp", reason="needs the mcp extra")
+
+SERVER = f"{sys.executable} {FIXTURES / 'mcp_server.py'}"
+
+
+def run_with_mcp(wire: WireServer, mcp: str, *extra: str) -> tuple[int, list[dict[str, Any]]]:
+    p = subprocess.run(
+        [
+            *TETHER,
+            "run",
+            "how many apples and plums?",
+            "--base-url",
+            wire.url,
+            "--json",
+            "--tools",
+            "none",
+            "--mcp",
+            mcp,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(OPENAI_API_KEY="k"),
+    )
+    return p.returncode, [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def test_a_run_uses_an_mcp_servers_tools_over_stdio(wire: WireServer) -> None:
+    wire.add(calls=[("stock", {"item": "apples"}), ("stock", {"item": "plums"})])
+    wire.add(text="12 apples; plums are unknown.")
+    status, events = run_with_mcp(wire, SERVER)
+    assert status == 0
+    results = {e["id"]: e for e in events if e["type"] == "tool_result"}
+    calls = [e for e in events if e["type"] == "tool_call"]
+    apples, plums = (results[c["id"]] for c in calls)
+    assert (apples["output"], apples["is_error"]) == ("12 apples in stock", False)
+    assert plums["is_error"] and "stock" in plums["output"]  # the server's error result
+    tools = wire.requests[0]["tools"]
+    assert [t["function"]["name"] for t in tools] == ["stock"]
+    assert tools[0]["function"]["parameters"]["required"] == ["item"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(FIXTURES / "mcp_server.py"), "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_a_run_uses_an_mcp_server_over_streamable_http(wire: WireServer, http_server: str) -> None:
+    wire.add(calls=[("stock", {"item": "pears"})]).add(text="No pears.")
+    status, events = run_with_mcp(wire, http_server)
+    assert status == 0
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["output"] == "0 pears in stock"
+
+
+def test_an_unreachable_mcp_server_is_a_clear_error(wire: WireServer) -> None:
+    p = subprocess.run(
+        [*TETHER, "run", "x", "--base-url", wire.url, "--mcp", "http://127.0.0.1:9/mcp"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(OPENAI_API_KEY="k"),
+    )
+    assert p.returncode == 2 and "cannot reach the server" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+async def test_an_mcp_client_uses_tethers_tools_and_agent(tmp_path: Path, wire: WireServer) -> None:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    (tmp_path / "notes.txt").write_text("remember the milk")
+    wire.add(calls=[("read_file", {"path": "notes.txt"})]).add(text="The note says: milk.")
+    env = cli_env(OPENAI_API_KEY="k")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "tether",
+            "mcp-serve",
+            "--base-url",
+            wire.url,
+            "--tools",
+            "read_file,list_files",
+            "--workspace",
+            str(tmp_path),
+        ],
+        env=env,
+    )
+    async with Client(params) as client:
+        listed = await client.list_tools()
+        names = sorted(t.name for t in listed.tools)
+        assert names == ["list_files", "read_file", "run_agent"]
+        read = await client.call_tool("read_file", {"path": "notes.txt"})
+        assert read.content[0].text == "remember the milk" and not read.is_error
+        outside = await client.call_tool("read_file", {"path": "../../etc/passwd"})
+        assert outside.is_error and "outside the workspace" in outside.content[0].text
+        answer = await client.call_tool("run_agent", {"task": "What does my note say?"})
+        assert not answer.is_error and answer.content[0].text == "The note says: milk."
+    assert wire.requests[1]["messages"][-1]["content"] == "remember the milk"
