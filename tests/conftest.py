@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 FIXTURES = Path(__file__).parent / "fixtures"
+DATA_HOME = tempfile.mkdtemp(prefix="tether-test-data-")  # journals of CLI runs go here
 TETHER = [sys.executable, "-m", "tether"]
 SRC = str(Path(__file__).parent.parent / "src")
 
@@ -43,5 +45,6 @@ def alive(pid: int) -> bool:
 def cli_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    env["XDG_DATA_HOME"] = DATA_HOME
     env.update(extra)
     return env

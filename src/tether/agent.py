@@ -189,6 +189,8 @@ class Agent:
                 request = ModelRequest(
                     tuple(state.messages), state.tools, state.system, self.max_output_tokens
                 )
+                if emitter.active:
+                    emitter.emit("model_request", messages=len(request.messages))
                 if limiter is None:
                     response = await self.model.respond(request, on_text, on_retry)
                 else:

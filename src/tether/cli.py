@@ -14,6 +14,7 @@ import os
 import secrets
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -27,6 +28,7 @@ from .loop import Budget
 from .messages import Message
 from .pricing import load_prices, price_for
 from .providers import PROVIDERS, HTTPSettings, make_model
+from .redact import redactor, scrub
 from .supervisor import Supervisor
 from .tools import BUILTINS, RunContext, Tool
 from .tools.loading import load_tools
@@ -73,11 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow binding to an address other than loopback",
     )
-    w.add_argument(
-        "--data-dir",
-        default=str(data_dir()),
-        help=f"where run journals are kept (default: {data_dir()})",
-    )
     mcp = sub.add_parser(
         "mcp-serve",
         help="serve Tether's tools, and an agent as a tool, to MCP clients (stdio)",
@@ -86,6 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for p in (run, ask, serve, mcp):
         add_run_options(p)
+    show = sub.add_parser(
+        "show",
+        help="a past run: its transcript, events or ATIF trajectory",
+        description="Show a run from its journal (tether run, ask and serve keep one).",
+    )
+    show.add_argument("run_id", metavar="RUN_ID")
+    form = show.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="the events, one JSON object a line")
+    form.add_argument("--atif", action="store_true", help="the ATIF trajectory (Harbor)")
+    show.add_argument("--data-dir", default=str(data_dir()), help="where the journals are")
     return parser
 
 
@@ -179,8 +186,24 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("run")
     o.add_argument("--system", metavar="TEXT", help="system prompt")
     o.add_argument("--json", action="store_true", help="print events as JSON lines")
+    o.add_argument(
+        "--otel",
+        action="store_true",
+        help="emit OpenTelemetry spans (needs the otel extra; exporter from the "
+        "OTEL_* environment, else printed to stderr)",
+    )
     o.add_argument("--run-id", metavar="ID", help="id of the run (default: generated)")
     o.add_argument("--store", metavar="URL", help="durable store (not available in this version)")
+    o.add_argument(
+        "--data-dir",
+        default=str(data_dir()),
+        help=f"where run journals are kept, for tether show (default: {data_dir()})",
+    )
+    o.add_argument(
+        "--log",
+        metavar="FILE",
+        help="append a structured log (JSON lines, secrets redacted) to FILE",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "mcp-serve":
         return command_mcp_serve(args)
+    if args.command == "show":
+        return command_show(args)
     try:
         agent = build_agent(args)
     except ConfigError as e:
@@ -295,13 +320,29 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
     run_id = args.run_id or uuid.uuid4().hex[:12]
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
     approver = approver_for(args, can_ask=sys.stdin.isatty())
+    sinks = [sink, *journal_sinks(args)]
+    shutdown: Callable[[], Any] | None = None
+    if args.otel:
+        try:
+            from .tracing import configure
+        except ImportError:
+            print(
+                "tether: error: --otel needs the otel extra: pip install 'tether[otel]'",
+                file=sys.stderr,
+            )
+            return 2
+        span_sink, shutdown = configure()
+        sinks.append(span_sink)
     try:
         result = asyncio.run(
-            supervised(agent, args.task, context_for(args, run_id), sink, approver, args.mcp)
+            supervised(agent, args.task, context_for(args, run_id), sinks, approver, args.mcp)
         )
     except ConfigError as e:
         print(f"tether: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if shutdown is not None:
+            shutdown()
     if result.outcome == "cancelled":
         if not args.json:
             print("\n[cancelled]", file=sys.stderr)
@@ -312,7 +353,12 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
 
 
 async def supervised(
-    agent: Agent, task: str, ctx: RunContext, sink: Sink, approver: Approver, mcp: list[str]
+    agent: Agent,
+    task: str,
+    ctx: RunContext,
+    sinks: list[Sink],
+    approver: Approver,
+    mcp: list[str],
 ) -> RunResult:
     """One supervised run, its events read from the bus as any subscriber reads them.
     Ctrl-C cancels the run; its last events are still shown."""
@@ -328,13 +374,15 @@ async def supervised(
     shown = 0
     try:
         async for event in supervisor.bus.subscribe(run.id):
-            sink(event)
+            for sink in sinks:
+                sink(event)
             shown = event.seq + 1
     except asyncio.CancelledError:
         run.cancel()
         await run.wait()
         async for event in supervisor.bus.subscribe(run.id, offset=shown):
-            sink(event)
+            for sink in sinks:
+                sink(event)
         asyncio.current_task().uncancel()  # type: ignore[union-attr]
     finally:
         await stack.aclose()
@@ -348,6 +396,7 @@ def command_ask(agent: Agent, args: argparse.Namespace) -> int:
     session = args.run_id or uuid.uuid4().hex[:12]
     transcript: list[Message] = []
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
+    sinks = [sink, *journal_sinks(args)]
     interactive = sys.stdin.isatty()
     approver = approver_for(args, can_ask=True)  # answers come from the conversation's input
     status = 0
@@ -378,7 +427,7 @@ def command_ask(agent: Agent, args: argparse.Namespace) -> int:
             try:
                 result = runner.run(
                     agent.run(
-                        text, transcript=transcript, context=ctx, sinks=[sink], approver=approver
+                        text, transcript=transcript, context=ctx, sinks=sinks, approver=approver
                     )
                 )
             except KeyboardInterrupt:
@@ -394,8 +443,10 @@ def command_ask(agent: Agent, args: argparse.Namespace) -> int:
 
 
 def json_sink(out: TextIO) -> Sink:
+    scrubber = redactor()
+
     def write(event: Event) -> None:
-        out.write(event.to_json().decode() + "\n")
+        out.write(scrubber.scrub_bytes(event.to_json()).decode() + "\n")
         out.flush()
 
     return write
@@ -411,7 +462,7 @@ class HumanOutput:
     def __call__(self, event: Event) -> None:
         d = event.data
         if event.type == "text_delta":
-            self.out.write(d["text"])
+            self.out.write(scrub(d["text"]))
             self.out.flush()
             self.streamed = True
         elif event.type == "model_response":
@@ -547,4 +598,53 @@ def command_mcp_serve(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    return 0
+
+
+def journal_sinks(args: argparse.Namespace) -> list[Sink]:
+    """The journal (for tether show) and, with --log, the structured log."""
+    from .journal import Journal
+
+    sinks: list[Sink] = []
+    try:
+        sinks.append(Journal(Path(args.data_dir) / "events").write)
+    except OSError as e:
+        print(f"tether: warning: no journal in {args.data_dir}: {e}", file=sys.stderr)
+    if args.log:
+        log = open(args.log, "ab")  # noqa: SIM115 - lives as long as the process
+        scrubber = redactor()
+
+        def write_log(event: Event) -> None:
+            if event.type == "text_delta":
+                return
+            level = "error" if event.type == "run_finished" and event.data.get("error") else "info"
+            record = {"ts": event.ts, "level": level, "event": event.to_dict()}
+            log.write(scrubber.scrub_bytes(orjson.dumps(record)) + b"\n")
+            log.flush()
+
+        sinks.append(write_log)
+    return sinks
+
+
+def command_show(args: argparse.Namespace) -> int:
+    from .journal import Journal
+    from .transcript import atif, readable
+
+    journal = Journal(Path(args.data_dir) / "events")
+    try:
+        path = journal.path(args.run_id)
+    except ValueError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    if not path.exists():
+        print(f"tether: error: no run {args.run_id} in {journal.directory}", file=sys.stderr)
+        return 2
+    events = journal.load(path)
+    if args.json:
+        for event in events:
+            sys.stdout.write(event.to_json().decode() + "\n")
+    elif args.atif:
+        sys.stdout.write(orjson.dumps(atif(events), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(readable(events) + "\n")
     return 0

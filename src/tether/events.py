@@ -4,6 +4,7 @@ Every event is a flat JSON object with `type`, `run_id`, `seq` (0, 1, 2 ... with
 `ts` (Unix time in seconds) plus the fields of its type:
 
     run_started     {task, provider, model}
+    model_request   {messages}                               a model call starts
     text_delta      {text}                                   while streaming
     model_response  {text, tool_calls [{id, name, arguments}], stop_reason, usage}
     tool_call       {id, name, arguments}

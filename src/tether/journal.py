@@ -13,6 +13,7 @@ from typing import IO
 import orjson
 
 from .events import Event
+from .redact import redactor
 
 
 class Journal:
@@ -30,7 +31,7 @@ class Journal:
         f = self.files.get(event.run_id)
         if f is None:
             f = self.files[event.run_id] = self.path(event.run_id).open("ab")
-        f.write(event.to_json() + b"\n")
+        f.write(redactor().scrub_bytes(event.to_json()) + b"\n")
         f.flush()
 
     def close(self) -> None:
@@ -40,15 +41,16 @@ class Journal:
 
     def runs(self) -> dict[str, list[Event]]:
         """Every journaled run's events, oldest file first."""
-        out: dict[str, list[Event]] = {}
-        for path in sorted(self.directory.glob("*.jsonl"), key=lambda p: p.stat().st_mtime):
-            events = []
-            for line in path.read_bytes().splitlines():
-                try:
-                    d = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    break  # a line cut short by a crash: the rest is not trusted
-                data = {k: v for k, v in d.items() if k not in ("type", "run_id", "seq", "ts")}
-                events.append(Event(d["type"], d["run_id"], d["seq"], data, d.get("ts", 0.0)))
-            out[path.stem] = events
-        return out
+        paths = sorted(self.directory.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+        return {path.stem: self.load(path) for path in paths}
+
+    def load(self, path: Path) -> list[Event]:
+        events = []
+        for line in path.read_bytes().splitlines():
+            try:
+                d = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                break  # a line cut short by a crash: the rest is not trusted
+            data = {k: v for k, v in d.items() if k not in ("type", "run_id", "seq", "ts")}
+            events.append(Event(d["type"], d["run_id"], d["seq"], data, d.get("ts", 0.0)))
+        return events

@@ -25,6 +25,7 @@ from ..errors import (
     ProviderTimeout,
     status_error,
 )
+from ..redact import scrub
 
 RetryHook = Callable[[int, float, ProviderError], None]
 
@@ -153,7 +154,7 @@ async def error_from_response(resp: aiohttp.ClientResponse) -> ProviderError:
         message = raw[:300].decode("utf-8", "replace").strip() or (resp.reason or "")
     return status_error(
         resp.status,
-        f"HTTP {resp.status}: {message}",
+        scrub(f"HTTP {resp.status}: {message}"),
         str(error_type) if error_type is not None else None,
         retry_after_seconds(resp.headers),
     )

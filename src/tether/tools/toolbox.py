@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from ..approvals import ApprovalRequest, Approver, Decision, needs_approval
 from ..events import Emitter, call_dict, tool_result_data
 from ..messages import ToolCall, ToolResult, ToolSpec
+from ..redact import scrub
 from .tool import RunContext, Tool, ToolArgumentsError
 
 
@@ -76,7 +77,7 @@ class Toolbox:
             raise
         except BaseException as e:  # SystemExit from a tool must not end the process
             return error(call, f"Tool {call.name!r} failed: {type(e).__name__}: {e}")
-        return ToolResult(call.id, call.name, output)
+        return ToolResult(call.id, call.name, scrub(output))
 
     async def ask(
         self, call: ToolCall, approver: Approver | None, emitter: Emitter | None
@@ -120,4 +121,4 @@ class Toolbox:
 
 
 def error(call: ToolCall, message: str) -> ToolResult:
-    return ToolResult(call.id, call.name, message, is_error=True)
+    return ToolResult(call.id, call.name, scrub(message), is_error=True)
