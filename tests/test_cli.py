@@ -208,7 +208,12 @@ def test_retries_are_visible_and_bounded_by_max_retries(wire: WireServer) -> Non
 
 
 def test_missing_key_is_a_one_line_error(no_keys: None) -> None:
-    p = subprocess.run([*TETHER, "run", "hi"], capture_output=True, text=True, env=cli_env())
+    p = subprocess.run(
+        [*TETHER, "run", "hi", "--provider", "openai-chat"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and "OPENAI_API_KEY" in p.stderr
 

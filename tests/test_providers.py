@@ -333,3 +333,16 @@ def test_sse_parser_handles_split_lines_crlf_comments_and_multiline_data() -> No
         events += p.feed(stream[i : i + 3])
     events += p.close()
     assert events == [("a", b'{"x"\n:1}'), (None, b"two"), (None, b"tail")]
+
+
+@every
+async def test_tool_choice_names_a_tool_in_each_dialect(wire: WireServer, protocol: str) -> None:
+    wire.add(calls=[("add", {"a": 1})])
+    req = ModelRequest((Message.user("add"),), (ADD,), None, None, "add")
+    await respond(client(wire, protocol, False), req)
+    expected = {
+        "chat": {"type": "function", "function": {"name": "add"}},
+        "responses": {"type": "function", "name": "add"},
+        "anthropic": {"type": "tool", "name": "add"},
+    }
+    assert wire.requests[0]["tool_choice"] == expected[protocol]

@@ -106,8 +106,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     m.add_argument(
         "--provider",
         choices=PROVIDERS,
-        default=os.environ.get("TETHER_PROVIDER", "openai-chat"),
-        help="wire protocol of the model (default: openai-chat, or $TETHER_PROVIDER)",
+        default=os.environ.get("TETHER_PROVIDER"),
+        help="wire protocol of the model (default: $TETHER_PROVIDER, else openai-chat; with no "
+        "API key and the local extra installed, the bundled offline model)",
     )
     m.add_argument("--model", help="model name (default depends on the provider)")
     m.add_argument("--base-url", help="any compatible server, e.g. http://127.0.0.1:11434/v1")
@@ -237,6 +238,8 @@ def build_agent(args: argparse.Namespace, tools: list[Tool] | None = None) -> Ag
         raise ConfigError(f"--workspace: {args.workspace} is not a directory")
     if tools is None:
         tools = select_tools(args)
+    if args.provider is None:
+        args.provider = default_provider(args)
     settings = HTTPSettings(
         connect_timeout=args.connect_timeout,
         read_timeout=args.read_timeout,
@@ -648,3 +651,18 @@ def command_show(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(readable(events) + "\n")
     return 0
+
+
+def default_provider(args: argparse.Namespace) -> str:
+    """openai-chat, unless there is no key to use it with and the offline model is installed."""
+    from .providers import local
+
+    if os.environ.get("OPENAI_API_KEY") or args.base_url or not local.available():
+        return "openai-chat"
+    print(
+        "tether: no OPENAI_API_KEY, so the bundled offline model SmolLM2-135M answers (small, "
+        "for trying Tether); export OPENAI_API_KEY, or ANTHROPIC_API_KEY with --provider "
+        "anthropic, for a real model",
+        file=sys.stderr,
+    )
+    return "local"

@@ -131,6 +131,8 @@ class ModelRequest:
     tools: tuple[ToolSpec, ...] = ()
     system: str | None = None
     max_output_tokens: int | None = None
+    tool_choice: str | None = None
+    """None or "auto" (the model decides), "required" (some tool), "none", or a tool's name."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ PRICES: dict[str, Price] = {
     "claude-sonnet-4-5": Price(3.0, 0.30, 15.0),
     "claude-haiku-4-5": Price(1.0, 0.10, 5.0),
     "scripted": Price(0.0, 0.0, 0.0),
+    "smollm2-135m-instruct": Price(0.0, 0.0, 0.0),
 }
 
 

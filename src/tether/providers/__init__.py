@@ -12,12 +12,13 @@ from .openai_chat import OpenAIChatModel
 from .openai_responses import OpenAIResponsesModel
 from .scripted import ScriptedModel, reply
 
-PROVIDERS = ("openai-chat", "openai-responses", "anthropic", "scripted")
+PROVIDERS = ("openai-chat", "openai-responses", "anthropic", "local", "scripted")
 DEFAULT_MODELS = {
     "openai-chat": "gpt-4.1-mini",
     "openai-responses": "gpt-4.1-mini",
     "anthropic": "claude-sonnet-4-5",
     "scripted": "scripted",
+    "local": "smollm2-135m-instruct",
 }
 
 __all__ = [
@@ -48,6 +49,10 @@ def make_model(
         if not script:
             raise ConfigError("the scripted provider needs --script FILE (a JSON list of replies)")
         return ScriptedModel.from_file(script)
+    if provider == "local":
+        from .local import LocalModel
+
+        return LocalModel(stream=stream, settings=settings)
     if provider not in PROVIDERS:
         raise ConfigError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
     variable = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"

@@ -124,6 +124,10 @@ def request_body(
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
         ]
+    if request.tool_choice and request.tools:
+        choice = request.tool_choice
+        named = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}
+        body["tool_choice"] = named.get(choice, {"type": "tool", "name": choice})
     if stream:
         body["stream"] = True
     return body

