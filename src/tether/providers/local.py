@@ -25,10 +25,11 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..messages import ModelRequest, ModelResponse
+from ..messages import ModelRequest, ModelResponse, Usage
 from .base import TextHook
 from .http import HTTPSettings, RetryHook
 from .openai_chat import OpenAIChatModel
+from .scripted import estimate_tokens
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "smollm2-135m-instruct"
@@ -124,7 +125,8 @@ class LocalModel(OpenAIChatModel):
     """The bundled model behind its own llama.cpp server; closing the model stops the server.
 
     A 135M model needs a firm hand: replies are capped at `MAX_TOKENS` (it rambles otherwise),
-    and unless the request says otherwise, a turn that has tools and no tool results yet names
+    its usage is estimated when the server's stream leaves it out, and unless the request says
+    otherwise, a turn that has tools and no tool results yet names
     the tool when there is one (it calls a named tool reliably, and rarely decides to on its
     own), and a turn after tool results asks for an answer, not more calls.
     """
@@ -155,7 +157,12 @@ class LocalModel(OpenAIChatModel):
             tool_choice=choice,
             max_output_tokens=request.max_output_tokens or MAX_TOKENS,
         )
-        return await super().respond(request, on_text, on_retry)
+        response = await super().respond(request, on_text, on_retry)
+        if response.usage == Usage():  # llama.cpp's server sends no usage in a stream: estimate
+            out = len(response.message.text) // 4 + 1
+            usage = Usage(estimate_tokens(request), 0, out)
+            response = dataclasses.replace(response, usage=usage)
+        return response
 
     async def aclose(self) -> None:
         await super().aclose()
