@@ -13,6 +13,7 @@ import ipaddress
 import os
 import secrets
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from .agent import Agent, RunResult
+from .agent import EXIT_STATUS, Agent, RunResult
 from .approvals import ApprovalRequest, Approver, Decision, approve_all, deny_all
 from .errors import ConfigError, MissingAPIKey
 from .events import Event, Sink
@@ -83,6 +84,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for p in (run, ask, serve, mcp):
         add_run_options(p)
+    resume = sub.add_parser(
+        "resume",
+        help="resume a durable run after a crash (no completed step repeats)",
+        description="Resume a durable run from its store and follow it to its end.",
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    runs = sub.add_parser("runs", help="list the runs of a durable store")
+    cancel = sub.add_parser("cancel", help="cancel a durable run")
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    approve = sub.add_parser("approve", help="approve a durable run's waiting tool call")
+    deny = sub.add_parser("deny", help="deny a durable run's waiting tool call")
+    for p in (approve, deny):
+        p.add_argument("run_id", metavar="RUN_ID")
+        p.add_argument("approval_id", metavar="APPROVAL_ID")
+    deny.add_argument("--reason", default="denied by the user")
+    for p in (resume, runs, cancel, approve, deny):
+        p.add_argument(
+            "--store", required=True, metavar="URL", help="sqlite:///PATH or postgresql://..."
+        )
+        p.add_argument("--json", action="store_true", help="print JSON")
     show = sub.add_parser(
         "show",
         help="a past run: its transcript, events or ATIF trajectory",
@@ -214,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         return command_mcp_serve(args)
     if args.command == "show":
         return command_show(args)
+    if args.command in ("resume", "runs", "cancel", "approve", "deny"):
+        return command_store(args)
     try:
         agent = build_agent(args)
     except ConfigError as e:
@@ -227,8 +250,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_agent(args: argparse.Namespace, tools: list[Tool] | None = None) -> Agent:
-    if args.store:
-        raise ConfigError("--store: durable runs are not available in this version yet")
     for name in ("max_steps", "max_tokens", "max_input_tokens", "max_output_tokens", "max_retries"):
         value = getattr(args, name)
         if value is not None and value < 0:
@@ -324,6 +345,8 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
     approver = approver_for(args, can_ask=sys.stdin.isatty())
     sinks = [sink, *journal_sinks(args)]
+    if args.store:
+        return command_durable_run(agent, args, run_id, sinks)
     shutdown: Callable[[], Any] | None = None
     if args.otel:
         try:
@@ -666,3 +689,97 @@ def default_provider(args: argparse.Namespace) -> str:
         file=sys.stderr,
     )
     return "local"
+
+
+def command_durable_run(
+    agent: Agent, args: argparse.Namespace, run_id: str, sinks: list[Sink]
+) -> int:
+    """A run recorded in --store: it survives a crash and `tether resume` finishes it."""
+    from . import durable
+
+    async def go() -> dict[str, Any]:
+        durable.watch(run_id, sinks)
+        await agent.model.aclose()  # the workflow builds its own, in whichever process runs it
+        handle = await durable.start(args.store, run_id, args, args.task)
+        try:
+            result: dict[str, Any] = await handle.get_result()
+        except asyncio.CancelledError:
+            from dbos import DBOS
+
+            await DBOS.cancel_workflow_async(run_id)
+            raise
+        return result
+
+    return finish_durable(go, run_id, sinks, args)
+
+
+def finish_durable(
+    go: Callable[[], Any], run_id: str, sinks: list[Sink], args: argparse.Namespace
+) -> int:
+    try:
+        result = asyncio.run(go())
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\n[cancelled]", file=sys.stderr)
+        return 130
+    except Exception as e:  # the workflow was cancelled elsewhere, or failed inside DBOS
+        print(f"tether: run {run_id} did not finish: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    data = {k: v for k, v in result.items() if k != "messages"}
+    event = Event("run_finished", run_id, -1, data, time.time())
+    for sink in sinks:
+        sink(event)
+    if not getattr(args, "json", False):
+        outcome = result["outcome"]
+        usage = result.get("usage") or {}
+        tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+        sys.stderr.write(
+            f"[{outcome}] {result.get('reason') or ''} ({result['steps']} steps, "
+            f"{tokens} tokens, ${result['cost_usd']:.4f})\n"
+        )
+    return EXIT_STATUS[result["outcome"]]
+
+
+def command_store(args: argparse.Namespace) -> int:
+    from . import durable
+
+    sinks: list[Sink] = [
+        json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
+    ]
+
+    async def go() -> Any:
+        from dbos import DBOS
+
+        if args.command == "resume":
+            durable.watch(args.run_id, sinks)
+        durable.prepare(args.store)
+        if args.command == "runs":
+            return await DBOS.list_workflows_async()
+        if args.command == "cancel":
+            await DBOS.cancel_workflow_async(args.run_id)
+            return None
+        if args.command in ("approve", "deny"):
+            answer = {
+                "approved": args.command == "approve",
+                "reason": "approved by the user" if args.command == "approve" else args.reason,
+            }
+            await DBOS.send_async(args.run_id, answer, topic=args.approval_id)
+            return None
+        await DBOS.resume_workflow_async(args.run_id)
+        handle: Any = await DBOS.retrieve_workflow_async(args.run_id)
+        return await handle.get_result()
+
+    if args.command == "resume":
+        return finish_durable(go, args.run_id, sinks, args)
+    try:
+        out = asyncio.run(go())
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    if args.command == "runs":
+        for w in out:
+            line = {"id": w.workflow_id, "status": w.status, "created_at": w.created_at}
+            print(orjson.dumps(line).decode() if args.json else f"{w.workflow_id}\t{w.status}")
+    return 0

@@ -40,7 +40,7 @@ def shown(ctx: RunContext, p: Path) -> str:
     return str(rel) if str(rel) != "." else "."
 
 
-@tool
+@tool(idempotent=True)
 def read_file(path: str, ctx: RunContext, offset: int = 0, limit: int = MAX_READ) -> str:
     """Read a text file in the workspace.
 
@@ -61,7 +61,7 @@ def read_file(path: str, ctx: RunContext, offset: int = 0, limit: int = MAX_READ
     return part
 
 
-@tool
+@tool(idempotent=True)
 def write_file(path: str, content: str, ctx: RunContext) -> str:
     """Create or overwrite a text file in the workspace (parent directories are created).
 
@@ -106,7 +106,7 @@ def edit_file(
     return f"replaced {count if replace_all else 1} occurrence(s) in {shown(ctx, target)}"
 
 
-@tool
+@tool(idempotent=True)
 def list_files(ctx: RunContext, path: str = ".", recursive: bool = False) -> str:
     """List the files and directories under a directory of the workspace (directories end in /).
 

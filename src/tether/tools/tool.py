@@ -48,6 +48,9 @@ class RunContext:
     account_id: str | None = None
     deps: Any = None
     config: dict[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+    """Set for each call of a durable run (`run_id:call_id`): the same on a retried step, so a
+    side-effecting tool can make a repeat harmless."""
 
 
 class ToolArgumentsError(Exception):
@@ -67,6 +70,9 @@ class Tool:
     approval: Policy = "never"
     """Which calls a person must approve first: "never", "always", or a predicate on the
     arguments."""
+    idempotent: bool = False
+    """Whether running a call twice has the effect of running it once. A durable run reruns
+    an idempotent call whose outcome a crash hid, and reports any other as outcome unknown."""
     schema: dict[str, Any] | None = None
     parameters: dict[str, Any] = field(init=False)
     is_async: bool = field(init=False)
@@ -128,6 +134,7 @@ def tool(
     description: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     approval: Policy = "never",
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -139,6 +146,7 @@ def tool(
     description: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     approval: Policy = "never",
+    idempotent: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a tool of a typed function (sync or async). Use as `@tool` or `@tool(timeout=5)`;
     `approval="always"` (or a predicate on the arguments) makes calls wait for a person."""
@@ -146,6 +154,7 @@ def tool(
     def make(f: Callable[..., Any]) -> Tool:
         t = tool_from_function(f, name=name, description=description, timeout=timeout)
         t.approval = approval
+        t.idempotent = idempotent
         return t
 
     return make(fn) if fn is not None else make

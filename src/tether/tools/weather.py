@@ -25,7 +25,7 @@ def weather_url(ctx: RunContext, city: str) -> str:
     return f"{base}{sep}city={quoted}"
 
 
-@tool(timeout=20)
+@tool(timeout=20, idempotent=True)
 async def get_weather(city: str, ctx: RunContext) -> str:
     """Current weather for a city, from the configured weather service.
 

@@ -1,0 +1,371 @@
+"""Durable runs on DBOS Transact: a run is a workflow, each model call and each tool call a step.
+
+    tether run TASK --store sqlite:///runs.sqlite --run-id job-1     (kill -9 it at any point)
+    tether resume job-1 --store sqlite:///runs.sqlite               (no completed step repeats)
+
+What is persisted is what completed: each model reply and each tool result, as DBOS step outputs
+(token deltas are only streamed live). After a crash DBOS replays the workflow: completed steps
+return their recorded output, the first unfinished step runs again. Steps are at-least-once, so
+tools get an idempotency key (`run_id:call_id`, in `RunContext.idempotency_key`) and each tool
+declares whether it is idempotent; a tool step that finds its own start marker was left by a
+crashed attempt reruns an idempotent tool, and gives the model an "outcome unknown" error for
+any other: a payment is never made twice silently. Messages (user input, approvals) travel as
+durable DBOS messages. Starting returns only once the run is recorded (accepted means durable).
+
+SQLite stores need SQLite 3.42 or newer (DBOS uses `unixepoch('subsec')`); where Python's own is
+older, the bundled one of `pysqlite3-binary` is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .agent import Agent
+from .approvals import Decision, needs_approval
+from .errors import ConfigError, ProviderError
+from .events import Emitter, Sink, model_response_data
+from .loop import (
+    CallModel,
+    Finish,
+    Happening,
+    LoopState,
+    ModelReplied,
+    RunTools,
+    Started,
+    ToolsDone,
+    last_answer,
+    step,
+)
+from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
+from .tools.tool import RunContext
+
+APP = "tether"
+
+
+def use_modern_sqlite() -> None:
+    """Swap in pysqlite3's SQLite when the interpreter's is older than DBOS needs."""
+    import sqlite3
+
+    if sqlite3.sqlite_version_info >= (3, 42):
+        return
+    try:
+        import pysqlite3  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        import pysqlite3.dbapi2  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError:
+        raise ConfigError(
+            f"a SQLite store needs SQLite 3.42+ (this Python has {sqlite3.sqlite_version}): "
+            "pip install pysqlite3-binary, or use a postgresql:// store"
+        ) from None
+    sys.modules["sqlite3"] = pysqlite3
+    sys.modules["sqlite3.dbapi2"] = pysqlite3.dbapi2
+
+
+# -- the process's store ---------------------------------------------------------------------
+
+_launched: str | None = None
+_live: dict[str, list[Sink]] = {}  # run id -> sinks of this process (events are live only)
+_agents: dict[str, tuple[Agent, RunContext, argparse.Namespace]] = {}
+_effects: Any = None
+
+
+def open_store(url: str, executor_id: str | None = None) -> None:
+    """Configure and launch DBOS on `url` (once per process); recovers this executor's runs."""
+    global _launched, _effects
+    if _launched is not None:
+        if _launched != url:
+            raise ConfigError("one store per process")
+        return
+    if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        raise ConfigError(f"--store: {url!r} is not sqlite:///PATH or postgresql://...")
+    if url.startswith("sqlite"):
+        use_modern_sqlite()
+    from dbos import DBOS
+    from sqlalchemy import create_engine, text
+
+    config: dict[str, Any] = {
+        "name": APP,
+        "system_database_url": url,
+        "log_level": "WARNING",
+        "notification_listener_polling_interval_sec": 0.05,
+        "application_version": "tether-1",
+    }
+    if executor_id:
+        config["executor_id"] = executor_id
+    DBOS(config=config)  # type: ignore[arg-type]
+    DBOS.launch()
+    _effects = create_engine(url)
+    with _effects.begin() as c:
+        c.execute(
+            text(
+                "CREATE TABLE IF NOT EXISTS tether_tool_starts (run_id TEXT NOT NULL, "
+                "call_id TEXT NOT NULL, started_at DOUBLE PRECISION NOT NULL, "
+                "PRIMARY KEY (run_id, call_id))"
+            )
+        )
+    _launched = url
+
+
+def mark_tool_start(run_id: str, call_id: str) -> bool:
+    """Record that a tool call starts; False if an earlier attempt had already started it."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        with _effects.begin() as c:
+            c.execute(
+                text("INSERT INTO tether_tool_starts VALUES (:r, :c, :t)"),
+                {"r": run_id, "c": call_id, "t": time.time()},
+            )
+        return True
+    except IntegrityError:
+        return False
+
+
+# -- the workflow and its steps ----------------------------------------------------------------
+
+
+def spec_of(args: argparse.Namespace) -> dict[str, Any]:
+    """What a worker needs to rebuild the agent: the run's command-line options."""
+    keep = (
+        "provider",
+        "model",
+        "base_url",
+        "script",
+        "no_stream",
+        "max_retries",
+        "connect_timeout",
+        "read_timeout",
+        "tools",
+        "tools_from",
+        "tool_timeout",
+        "workspace",
+        "max_steps",
+        "max_tokens",
+        "max_input_tokens",
+        "max_output_tokens",
+        "max_cost",
+        "prices",
+        "timeout",
+        "system",
+        "approve",
+        "mcp",
+    )
+    spec = {k: getattr(args, k, None) for k in keep}
+    spec["store"] = None
+    # a worker elsewhere must find the same files
+    spec["workspace"] = str(Path(args.workspace).resolve())
+    spec["tools_from"] = [
+        str(Path(s).resolve()) if s.endswith(".py") or Path(s).is_file() else s
+        for s in (args.tools_from or [])
+    ]
+    return spec
+
+
+def agent_for(run_id: str, spec: dict[str, Any]) -> tuple[Agent, RunContext, argparse.Namespace]:
+    """The run's agent in this process, built once from its spec."""
+    if run_id not in _agents:
+        from .cli import build_agent
+
+        args = argparse.Namespace(**spec)
+        agent = build_agent(args)
+        ctx = RunContext(run_id=run_id, workspace=Path(args.workspace).resolve())
+        _agents[run_id] = (agent, ctx, args)
+    return _agents[run_id]
+
+
+def emitter_for(run_id: str) -> Emitter:
+    return Emitter(run_id, list(_live.get(run_id, [])))
+
+
+def register() -> Any:
+    from dbos import DBOS
+
+    @DBOS.step()
+    async def model_step(
+        run_id: str, spec: dict[str, Any], request: ModelRequest
+    ) -> tuple[ModelResponse, float]:
+        agent, _, _ = agent_for(run_id, spec)
+        emitter = emitter_for(run_id)
+        if emitter.active:
+            emitter.emit("model_request", messages=len(request.messages))
+        on_text = (lambda t: emitter.emit("text_delta", text=t)) if emitter.active else None
+        response = await agent.model.respond(request, on_text)
+        if emitter.active:
+            emitter.emit("model_response", **model_response_data(response))
+        return response, time.time()
+
+    @DBOS.step()
+    async def tool_step(
+        run_id: str, spec: dict[str, Any], call: ToolCall, decision: Decision | None
+    ) -> tuple[ToolResult, float]:
+        agent, ctx, _ = agent_for(run_id, spec)
+        emitter = emitter_for(run_id)
+        tool = agent.toolbox.tools.get(call.name)
+        first = mark_tool_start(run_id, call.id)
+        if not first and tool is not None and not tool.idempotent:
+            result = ToolResult(
+                call.id,
+                call.name,
+                "Outcome unknown: this call started before a crash and may or may not have "
+                "taken effect. It was not run again; check its effect before retrying.",
+                is_error=True,
+            )
+        else:
+            call_ctx = dataclasses.replace(ctx, idempotency_key=f"{run_id}:{call.id}")
+            approver = None
+            if decision is not None:
+
+                async def decided(request: Any) -> Decision:
+                    return decision
+
+                approver = decided
+            result = await agent.toolbox.run(call, call_ctx, approver, emitter)
+        if emitter.active:
+            emitter.emit(
+                "tool_result",
+                id=result.call_id,
+                name=result.name,
+                output=result.output,
+                is_error=result.is_error,
+            )
+        return result, time.time()
+
+    @DBOS.step()
+    async def clock() -> float:
+        return time.time()
+
+    @DBOS.workflow()
+    async def durable_run(run_id: str, spec: dict[str, Any], task: str) -> dict[str, Any]:
+        agent, _, args = agent_for(run_id, spec)
+        state = LoopState([Message.user(task)], agent.system, agent.toolbox.specs)
+        state.started_at = await clock()
+        now = state.started_at
+        happened: Happening = Started()
+        error: dict[str, Any] | None = None
+        while True:
+            while (text := await DBOS.recv_async("user", timeout_seconds=0)) is not None:
+                state.inbox.append(str(text))
+            action = step(state, happened, agent.budget, agent.price, now)
+            if isinstance(action, Finish):
+                finish = action
+                break
+            if isinstance(action, CallModel):
+                request = ModelRequest(
+                    tuple(state.messages), state.tools, state.system, agent.max_output_tokens
+                )
+                try:
+                    response, now = await model_step(run_id, spec, request)
+                except ProviderError as e:
+                    error = e.to_dict()
+                    finish = Finish("failed", last_answer(state.messages), str(e))
+                    break
+                happened = ModelReplied(response)
+            elif isinstance(action, RunTools):
+                decisions = [await decide(run_id, args, agent, c) for c in action.calls]
+                emitter = emitter_for(run_id)
+                for c in action.calls:
+                    emitter.emit("tool_call", id=c.id, name=c.name, arguments=c.arguments or {})
+                done = await asyncio.gather(
+                    *(
+                        tool_step(run_id, spec, c, d)
+                        for c, d in zip(action.calls, decisions, strict=True)
+                    )
+                )
+                now = max(ts for _, ts in done)
+                happened = ToolsDone([r for r, _ in done])
+        result = {
+            "outcome": finish.outcome,
+            "answer": finish.answer,
+            "reason": finish.reason,
+            "usage": state.usage.to_dict(),
+            "cost_usd": round(state.cost_usd, 6),
+            "steps": state.steps,
+            "messages": state.messages,
+        }
+        if error is not None:
+            result["error"] = error
+        return result
+
+    async def decide(
+        run_id: str, args: argparse.Namespace, agent: Agent, call: ToolCall
+    ) -> Decision | None:
+        """Approvals are decided in the workflow, durably: a waiting call survives restarts."""
+        tool = agent.toolbox.tools.get(call.name)
+        if tool is None or not needs_approval(tool.approval, call.arguments):
+            return None
+        if args.approve == "auto":
+            return Decision(True, "approved by policy (--approve auto)")
+        if args.approve == "deny":
+            return Decision(False, "denied by policy (--approve deny)")
+        approval_id = f"ap_{call.id}"
+        await DBOS.set_event_async(approval_id, {"name": call.name, "arguments": call.arguments})
+        emitter_for(run_id).emit(
+            "approval_requested",
+            approval_id=approval_id,
+            id=call.id,
+            name=call.name,
+            arguments=call.arguments or {},
+        )
+        answer = await DBOS.recv_async(approval_id, timeout_seconds=24 * 3600)
+        if answer is None:
+            return Decision(False, "the approval expired")
+        return Decision(bool(answer.get("approved")), str(answer.get("reason", "")))
+
+    return durable_run
+
+
+_workflow: Any = None
+
+
+def workflow() -> Any:
+    global _workflow
+    if _workflow is None:
+        _workflow = register()
+    return _workflow
+
+
+# -- what the CLI calls ---------------------------------------------------------------------
+
+
+def prepare(url: str) -> Any:
+    """Register the workflow, then open the store (DBOS wants workflows before launch)."""
+    if url.startswith("sqlite"):
+        use_modern_sqlite()
+    wf = workflow()
+    open_store(url)
+    return wf
+
+
+async def start(url: str, run_id: str, args: argparse.Namespace, task: str) -> Any:
+    from dbos import DBOS, SetWorkflowID
+
+    wf = prepare(url)
+    with SetWorkflowID(run_id):
+        return await DBOS.start_workflow_async(wf, run_id, spec_of(args), task)
+
+
+async def attach(url: str, run_id: str) -> Any:
+    from dbos import DBOS
+
+    prepare(url)
+    return await DBOS.retrieve_workflow_async(run_id)
+
+
+def watch(run_id: str, sinks: list[Sink]) -> None:
+    _live[run_id] = sinks
+
+
+def usage_of(result: dict[str, Any]) -> Usage:
+    u = result.get("usage") or {}
+    return Usage(
+        u.get("input_tokens", 0),
+        u.get("cached_input_tokens", 0),
+        u.get("output_tokens", 0),
+        u.get("reasoning_tokens", 0),
+    )
