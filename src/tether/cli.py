@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     form.add_argument("--json", action="store_true", help="the events, one JSON object a line")
     form.add_argument("--atif", action="store_true", help="the ATIF trajectory (Harbor)")
     show.add_argument("--data-dir", default=str(data_dir()), help="where the journals are")
+    show.add_argument("--store", metavar="URL", help="read a durable run from its store")
     return parser
 
 
@@ -656,16 +657,29 @@ def command_show(args: argparse.Namespace) -> int:
     from .journal import Journal
     from .transcript import atif, readable
 
-    journal = Journal(Path(args.data_dir) / "events")
-    try:
-        path = journal.path(args.run_id)
-    except ValueError as e:
-        print(f"tether: error: {e}", file=sys.stderr)
-        return 2
-    if not path.exists():
-        print(f"tether: error: no run {args.run_id} in {journal.directory}", file=sys.stderr)
-        return 2
-    events = journal.load(path)
+    if args.store:
+        from . import durable
+
+        async def load() -> list[Event]:
+            durable.prepare(args.store)
+            return await durable.events_of(args.run_id)
+
+        try:
+            events = asyncio.run(load())
+        except ConfigError as e:
+            print(f"tether: error: {e}", file=sys.stderr)
+            return 2
+    else:
+        journal = Journal(Path(args.data_dir) / "events")
+        try:
+            path = journal.path(args.run_id)
+        except ValueError as e:
+            print(f"tether: error: {e}", file=sys.stderr)
+            return 2
+        if not path.exists():
+            print(f"tether: error: no run {args.run_id} in {journal.directory}", file=sys.stderr)
+            return 2
+        events = journal.load(path)
     if args.json:
         for event in events:
             sys.stdout.write(event.to_json().decode() + "\n")

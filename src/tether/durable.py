@@ -99,7 +99,11 @@ def open_store(url: str, executor_id: str | None = None) -> None:
         config["executor_id"] = executor_id
     DBOS(config=config)  # type: ignore[arg-type]
     DBOS.launch()
-    _effects = create_engine(url)
+    # psycopg 3 (what DBOS installs), not SQLAlchemy's default psycopg2
+    engine_url = url.replace("postgresql://", "postgresql+psycopg://", 1).replace(
+        "postgres://", "postgresql+psycopg://", 1
+    )
+    _effects = create_engine(engine_url)
     with _effects.begin() as c:
         c.execute(
             text(
@@ -369,3 +373,45 @@ def usage_of(result: dict[str, Any]) -> Usage:
         u.get("output_tokens", 0),
         u.get("reasoning_tokens", 0),
     )
+
+
+async def events_of(run_id: str) -> list[Any]:
+    """A durable run's persisted history as events: its completed model replies and tool
+    results (step outputs), and its end (the workflow's result)."""
+    from dbos import DBOS
+
+    from .events import Event
+
+    out: list[Event] = []
+
+    def add(type: str, ts: float, **data: Any) -> None:
+        out.append(Event(type, run_id, len(out), data, ts))
+
+    status = await DBOS.get_workflow_status_async(run_id)
+    if status is None:
+        raise ConfigError(f"no run {run_id} in the store")
+    inputs = status.input.get("args") if isinstance(status.input, dict) else None
+    task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
+    add("run_started", (status.created_at or 0) / 1000, task=task)
+    for s in await DBOS.list_workflow_steps_async(run_id):
+        output = s.get("output")
+        name = s.get("function_name", "")
+        if name.endswith("model_step") and isinstance(output, tuple):
+            response, ts = output
+            add("model_response", ts, **model_response_data(response))
+            for c in response.message.tool_calls:
+                add("tool_call", ts, id=c.id, name=c.name, arguments=c.arguments or {})
+        elif name.endswith("tool_step") and isinstance(output, tuple):
+            result, ts = output
+            add(
+                "tool_result",
+                ts,
+                id=result.call_id,
+                name=result.name,
+                output=result.output,
+                is_error=result.is_error,
+            )
+    if status.status == "SUCCESS" and isinstance(status.output, dict):
+        data = {k: v for k, v in status.output.items() if k != "messages"}
+        add("run_finished", (status.updated_at or 0) / 1000, **data)
+    return out
