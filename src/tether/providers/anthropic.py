@@ -20,7 +20,6 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..admission import endpoint_key
 from ..errors import ProviderProtocolError, stream_error
 from ..messages import (
     Message,
@@ -35,7 +34,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
+from .http import HTTPModel, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
 from .openai_chat import parse_arguments
 
 PROVIDER = "anthropic"
@@ -51,7 +50,7 @@ STOP_REASONS: dict[str, StopReason] = {
 }
 
 
-class AnthropicModel:
+class AnthropicModel(HTTPModel):
     provider = PROVIDER
 
     def __init__(
@@ -64,18 +63,18 @@ class AnthropicModel:
         settings: HTTPSettings | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
-        self.name = name
-        self.stream = stream
         self.max_tokens = max_tokens
         base = base_url.rstrip("/")
         if not base.endswith("/v1"):
             base += "/v1"
-        self.endpoint = endpoint_key(self.provider, base, api_key)
-        headers = {"x-api-key": api_key, "anthropic-version": API_VERSION}
-        self.http = HTTPClient(base, headers, settings or HTTPSettings())
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
+        super().__init__(
+            name,
+            base_url=base,
+            api_key=api_key,
+            headers={"x-api-key": api_key, "anthropic-version": API_VERSION},
+            stream=stream,
+            settings=settings,
+        )
 
     async def respond(
         self,

@@ -241,3 +241,30 @@ def loads_event(data: bytes) -> Any:
         raise ProviderProtocolError(
             f"unreadable event in the reply stream: {snippet!r}", retryable=True
         ) from None
+
+
+class HTTPModel:
+    """What every HTTP model client shares: its name, one HTTP client, streaming or not, and
+    the endpoint key that admission control counts calls by (a hash, never the key)."""
+
+    provider = "http"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        base_url: str,
+        api_key: str,
+        headers: dict[str, str],
+        stream: bool,
+        settings: HTTPSettings | None,
+    ) -> None:
+        from ..admission import endpoint_key
+
+        self.name = name
+        self.stream = stream
+        self.endpoint = endpoint_key(self.provider, base_url, api_key)
+        self.http = HTTPClient(base_url, headers, settings or HTTPSettings())
+
+    async def aclose(self) -> None:
+        await self.http.aclose()

@@ -18,7 +18,6 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..admission import endpoint_key
 from ..errors import ProviderProtocolError, stream_error
 from ..messages import (
     Message,
@@ -33,7 +32,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
+from .http import HTTPModel, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
 
 FINISH_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -44,7 +43,7 @@ FINISH_REASONS: dict[str, StopReason] = {
 }
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(HTTPModel):
     provider = "openai-chat"
 
     def __init__(
@@ -56,15 +55,14 @@ class OpenAIChatModel:
         stream: bool = True,
         settings: HTTPSettings | None = None,
     ) -> None:
-        self.name = name
-        self.stream = stream
-        self.endpoint = endpoint_key(self.provider, base_url, api_key)
-        self.http = HTTPClient(
-            base_url, {"Authorization": f"Bearer {api_key}"}, settings or HTTPSettings()
+        super().__init__(
+            name,
+            base_url=base_url,
+            api_key=api_key,
+            headers={"Authorization": f"Bearer {api_key}"},
+            stream=stream,
+            settings=settings,
         )
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
 
     async def respond(
         self,

@@ -16,7 +16,6 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..admission import endpoint_key
 from ..errors import ProviderError, ProviderProtocolError, stream_error
 from ..messages import (
     Message,
@@ -31,13 +30,13 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import HTTPClient, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
+from .http import HTTPModel, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
 from .openai_chat import parse_arguments
 
 PROVIDER = "openai-responses"
 
 
-class OpenAIResponsesModel:
+class OpenAIResponsesModel(HTTPModel):
     provider = PROVIDER
 
     def __init__(
@@ -49,15 +48,14 @@ class OpenAIResponsesModel:
         stream: bool = True,
         settings: HTTPSettings | None = None,
     ) -> None:
-        self.name = name
-        self.stream = stream
-        self.endpoint = endpoint_key(self.provider, base_url, api_key)
-        self.http = HTTPClient(
-            base_url, {"Authorization": f"Bearer {api_key}"}, settings or HTTPSettings()
+        super().__init__(
+            name,
+            base_url=base_url,
+            api_key=api_key,
+            headers={"Authorization": f"Bearer {api_key}"},
+            stream=stream,
+            settings=settings,
         )
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
 
     async def respond(
         self,
