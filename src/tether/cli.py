@@ -660,12 +660,8 @@ def command_show(args: argparse.Namespace) -> int:
     if args.store:
         from . import durable
 
-        async def load() -> list[Event]:
-            durable.prepare(args.store)
-            return await durable.events_of(args.run_id)
-
         try:
-            events = asyncio.run(load())
+            events = durable.events_of(durable.client(args.store), args.run_id)
         except ConfigError as e:
             print(f"tether: error: {e}", file=sys.stderr)
             return 2
@@ -757,43 +753,37 @@ def finish_durable(
 
 
 def command_store(args: argparse.Namespace) -> int:
+    """resume executes the run in this process; the others only read or message the store."""
     from . import durable
 
-    sinks: list[Sink] = [
-        json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
-    ]
-
-    async def go() -> Any:
-        from dbos import DBOS
-
-        if args.command == "resume":
-            durable.watch(args.run_id, sinks)
-        durable.prepare(args.store)
-        if args.command == "runs":
-            return await DBOS.list_workflows_async()
-        if args.command == "cancel":
-            await DBOS.cancel_workflow_async(args.run_id)
-            return None
-        if args.command in ("approve", "deny"):
-            answer = {
-                "approved": args.command == "approve",
-                "reason": "approved by the user" if args.command == "approve" else args.reason,
-            }
-            await DBOS.send_async(args.run_id, answer, topic=args.approval_id)
-            return None
-        await DBOS.resume_workflow_async(args.run_id)
-        handle: Any = await DBOS.retrieve_workflow_async(args.run_id)
-        return await handle.get_result()
-
     if args.command == "resume":
+        sinks: list[Sink] = [
+            json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
+        ]
+
+        async def go() -> Any:
+            from dbos import DBOS
+
+            durable.watch(args.run_id, sinks)
+            durable.prepare(args.store)
+            await DBOS.resume_workflow_async(args.run_id)
+            handle: Any = await DBOS.retrieve_workflow_async(args.run_id)
+            return await handle.get_result()
+
         return finish_durable(go, args.run_id, sinks, args)
     try:
-        out = asyncio.run(go())
+        store = durable.client(args.store)
+        if args.command == "runs":
+            for w in store.list_workflows():
+                line = {"id": w.workflow_id, "status": w.status, "created_at": w.created_at}
+                print(orjson.dumps(line).decode() if args.json else f"{w.workflow_id}\t{w.status}")
+        elif args.command == "cancel":
+            store.cancel_workflow(args.run_id)
+        else:
+            approved = args.command == "approve"
+            reason = "approved by the user" if approved else args.reason
+            store.send(args.run_id, {"approved": approved, "reason": reason}, args.approval_id)
     except ConfigError as e:
         print(f"tether: error: {e}", file=sys.stderr)
         return 2
-    if args.command == "runs":
-        for w in out:
-            line = {"id": w.workflow_id, "status": w.status, "created_at": w.created_at}
-            print(orjson.dumps(line).decode() if args.json else f"{w.workflow_id}\t{w.status}")
     return 0

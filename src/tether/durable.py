@@ -375,10 +375,22 @@ def usage_of(result: dict[str, Any]) -> Usage:
     )
 
 
-async def events_of(run_id: str) -> list[Any]:
+def client(url: str) -> Any:
+    """A DBOS client for reading and messaging runs without executing any (a process that only
+    lists or approves must not pick up pending runs and then exit in the middle of them)."""
+    if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        raise ConfigError(f"--store: {url!r} is not sqlite:///PATH or postgresql://...")
+    if url.startswith("sqlite"):
+        use_modern_sqlite()
+    from dbos import DBOSClient
+
+    return DBOSClient(system_database_url=url)
+
+
+def events_of(store: Any, run_id: str) -> list[Any]:
     """A durable run's persisted history as events: its completed model replies and tool
     results (step outputs), and its end (the workflow's result)."""
-    from dbos import DBOS
+    from dbos._error import DBOSNonExistentWorkflowError
 
     from .events import Event
 
@@ -387,13 +399,14 @@ async def events_of(run_id: str) -> list[Any]:
     def add(type: str, ts: float, **data: Any) -> None:
         out.append(Event(type, run_id, len(out), data, ts))
 
-    status = await DBOS.get_workflow_status_async(run_id)
-    if status is None:
-        raise ConfigError(f"no run {run_id} in the store")
+    try:
+        status = store.retrieve_workflow(run_id).get_status()
+    except DBOSNonExistentWorkflowError:
+        raise ConfigError(f"no run {run_id} in the store") from None
     inputs = status.input.get("args") if isinstance(status.input, dict) else None
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
     add("run_started", (status.created_at or 0) / 1000, task=task)
-    for s in await DBOS.list_workflow_steps_async(run_id):
+    for s in store.list_workflow_steps(run_id):
         output = s.get("output")
         name = s.get("function_name", "")
         if name.endswith("model_step") and isinstance(output, tuple):
