@@ -7,13 +7,15 @@ import json
 import os
 import signal
 import subprocess
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("dbos", reason="needs the durable extra")
 
-from conftest import TETHER, cli_env
+from conftest import FIXTURES, TETHER, cli_env
 from crash_suite import run_suite
 from wire_server import WireServer
 
@@ -109,3 +111,101 @@ def test_an_approval_survives_a_crash(wire: WireServer, tmp_path: Path) -> None:
     assert json.loads(resumed.stdout.splitlines()[-1])["answer"] == "It is done."
     assert (tmp_path / "proof.txt").read_text() == "approved\n"
     assert len(wire.requests) == 2  # the first reply was not asked for again
+
+
+def test_a_dead_workers_runs_are_finished_by_a_live_one(wire: WireServer, tmp_path: Path) -> None:
+    if not postgres_ready():
+        if os.environ.get("TETHER_REQUIRE_POSTGRES"):
+            raise RuntimeError(f"no Postgres at {POSTGRES}")
+        pytest.skip(f"no Postgres at {POSTGRES}")
+    from crash_suite import script
+
+    wire.rule = script
+    env = cli_env(
+        OPENAI_API_KEY="sk-worker",
+        NOTES_FILE=str(tmp_path / "notes"),
+        CHARGES_FILE=str(tmp_path / "charges"),
+    )
+    tag = uuid.uuid4().hex[:6]
+
+    def worker(name: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [
+                *TETHER,
+                "worker",
+                "--store",
+                POSTGRES,
+                "--executor-id",
+                f"{name}-{tag}",
+                "--beat",
+                "0.5",
+                "--dead-after",
+                "3",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+
+    a = worker("a")
+    time.sleep(2)  # a takes the first runs
+    runs = [f"q-{tag}-{i}" for i in range(4)]
+    for run_id in runs:
+        p = subprocess.run(
+            [
+                *TETHER,
+                "run",
+                "three turns",
+                "--base-url",
+                wire.url,
+                "--store",
+                POSTGRES,
+                "--queue",
+                "--run-id",
+                run_id,
+                "--approve",
+                "auto",
+                "--tools-from",
+                str(FIXTURES / "durable_tools.py"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert p.returncode == 0 and p.stdout.strip() == run_id, p.stderr
+    b = worker("b")
+    try:
+        time.sleep(1.5)  # a is in the middle of its runs
+        a.send_signal(signal.SIGKILL)
+        a.wait()
+        killed = time.monotonic()
+        statuses: dict[str, str] = {}
+        executors: dict[str, str] = {}
+        while time.monotonic() - killed < 45:
+            listed = subprocess.run(
+                [*TETHER, "runs", "--store", POSTGRES, "--json"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=60,
+            )
+            rows = [r for r in map(json.loads, listed.stdout.splitlines()) if r["id"] in runs]
+            statuses = {r["id"]: r["status"] for r in rows}
+            executors = {r["id"]: r["executor"] for r in rows}
+            if all(s == "SUCCESS" for s in statuses.values()) and len(statuses) == 4:
+                break
+            time.sleep(0.5)
+        recovered_in = time.monotonic() - killed
+    finally:
+        b.kill()
+        b.wait()
+    assert statuses == dict.fromkeys(runs, "SUCCESS"), statuses
+    print(f"all runs done {recovered_in:.1f} s after the kill")
+    assert recovered_in < 30
+    assert f"b-{tag}" in executors.values()  # b finished runs that a had taken
+    notes = (tmp_path / "notes").read_text().splitlines()
+    assert len(notes) == 12 and len({n.split()[0] for n in notes}) == 12  # each effect once
+    charges = (tmp_path / "charges").read_text().splitlines()
+    assert len({c.split()[0] for c in charges}) == len(charges) <= 12  # never twice

@@ -90,6 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
         description="Resume a durable run from its store and follow it to its end.",
     )
     resume.add_argument("run_id", metavar="RUN_ID")
+    worker = sub.add_parser(
+        "worker",
+        help="execute queued durable runs (several workers can share one Postgres store)",
+        description="Execute the runs queued with tether run --store URL --queue. Workers beat "
+        "every --beat seconds; a worker silent for --dead-after seconds has its runs resumed "
+        "by a live one.",
+    )
+    worker.add_argument("--executor-id", help="this worker's name (default: host-pid)")
+    worker.add_argument("--concurrency", type=int, default=16, help="runs at once (default 16)")
+    worker.add_argument("--beat", type=float, default=2.0, help="seconds between heartbeats")
+    worker.add_argument(
+        "--dead-after",
+        type=float,
+        default=10.0,
+        help="seconds of silence after which a worker counts as dead",
+    )
     runs = sub.add_parser("runs", help="list the runs of a durable store")
     cancel = sub.add_parser("cancel", help="cancel a durable run")
     cancel.add_argument("run_id", metavar="RUN_ID")
@@ -99,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("run_id", metavar="RUN_ID")
         p.add_argument("approval_id", metavar="APPROVAL_ID")
     deny.add_argument("--reason", default="denied by the user")
-    for p in (resume, runs, cancel, approve, deny):
+    for p in (resume, runs, cancel, approve, deny, worker):
         p.add_argument(
             "--store", required=True, metavar="URL", help="sqlite:///PATH or postgresql://..."
         )
@@ -216,7 +232,16 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "OTEL_* environment, else printed to stderr)",
     )
     o.add_argument("--run-id", metavar="ID", help="id of the run (default: generated)")
-    o.add_argument("--store", metavar="URL", help="durable store (not available in this version)")
+    o.add_argument(
+        "--store",
+        metavar="URL",
+        help="make the run durable: sqlite:///PATH or postgresql://... (durable extra)",
+    )
+    o.add_argument(
+        "--queue",
+        action="store_true",
+        help="with --store: queue the run for tether worker instead of running it here",
+    )
     o.add_argument(
         "--data-dir",
         default=str(data_dir()),
@@ -236,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         return command_mcp_serve(args)
     if args.command == "show":
         return command_show(args)
+    if args.command == "worker":
+        return command_worker(args)
     if args.command in ("resume", "runs", "cancel", "approve", "deny"):
         return command_store(args)
     try:
@@ -346,6 +373,8 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
     approver = approver_for(args, can_ask=sys.stdin.isatty())
     sinks = [sink, *journal_sinks(args)]
+    if args.store and args.queue:
+        return command_enqueue(agent, args, run_id)
     if args.store:
         return command_durable_run(agent, args, run_id, sinks)
     shutdown: Callable[[], Any] | None = None
@@ -775,7 +804,12 @@ def command_store(args: argparse.Namespace) -> int:
         store = durable.client(args.store)
         if args.command == "runs":
             for w in store.list_workflows():
-                line = {"id": w.workflow_id, "status": w.status, "created_at": w.created_at}
+                line = {
+                    "id": w.workflow_id,
+                    "status": w.status,
+                    "created_at": w.created_at,
+                    "executor": w.executor_id,
+                }
                 print(orjson.dumps(line).decode() if args.json else f"{w.workflow_id}\t{w.status}")
         elif args.command == "cancel":
             store.cancel_workflow(args.run_id)
@@ -786,4 +820,40 @@ def command_store(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"tether: error: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def command_enqueue(agent: Agent, args: argparse.Namespace, run_id: str) -> int:
+    from . import durable
+
+    asyncio.run(agent.model.aclose())
+    try:
+        durable.enqueue(args.store, run_id, args, args.task)
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    print(run_id)
+    return 0
+
+
+def command_worker(args: argparse.Namespace) -> int:
+    import socket
+
+    from . import durable
+
+    executor_id = args.executor_id or f"{socket.gethostname()}-{os.getpid()}"
+    print(
+        f"tether worker {executor_id}: taking queued runs from the store",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        asyncio.run(
+            durable.work(args.store, executor_id, args.concurrency, args.beat, args.dead_after)
+        )
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
     return 0

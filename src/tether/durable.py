@@ -46,6 +46,9 @@ from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult
 from .tools.tool import RunContext
 
 APP = "tether"
+WORKFLOW = "tether.durable_run"
+QUEUE = "tether"
+VERSION = "tether-1"
 
 
 def use_modern_sqlite() -> None:
@@ -93,7 +96,7 @@ def open_store(url: str, executor_id: str | None = None) -> None:
         "system_database_url": url,
         "log_level": "WARNING",
         "notification_listener_polling_interval_sec": 0.05,
-        "application_version": "tether-1",
+        "application_version": VERSION,
     }
     if executor_id:
         config["executor_id"] = executor_id
@@ -190,7 +193,7 @@ def emitter_for(run_id: str) -> Emitter:
 def register() -> Any:
     from dbos import DBOS
 
-    @DBOS.step()
+    @DBOS.step(name="tether.model_step")
     async def model_step(
         run_id: str, spec: dict[str, Any], request: ModelRequest
     ) -> tuple[ModelResponse, float]:
@@ -204,7 +207,7 @@ def register() -> Any:
             emitter.emit("model_response", **model_response_data(response))
         return response, time.time()
 
-    @DBOS.step()
+    @DBOS.step(name="tether.tool_step")
     async def tool_step(
         run_id: str, spec: dict[str, Any], call: ToolCall, decision: Decision | None
     ) -> tuple[ToolResult, float]:
@@ -240,11 +243,11 @@ def register() -> Any:
             )
         return result, time.time()
 
-    @DBOS.step()
+    @DBOS.step(name="tether.clock")
     async def clock() -> float:
         return time.time()
 
-    @DBOS.workflow()
+    @DBOS.workflow(name=WORKFLOW)
     async def durable_run(run_id: str, spec: dict[str, Any], task: str) -> dict[str, Any]:
         agent, _, args = agent_for(run_id, spec)
         state = LoopState([Message.user(task)], agent.system, agent.toolbox.specs)
@@ -428,3 +431,73 @@ def events_of(store: Any, run_id: str) -> list[Any]:
         data = {k: v for k, v in status.output.items() if k != "messages"}
         add("run_finished", (status.updated_at or 0) / 1000, **data)
     return out
+
+
+# -- workers --------------------------------------------------------------------------------
+
+
+def enqueue(url: str, run_id: str, args: argparse.Namespace, task: str) -> Any:
+    """Put a run on the shared queue for whichever worker is free; returns once it is recorded."""
+    store = client(url)
+    options: Any = {
+        "queue_name": QUEUE,
+        "workflow_name": WORKFLOW,
+        "workflow_id": run_id,
+        "app_version": VERSION,
+    }
+    return store.enqueue(options, run_id, spec_of(args), task)
+
+
+async def work(
+    url: str,
+    executor_id: str,
+    concurrency: int,
+    beat: float,
+    dead_after: float,
+) -> None:
+    """Run queued runs until cancelled. Every `beat` seconds this worker records that it is
+    alive, and recovers the runs of any worker silent for `dead_after` seconds (DBOS's open
+    source edition does not move a dead executor's runs by itself)."""
+    from dbos import DBOS
+    from sqlalchemy import text
+
+    workflow()
+    open_store(url, executor_id=executor_id)
+    await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
+    with _effects.begin() as c:
+        c.execute(
+            text(
+                "CREATE TABLE IF NOT EXISTS tether_executors (executor_id TEXT PRIMARY KEY, "
+                "last_beat DOUBLE PRECISION NOT NULL)"
+            )
+        )
+    while True:
+        now = time.time()
+        with _effects.begin() as c:
+            c.execute(
+                text("DELETE FROM tether_executors WHERE executor_id = :e"), {"e": executor_id}
+            )
+            c.execute(
+                text("INSERT INTO tether_executors VALUES (:e, :t)"), {"e": executor_id, "t": now}
+            )
+            dead = [
+                row[0]
+                for row in c.execute(
+                    text("SELECT executor_id FROM tether_executors WHERE last_beat < :t"),
+                    {"t": now - dead_after},
+                )
+            ]
+            if dead:
+                c.execute(
+                    text("DELETE FROM tether_executors WHERE last_beat < :t"),
+                    {"t": now - dead_after},
+                )
+        if dead:
+            recovered = await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
+            print(
+                f"tether worker {executor_id}: executors {', '.join(dead)} stopped beating; "
+                f"recovered {len(recovered)} runs",
+                file=sys.stderr,
+                flush=True,
+            )
+        await asyncio.sleep(beat)
