@@ -92,7 +92,7 @@ def one_run(
     requests_before = len(wire.requests)
     command, done, killed = start, False, 0
     last_error: list[str] = []
-    for _ in range(kills + 3):
+    for _ in range(2 * kills + 5):  # each kill may land before the run was even accepted
         proc = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )

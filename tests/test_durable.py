@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,32 +27,30 @@ def test_sqlite_runs_survive_random_kills(tmp_path: Path) -> None:
     assert report.kills == 8 and report.finished == report.runs >= 2
 
 
-POSTGRES = os.environ.get(
-    "TETHER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/tether_test"
-)
+POSTGRES_SERVER = os.environ.get("TETHER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 
 
-def postgres_ready() -> bool:
-    """Create the test database if the server is up; False if there is no server."""
+@pytest.fixture
+def postgres() -> Iterator[str]:
+    """A new database for one test: runs left pending by another test (or another process
+    with other tool settings) must not be recovered into this one."""
     try:
         import psycopg
 
-        admin = POSTGRES.rsplit("/", 1)[0] + "/postgres"
-        with psycopg.connect(admin, autocommit=True, connect_timeout=3) as c:
-            name = POSTGRES.rsplit("/", 1)[1]
-            if not c.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-                c.execute(f'CREATE DATABASE "{name}"')
-        return True
+        admin = psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=3)
     except Exception:
-        return False
-
-
-def test_postgres_runs_survive_random_kills(tmp_path: Path) -> None:
-    if not postgres_ready():
         if os.environ.get("TETHER_REQUIRE_POSTGRES"):
-            raise RuntimeError(f"no Postgres at {POSTGRES}")
-        pytest.skip(f"no Postgres at {POSTGRES}")
-    report = run_suite(POSTGRES, kills=6, work=tmp_path, seed=11)
+            raise
+        pytest.skip(f"no Postgres at {POSTGRES_SERVER}")
+    name = f"tether_test_{uuid.uuid4().hex[:8]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    yield f"{POSTGRES_SERVER}/{name}"
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+def test_postgres_runs_survive_random_kills(tmp_path: Path, postgres: str) -> None:
+    report = run_suite(postgres, kills=6, work=tmp_path, seed=11)
     assert report.problems == []
     assert report.kills == 6 and report.finished == report.runs >= 2
 
@@ -113,11 +112,9 @@ def test_an_approval_survives_a_crash(wire: WireServer, tmp_path: Path) -> None:
     assert len(wire.requests) == 2  # the first reply was not asked for again
 
 
-def test_a_dead_workers_runs_are_finished_by_a_live_one(wire: WireServer, tmp_path: Path) -> None:
-    if not postgres_ready():
-        if os.environ.get("TETHER_REQUIRE_POSTGRES"):
-            raise RuntimeError(f"no Postgres at {POSTGRES}")
-        pytest.skip(f"no Postgres at {POSTGRES}")
+def test_a_dead_workers_runs_are_finished_by_a_live_one(
+    wire: WireServer, tmp_path: Path, postgres: str
+) -> None:
     from crash_suite import script
 
     wire.rule = script
@@ -134,7 +131,7 @@ def test_a_dead_workers_runs_are_finished_by_a_live_one(wire: WireServer, tmp_pa
                 *TETHER,
                 "worker",
                 "--store",
-                POSTGRES,
+                postgres,
                 "--executor-id",
                 f"{name}-{tag}",
                 "--beat",
@@ -160,7 +157,7 @@ def test_a_dead_workers_runs_are_finished_by_a_live_one(wire: WireServer, tmp_pa
                 "--base-url",
                 wire.url,
                 "--store",
-                POSTGRES,
+                postgres,
                 "--queue",
                 "--run-id",
                 run_id,
@@ -185,7 +182,7 @@ def test_a_dead_workers_runs_are_finished_by_a_live_one(wire: WireServer, tmp_pa
         executors: dict[str, str] = {}
         while time.monotonic() - killed < 45:
             listed = subprocess.run(
-                [*TETHER, "runs", "--store", POSTGRES, "--json"],
+                [*TETHER, "runs", "--store", postgres, "--json"],
                 capture_output=True,
                 text=True,
                 env=env,
