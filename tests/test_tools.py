@@ -32,6 +32,13 @@ async def slow(seconds: float) -> str:
 
 
 @tool
+async def pause(seconds: float) -> str:
+    """Sleep, then answer."""
+    await asyncio.sleep(seconds)
+    return "paused"
+
+
+@tool
 def boom() -> str:
     """Always fails."""
     raise RuntimeError("the disk is on fire")
@@ -55,7 +62,7 @@ def call(name: str, args: dict | None, raw: str = "") -> ToolCall:
 
 
 def box() -> Toolbox:
-    return Toolbox([add, slow, boom, whoami, blocking])
+    return Toolbox([add, slow, pause, boom, whoami, blocking])
 
 
 def test_schema_from_signature_and_docstring() -> None:
@@ -135,16 +142,16 @@ async def test_context_reaches_tools_and_cannot_be_set_by_the_model(tmp_path: Pa
 async def test_calls_run_concurrently_and_results_keep_call_order() -> None:
     events: list[Event] = []
     calls = [
-        ToolCall("c1", "slow", {"seconds": 0.2}),
+        ToolCall("c1", "pause", {"seconds": 0.4}),
         ToolCall("c2", "add", {"a": 1}),
-        ToolCall("c3", "slow", {"seconds": 0.1}),
+        ToolCall("c3", "pause", {"seconds": 0.2}),
         ToolCall("c4", "nope", {}),
     ]
     t0 = time.monotonic()
     results = await box().run_all(calls, RunContext(), Emitter("r", [events.append]))
     elapsed = time.monotonic() - t0
     assert [r.call_id for r in results] == ["c1", "c2", "c3", "c4"]
-    assert elapsed < 0.29  # 0.2 + 0.1 in sequence would be 0.3
+    assert elapsed < 0.55  # 0.4 + 0.2 in sequence would be 0.6
     kinds = [(e.type, e.data["id"]) for e in events]
     assert kinds[:4] == [
         ("tool_call", "c1"),
