@@ -9,11 +9,8 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import ipaddress
 import os
-import secrets
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -21,9 +18,9 @@ from typing import Any, TextIO
 
 import orjson
 
-from .agent import EXIT_STATUS, Agent, RunResult
+from .agent import Agent, RunResult
 from .approvals import ApprovalRequest, Approver, Decision, approve_all, deny_all
-from .errors import ConfigError, MissingAPIKey
+from .errors import ConfigError
 from .events import Event, Sink
 from .loop import Budget
 from .messages import Message
@@ -258,12 +255,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "mcp-serve":
+        from .cli_serve import command_mcp_serve
+
         return command_mcp_serve(args)
     if args.command == "show":
         return command_show(args)
     if args.command == "worker":
+        from .cli_durable import command_worker
+
         return command_worker(args)
     if args.command in ("resume", "runs", "cancel", "approve", "deny"):
+        from .cli_durable import command_store
+
         return command_store(args)
     try:
         agent = build_agent(args)
@@ -273,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return command_run(agent, args)
     if args.command == "serve":
+        from .cli_serve import command_serve
+
         return command_serve(agent, args)
     return command_ask(agent, args)
 
@@ -373,9 +378,11 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
     approver = approver_for(args, can_ask=sys.stdin.isatty())
     sinks = [sink, *journal_sinks(args)]
-    if args.store and args.queue:
-        return command_enqueue(agent, args, run_id)
     if args.store:
+        from .cli_durable import command_durable_run, command_enqueue
+
+        if args.queue:
+            return command_enqueue(agent, args, run_id)
         return command_durable_run(agent, args, run_id, sinks)
     shutdown: Callable[[], Any] | None = None
     if args.otel:
@@ -565,68 +572,6 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-def command_serve(agent: Agent, args: argparse.Namespace) -> int:
-    from aiohttp import web
-
-    from .journal import Journal
-    from .web import WebApp
-
-    if not is_loopback(args.host) and not args.allow_remote:
-        print(
-            f"tether: error: --host {args.host} is not a loopback address; "
-            "add --allow-remote to serve other machines",
-            file=sys.stderr,
-        )
-        return 2
-    token = args.token or secrets.token_urlsafe(24)
-    default_tools = list(agent.toolbox.tools.values())
-    available = {**BUILTINS, **{t.name: t for t in default_tools}}
-
-    def factory(form: dict[str, Any]) -> Agent:
-        ns = argparse.Namespace(**vars(args))
-        if form.get("model"):
-            ns.model = str(form["model"])
-        if form.get("max_steps") is not None:
-            ns.max_steps = int(form["max_steps"])
-        if form.get("max_cost") is not None:
-            ns.max_cost = float(form["max_cost"])
-        tools = default_tools
-        if isinstance(form.get("tools"), list):
-            unknown = [n for n in form["tools"] if n not in available]
-            if unknown:
-                raise ConfigError(f"tools: unknown {', '.join(map(str, unknown))}")
-            tools = [available[n] for n in form["tools"]]
-        return build_agent(ns, tools)
-
-    defaults = {
-        "model": agent.model.name,
-        "tools": [t.name for t in default_tools],
-        "available_tools": list(available),
-        "max_steps": args.max_steps,
-    }
-    journal = Journal(Path(args.data_dir) / "events")
-    app = WebApp(
-        factory, token, journal=journal, defaults=defaults, workspace=Path(args.workspace).resolve()
-    ).app()
-    shown_host = f"[{args.host}]" if ":" in args.host else args.host
-    print(
-        f"tether serve: open http://{shown_host}:{args.port}/?token={token}",
-        file=sys.stderr,
-        flush=True,
-    )
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
-    return 0
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 async def add_mcp_tools(agent: Agent, servers: list[str], stack: contextlib.AsyncExitStack) -> None:
     if not servers:
         return
@@ -634,27 +579,6 @@ async def add_mcp_tools(agent: Agent, servers: list[str], stack: contextlib.Asyn
 
     for t in await stack.enter_async_context(mcp_tools(servers)):
         agent.toolbox.add(t)
-
-
-def command_mcp_serve(args: argparse.Namespace) -> int:
-    from .mcp_server import agent_tool, serve_stdio
-
-    try:
-        tools = select_tools(args)
-        workspace = Path(args.workspace).resolve()
-        approver: Approver = approve_all if args.approve == "auto" else deny_all
-        try:
-            agent = build_agent(args)
-            tools.append(agent_tool(agent, workspace, approver))
-        except MissingAPIKey as e:
-            print(f"tether mcp-serve: no run_agent tool: {e}", file=sys.stderr)
-        asyncio.run(serve_stdio(tools, workspace, approver))
-    except ConfigError as e:
-        print(f"tether: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    return 0
 
 
 def journal_sinks(args: argparse.Namespace) -> list[Sink]:
@@ -728,132 +652,3 @@ def default_provider(args: argparse.Namespace) -> str:
         file=sys.stderr,
     )
     return "local"
-
-
-def command_durable_run(
-    agent: Agent, args: argparse.Namespace, run_id: str, sinks: list[Sink]
-) -> int:
-    """A run recorded in --store: it survives a crash and `tether resume` finishes it."""
-    from . import durable
-
-    async def go() -> dict[str, Any]:
-        durable.watch(run_id, sinks)
-        await agent.model.aclose()  # the workflow builds its own, in whichever process runs it
-        handle = await durable.start(args.store, run_id, args, args.task)
-        try:
-            result: dict[str, Any] = await handle.get_result()
-        except asyncio.CancelledError:
-            from dbos import DBOS
-
-            await DBOS.cancel_workflow_async(run_id)
-            raise
-        return result
-
-    return finish_durable(go, run_id, sinks, args)
-
-
-def finish_durable(
-    go: Callable[[], Any], run_id: str, sinks: list[Sink], args: argparse.Namespace
-) -> int:
-    try:
-        result = asyncio.run(go())
-    except ConfigError as e:
-        print(f"tether: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\n[cancelled]", file=sys.stderr)
-        return 130
-    except Exception as e:  # the workflow was cancelled elsewhere, or failed inside DBOS
-        print(f"tether: run {run_id} did not finish: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    data = {k: v for k, v in result.items() if k != "messages"}
-    event = Event("run_finished", run_id, -1, data, time.time())
-    for sink in sinks:
-        sink(event)
-    if not getattr(args, "json", False):
-        outcome = result["outcome"]
-        usage = result.get("usage") or {}
-        tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
-        sys.stderr.write(
-            f"[{outcome}] {result.get('reason') or ''} ({result['steps']} steps, "
-            f"{tokens} tokens, ${result['cost_usd']:.4f})\n"
-        )
-    return EXIT_STATUS[result["outcome"]]
-
-
-def command_store(args: argparse.Namespace) -> int:
-    """resume executes the run in this process; the others only read or message the store."""
-    from . import durable
-
-    if args.command == "resume":
-        sinks: list[Sink] = [
-            json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
-        ]
-
-        async def go() -> Any:
-            from dbos import DBOS
-
-            durable.watch(args.run_id, sinks)
-            durable.prepare(args.store)
-            await DBOS.resume_workflow_async(args.run_id)
-            handle: Any = await DBOS.retrieve_workflow_async(args.run_id)
-            return await handle.get_result()
-
-        return finish_durable(go, args.run_id, sinks, args)
-    try:
-        store = durable.client(args.store)
-        if args.command == "runs":
-            for w in store.list_workflows():
-                line = {
-                    "id": w.workflow_id,
-                    "status": w.status,
-                    "created_at": w.created_at,
-                    "executor": w.executor_id,
-                }
-                print(orjson.dumps(line).decode() if args.json else f"{w.workflow_id}\t{w.status}")
-        elif args.command == "cancel":
-            store.cancel_workflow(args.run_id)
-        else:
-            approved = args.command == "approve"
-            reason = "approved by the user" if approved else args.reason
-            store.send(args.run_id, {"approved": approved, "reason": reason}, args.approval_id)
-    except ConfigError as e:
-        print(f"tether: error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def command_enqueue(agent: Agent, args: argparse.Namespace, run_id: str) -> int:
-    from . import durable
-
-    asyncio.run(agent.model.aclose())
-    try:
-        durable.enqueue(args.store, run_id, args, args.task)
-    except ConfigError as e:
-        print(f"tether: error: {e}", file=sys.stderr)
-        return 2
-    print(run_id)
-    return 0
-
-
-def command_worker(args: argparse.Namespace) -> int:
-    import socket
-
-    from . import durable
-
-    executor_id = args.executor_id or f"{socket.gethostname()}-{os.getpid()}"
-    print(
-        f"tether worker {executor_id}: taking queued runs from the store",
-        file=sys.stderr,
-        flush=True,
-    )
-    try:
-        asyncio.run(
-            durable.work(args.store, executor_id, args.concurrency, args.beat, args.dead_after)
-        )
-    except ConfigError as e:
-        print(f"tether: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 0
-    return 0

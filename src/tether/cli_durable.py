@@ -1,0 +1,148 @@
+"""The durable-run commands: `run --store` (and `--queue`), `resume`, `runs`, `cancel`,
+`approve`, `deny` and `worker`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from .agent import EXIT_STATUS, Agent
+from .cli import HumanOutput, json_sink
+from .errors import ConfigError
+from .events import Event, Sink
+
+
+def command_durable_run(
+    agent: Agent, args: argparse.Namespace, run_id: str, sinks: list[Sink]
+) -> int:
+    """A run recorded in --store: it survives a crash and `tether resume` finishes it."""
+    from . import durable
+
+    async def go() -> dict[str, Any]:
+        durable.watch(run_id, sinks)
+        await agent.model.aclose()  # the workflow builds its own, in whichever process runs it
+        handle = await durable.start(args.store, run_id, args, args.task)
+        try:
+            result: dict[str, Any] = await handle.get_result()
+        except asyncio.CancelledError:
+            from dbos import DBOS
+
+            await DBOS.cancel_workflow_async(run_id)
+            raise
+        return result
+
+    return finish_durable(go, run_id, sinks, args)
+
+
+def finish_durable(
+    go: Callable[[], Any], run_id: str, sinks: list[Sink], args: argparse.Namespace
+) -> int:
+    try:
+        result = asyncio.run(go())
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\n[cancelled]", file=sys.stderr)
+        return 130
+    except Exception as e:  # the workflow was cancelled elsewhere, or failed inside DBOS
+        print(f"tether: run {run_id} did not finish: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    data = {k: v for k, v in result.items() if k != "messages"}
+    event = Event("run_finished", run_id, -1, data, time.time())
+    for sink in sinks:
+        sink(event)
+    if not getattr(args, "json", False):
+        outcome = result["outcome"]
+        usage = result.get("usage") or {}
+        tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+        sys.stderr.write(
+            f"[{outcome}] {result.get('reason') or ''} ({result['steps']} steps, "
+            f"{tokens} tokens, ${result['cost_usd']:.4f})\n"
+        )
+    return EXIT_STATUS[result["outcome"]]
+
+
+def command_store(args: argparse.Namespace) -> int:
+    """resume executes the run in this process; the others only read or message the store."""
+    from . import durable
+
+    if args.command == "resume":
+        sinks: list[Sink] = [
+            json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
+        ]
+
+        async def go() -> Any:
+            from dbos import DBOS
+
+            durable.watch(args.run_id, sinks)
+            durable.prepare(args.store)
+            await DBOS.resume_workflow_async(args.run_id)
+            handle: Any = await DBOS.retrieve_workflow_async(args.run_id)
+            return await handle.get_result()
+
+        return finish_durable(go, args.run_id, sinks, args)
+    try:
+        store = durable.client(args.store)
+        if args.command == "runs":
+            for w in store.list_workflows():
+                line = {
+                    "id": w.workflow_id,
+                    "status": w.status,
+                    "created_at": w.created_at,
+                    "executor": w.executor_id,
+                }
+                print(orjson.dumps(line).decode() if args.json else f"{w.workflow_id}\t{w.status}")
+        elif args.command == "cancel":
+            store.cancel_workflow(args.run_id)
+        else:
+            approved = args.command == "approve"
+            reason = "approved by the user" if approved else args.reason
+            store.send(args.run_id, {"approved": approved, "reason": reason}, args.approval_id)
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def command_enqueue(agent: Agent, args: argparse.Namespace, run_id: str) -> int:
+    from . import durable
+
+    asyncio.run(agent.model.aclose())
+    try:
+        durable.enqueue(args.store, run_id, args, args.task)
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    print(run_id)
+    return 0
+
+
+def command_worker(args: argparse.Namespace) -> int:
+    import socket
+
+    from . import durable
+
+    executor_id = args.executor_id or f"{socket.gethostname()}-{os.getpid()}"
+    print(
+        f"tether worker {executor_id}: taking queued runs from the store",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        asyncio.run(
+            durable.work(args.store, executor_id, args.concurrency, args.beat, args.dead_after)
+        )
+    except ConfigError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+    return 0
