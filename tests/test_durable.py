@@ -206,3 +206,60 @@ def test_a_dead_workers_runs_are_finished_by_a_live_one(
     assert len(notes) == 12 and len({n.split()[0] for n in notes}) == 12  # each effect once
     charges = (tmp_path / "charges").read_text().splitlines()
     assert len({c.split()[0] for c in charges}) == len(charges) <= 12  # never twice
+
+
+def test_a_message_sent_while_the_run_is_down_is_delivered(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    wire.add(calls=[("note", {"text": "first"})], delay=0.5).add(text="Saw your note.")
+    env = cli_env(
+        OPENAI_API_KEY="sk-durable",
+        NOTES_FILE=str(tmp_path / "notes"),
+        CHARGES_FILE=str(tmp_path / "charges"),
+    )
+    proc = subprocess.Popen(
+        [
+            *TETHER,
+            "run",
+            "take a note",
+            "--base-url",
+            wire.url,
+            "--store",
+            store,
+            "--run-id",
+            "msg-1",
+            "--json",
+            "--tools-from",
+            str(FIXTURES / "durable_tools.py"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if json.loads(line)["type"] == "tool_call":
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    sent = subprocess.run(
+        [*TETHER, "send", "msg-1", "and add milk", "--store", store],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert sent.returncode == 0, sent.stderr
+    resumed = subprocess.run(
+        [*TETHER, "resume", "msg-1", "--store", store, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    last = wire.requests[-1]["messages"]
+    assert last[-1] == {"role": "user", "content": "and add milk"}
+    assert [m["role"] for m in last[1:]] == ["user", "assistant", "tool", "user"]

@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of silence after which a worker counts as dead",
     )
     runs = sub.add_parser("runs", help="list the runs of a durable store")
+    send = sub.add_parser("send", help="send a message to a durable run (kept until it is read)")
+    send.add_argument("run_id", metavar="RUN_ID")
+    send.add_argument("text", metavar="TEXT")
     cancel = sub.add_parser("cancel", help="cancel a durable run")
     cancel.add_argument("run_id", metavar="RUN_ID")
     approve = sub.add_parser("approve", help="approve a durable run's waiting tool call")
@@ -112,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("run_id", metavar="RUN_ID")
         p.add_argument("approval_id", metavar="APPROVAL_ID")
     deny.add_argument("--reason", default="denied by the user")
-    for p in (resume, runs, cancel, approve, deny, worker):
+    for p in (resume, runs, send, cancel, approve, deny, worker):
         p.add_argument(
             "--store", required=True, metavar="URL", help="sqlite:///PATH or postgresql://..."
         )
@@ -264,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         from .cli_durable import command_worker
 
         return command_worker(args)
-    if args.command in ("resume", "runs", "cancel", "approve", "deny"):
+    if args.command in ("resume", "runs", "send", "cancel", "approve", "deny"):
         from .cli_durable import command_store
 
         return command_store(args)

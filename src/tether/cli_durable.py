@@ -102,6 +102,8 @@ def command_store(args: argparse.Namespace) -> int:
                 print(orjson.dumps(line).decode() if args.json else f"{w.workflow_id}\t{w.status}")
         elif args.command == "cancel":
             store.cancel_workflow(args.run_id)
+        elif args.command == "send":
+            store.send(args.run_id, args.text, "user")
         else:
             approved = args.command == "approve"
             reason = "approved by the user" if approved else args.reason
