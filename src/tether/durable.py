@@ -102,11 +102,7 @@ def open_store(url: str, executor_id: str | None = None) -> None:
         config["executor_id"] = executor_id
     DBOS(config=config)  # type: ignore[arg-type]
     DBOS.launch()
-    # psycopg 3 (what DBOS installs), not SQLAlchemy's default psycopg2
-    engine_url = url.replace("postgresql://", "postgresql+psycopg://", 1).replace(
-        "postgres://", "postgresql+psycopg://", 1
-    )
-    _effects = create_engine(engine_url)
+    _effects = create_engine(effects_url(url))
     with _effects.begin() as c:
         c.execute(
             text(
@@ -116,6 +112,17 @@ def open_store(url: str, executor_id: str | None = None) -> None:
             )
         )
     _launched = url
+
+
+def effects_url(url: str) -> str:
+    """Where tool-start markers go: for SQLite a file beside the store (sharing DBOS's file
+    would make every marker wait for its write lock), for Postgres the same database through
+    psycopg 3 (what DBOS installs; SQLAlchemy's default driver is psycopg2)."""
+    if url.startswith("sqlite:///"):
+        return url + "-effects"
+    return url.replace("postgresql://", "postgresql+psycopg://", 1).replace(
+        "postgres://", "postgresql+psycopg://", 1
+    )
 
 
 def mark_tool_start(run_id: str, call_id: str) -> bool:
@@ -214,7 +221,7 @@ def register() -> Any:
         agent, ctx, _ = agent_for(run_id, spec)
         emitter = emitter_for(run_id)
         tool = agent.toolbox.tools.get(call.name)
-        first = mark_tool_start(run_id, call.id)
+        first = await asyncio.to_thread(mark_tool_start, run_id, call.id)
         if not first and tool is not None and not tool.idempotent:
             result = ToolResult(
                 call.id,
