@@ -226,6 +226,9 @@ def test_missing_key_is_a_one_line_error(no_keys: None) -> None:
         ["run", "x", "--tools", "rm_rf"],
         ["run", "x", "--tools-from", "/no/such/file.py"],
         ["run", "x", "--provider", "scripted"],
+        ["ask", "--store", "sqlite:///x.sqlite"],
+        ["run", "x", "--queue"],
+        ["run", "x", "--store", "mysql://nope"],
     ],
 )
 def test_bad_usage_exits_2(args: list[str]) -> None:

@@ -272,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return command_store(args)
     try:
+        check_store_options(args)
         agent = build_agent(args)
     except ConfigError as e:
         print(f"tether: error: {e}", file=sys.stderr)
@@ -283,6 +284,18 @@ def main(argv: list[str] | None = None) -> int:
 
         return command_serve(agent, args)
     return command_ask(agent, args)
+
+
+def check_store_options(args: argparse.Namespace) -> None:
+    if args.store and args.command != "run":
+        raise ConfigError(
+            f"--store: durable runs are started with tether run; {args.command} keeps its runs "
+            "in memory for now"
+        )
+    if args.queue and not args.store:
+        raise ConfigError("--queue needs --store (the store whose workers will take the run)")
+    if args.store and args.mcp:
+        raise ConfigError("--mcp does not work with --store yet: a worker cannot reopen them")
 
 
 def build_agent(args: argparse.Namespace, tools: list[Tool] | None = None) -> Agent:
