@@ -263,3 +263,37 @@ def test_a_message_sent_while_the_run_is_down_is_delivered(
     last = wire.requests[-1]["messages"]
     assert last[-1] == {"role": "user", "content": "and add milk"}
     assert [m["role"] for m in last[1:]] == ["user", "assistant", "tool", "user"]
+
+
+def test_a_durable_run_keeps_the_json_event_contract(wire: WireServer, tmp_path: Path) -> None:
+    wire.add(text="Working.", calls=[("note", {"text": "x"})]).add(text="Done.")
+    env = cli_env(
+        OPENAI_API_KEY="sk-durable",
+        NOTES_FILE=str(tmp_path / "notes"),
+        CHARGES_FILE=str(tmp_path / "charges"),
+    )
+    p = subprocess.run(
+        [
+            *TETHER,
+            "run",
+            "note it",
+            "--base-url",
+            wire.url,
+            "--store",
+            f"sqlite:///{tmp_path}/runs.sqlite",
+            "--json",
+            "--tools-from",
+            str(FIXTURES / "durable_tools.py"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    events = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    types = [e["type"] for e in events]
+    assert types[0] == "run_started" and types[-1] == "run_finished"
+    assert types.count("model_response") == 2 and types.count("tool_result") == 1
+    assert events[-1]["outcome"] == "done" and events[-1]["answer"] == "Done."

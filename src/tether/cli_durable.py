@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,7 @@ import orjson
 from .agent import EXIT_STATUS, Agent
 from .cli import HumanOutput, json_sink
 from .errors import ConfigError
-from .events import Event, Sink
+from .events import Sink
 
 
 def command_durable_run(
@@ -26,7 +25,14 @@ def command_durable_run(
     from . import durable
 
     async def go() -> dict[str, Any]:
-        durable.watch(run_id, sinks)
+        emitter = durable.watch(run_id, sinks)
+        emitter.emit(
+            "run_started",
+            task=args.task,
+            provider=agent.model.provider,
+            model=agent.model.name,
+            store=args.store.split("@")[-1],
+        )
         await agent.model.aclose()  # the workflow builds its own, in whichever process runs it
         handle = await durable.start(args.store, run_id, args, args.task)
         try:
@@ -55,10 +61,10 @@ def finish_durable(
     except Exception as e:  # the workflow was cancelled elsewhere, or failed inside DBOS
         print(f"tether: run {run_id} did not finish: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    from .durable import emitter_for
+
     data = {k: v for k, v in result.items() if k != "messages"}
-    event = Event("run_finished", run_id, -1, data, time.time())
-    for sink in sinks:
-        sink(event)
+    emitter_for(run_id).emit("run_finished", **data)
     if not getattr(args, "json", False):
         outcome = result["outcome"]
         usage = result.get("usage") or {}
@@ -82,7 +88,7 @@ def command_store(args: argparse.Namespace) -> int:
         async def go() -> Any:
             from dbos import DBOS
 
-            durable.watch(args.run_id, sinks)
+            durable.watch(args.run_id, sinks).emit("run_resumed")
             durable.prepare(args.store)
             await DBOS.resume_workflow_async(args.run_id)
             handle: Any = await DBOS.retrieve_workflow_async(args.run_id)

@@ -72,7 +72,7 @@ def use_modern_sqlite() -> None:
 # -- the process's store ---------------------------------------------------------------------
 
 _launched: str | None = None
-_live: dict[str, list[Sink]] = {}  # run id -> sinks of this process (events are live only)
+_live: dict[str, Emitter] = {}  # run id -> this process's live events (they are not persisted)
 _agents: dict[str, tuple[Agent, RunContext, argparse.Namespace]] = {}
 _effects: Any = None
 
@@ -194,7 +194,11 @@ def agent_for(run_id: str, spec: dict[str, Any]) -> tuple[Agent, RunContext, arg
 
 
 def emitter_for(run_id: str) -> Emitter:
-    return Emitter(run_id, list(_live.get(run_id, [])))
+    """The run's live emitter in this process: one numbering across all its steps."""
+    emitter = _live.get(run_id)
+    if emitter is None:
+        emitter = _live[run_id] = Emitter(run_id)
+    return emitter
 
 
 def register() -> Any:
@@ -371,8 +375,10 @@ async def attach(url: str, run_id: str) -> Any:
     return await DBOS.retrieve_workflow_async(run_id)
 
 
-def watch(run_id: str, sinks: list[Sink]) -> None:
-    _live[run_id] = sinks
+def watch(run_id: str, sinks: list[Sink]) -> Emitter:
+    """Show this run's live events to `sinks` (numbered from 0 in this process)."""
+    emitter = _live[run_id] = Emitter(run_id, list(sinks))
+    return emitter
 
 
 def usage_of(result: dict[str, Any]) -> Usage:
