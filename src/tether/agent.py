@@ -21,6 +21,7 @@ from typing import Any
 
 from .admission import Limiter
 from .approvals import Approver
+from .context import ContextPolicy, fit, is_context_error
 from .errors import ProviderError
 from .events import Emitter, Sink, model_response_data
 from .loop import (
@@ -38,9 +39,10 @@ from .loop import (
     last_answer,
     step,
 )
-from .messages import Message, ModelRequest, Usage
+from .messages import Message, ModelRequest, ModelResponse, Usage
 from .pricing import Price, price_for
-from .providers.base import Model
+from .providers.base import Model, TextHook
+from .providers.http import RetryHook
 from .tools.tool import RunContext, Tool
 from .tools.toolbox import Toolbox
 
@@ -73,6 +75,8 @@ class Agent:
     budget: Budget = field(default_factory=Budget)
     prices: dict[str, Price] | None = None
     max_output_tokens: int | None = None
+    context: ContextPolicy | None = None
+    """Keeps requests inside the model's window (trims, then summarises); None: no management."""
 
     def __post_init__(self) -> None:
         self.toolbox = self.tools if isinstance(self.tools, Toolbox) else Toolbox(self.tools)
@@ -178,32 +182,65 @@ class Agent:
         def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
             emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
 
-        def on_queued(position: int) -> None:
-            emitter.emit("queued", what="model_call", position=position)
-
         while True:
             action = step(state, happened, self.budget, self.price, time.monotonic())
             if isinstance(action, Finish):
                 return action
             if isinstance(action, CallModel):
-                request = ModelRequest(
-                    tuple(state.messages), state.tools, state.system, self.max_output_tokens
-                )
-                if emitter.active:
-                    emitter.emit("model_request", messages=len(request.messages))
-                if limiter is None:
-                    response = await self.model.respond(request, on_text, on_retry)
-                else:
-                    async with limiter.slot(on_queued) as waited:
-                        if waited:
-                            emitter.emit("admitted", what="model_call")
-                        response = await self.model.respond(request, on_text, on_retry)
+                if self.context is not None:
+                    self.charge(
+                        state,
+                        await fit(self.model, state.messages, state.system, self.context, emitter),
+                    )
+                try:
+                    response = await self.call(state, emitter, limiter, on_text, on_retry)
+                except ProviderError as e:
+                    if self.context is None or not is_context_error(e):
+                        raise
+                    self.charge(
+                        state,
+                        await fit(
+                            self.model, state.messages, state.system, self.context, emitter, True
+                        ),
+                    )
+                    response = await self.call(state, emitter, limiter, on_text, on_retry)
                 if emitter.active:
                     emitter.emit("model_response", **model_response_data(response))
                 happened = ModelReplied(response)
             elif isinstance(action, RunTools):
                 results = await self.toolbox.run_all(action.calls, ctx, emitter, approver)
                 happened = ToolsDone(results)
+
+    async def call(
+        self,
+        state: LoopState,
+        emitter: Emitter,
+        limiter: Limiter | None,
+        on_text: TextHook | None,
+        on_retry: RetryHook,
+    ) -> ModelResponse:
+        request = ModelRequest(
+            tuple(state.messages), state.tools, state.system, self.max_output_tokens
+        )
+        if emitter.active:
+            emitter.emit("model_request", messages=len(request.messages))
+        if limiter is None:
+            return await self.model.respond(request, on_text, on_retry)
+
+        def on_queued(position: int) -> None:
+            emitter.emit("queued", what="model_call", position=position)
+
+        async with limiter.slot(on_queued) as waited:
+            if waited:
+                emitter.emit("admitted", what="model_call")
+            return await self.model.respond(request, on_text, on_retry)
+
+    def charge(self, state: LoopState, usage: Usage) -> None:
+        """Count a model call made outside the loop (a summary) in the run's usage and cost."""
+        if usage != Usage():
+            state.usage = state.usage + usage
+            if self.price is not None:
+                state.cost_usd += self.price.cost(usage)
 
     def _finish(
         self,

@@ -20,6 +20,7 @@ import orjson
 
 from .agent import Agent, RunResult
 from .approvals import ApprovalRequest, Approver, Decision, approve_all, deny_all
+from .context import ContextPolicy, window_for
 from .errors import ConfigError
 from .events import Event, Sink
 from .loop import Budget
@@ -215,6 +216,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     b.add_argument("--max-cost", type=float, metavar="USD", help="cost from the price table")
     b.add_argument("--prices", metavar="FILE", help="JSON price table laid over the defaults")
     b.add_argument("--timeout", type=float, metavar="SECONDS", help="wall-clock limit for a run")
+    b.add_argument(
+        "--context-window",
+        type=int,
+        metavar="TOKENS",
+        help="trim old tool outputs, then summarise older turns, to fit this window "
+        "(default: the model's, where it is known; 0 turns it off)",
+    )
     t.add_argument(
         "--approve",
         choices=("ask", "auto", "deny"),
@@ -336,7 +344,20 @@ def build_agent(args: argparse.Namespace, tools: list[Tool] | None = None) -> Ag
         max_cost_usd=args.max_cost,
         max_seconds=args.timeout,
     )
-    return Agent(model, tools, system=args.system or DEFAULT_SYSTEM, budget=budget, prices=prices)
+    window = getattr(args, "context_window", None)
+    if window is None:
+        window = window_for(model.name)
+    if window is not None and window < 0:
+        raise ConfigError("--context-window must not be negative")
+    context = ContextPolicy(window, reserve=min(4096, window // 4)) if window else None
+    return Agent(
+        model,
+        tools,
+        system=args.system or DEFAULT_SYSTEM,
+        budget=budget,
+        prices=prices,
+        context=context,
+    )
 
 
 def select_tools(args: argparse.Namespace) -> list[Tool]:

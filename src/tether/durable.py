@@ -169,6 +169,7 @@ def spec_of(args: argparse.Namespace) -> dict[str, Any]:
         "system",
         "approve",
         "mcp",
+        "context_window",
     )
     spec = {k: getattr(args, k, None) for k in keep}
     spec["store"] = None

@@ -1,0 +1,112 @@
+"""Context-window management: a long run that would overflow a small window completes, with the
+trimming and the summary visible in its events; a context-length error shrinks and retries once."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether import Agent, Message, ModelRequest, ModelResponse, ScriptedModel, reply, tool
+from tether.context import SUMMARY_MARK, SUMMARY_PROMPT, ContextPolicy, estimate
+from tether.errors import ClientRequestError
+from tether.events import Event
+
+
+@tool
+def dump(page: int) -> str:
+    """Print a long page."""
+    return f"page {page}: " + "lorem ipsum " * 250  # about 3,000 characters
+
+
+class Reader:
+    """A model that reads ten pages, one a turn, then answers; it summarises when asked."""
+
+    def __init__(self, fail_first_over: int | None = None) -> None:
+        self.requests: list[ModelRequest] = []
+        self.summaries = 0
+        self.fail_first_over = fail_first_over
+        self.failed = False
+
+    def __call__(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        if request.messages[-1].text == SUMMARY_PROMPT:
+            self.summaries += 1
+            return reply(f"Read pages up to {self.pages(request) - 1}; all lorem ipsum.")
+        size = estimate(list(request.messages), request.system)
+        if self.fail_first_over is not None and size > self.fail_first_over and not self.failed:
+            self.failed = True
+            raise ClientRequestError(
+                "HTTP 400: This model's maximum context length is 2000 tokens.",
+                status=400,
+                error_type="context_length_exceeded",
+            )
+        pages = self.pages(request)
+        if pages < 10:
+            return reply(tool_calls=[("dump", {"page": pages})])
+        return reply("I read all ten pages.")
+
+    def pages(self, request: ModelRequest) -> int:
+        done = sum(len(m.tool_results) for m in request.messages)
+        summary = next((m.text for m in request.messages if m.text.startswith(SUMMARY_MARK)), "")
+        earlier = int(summary.split("up to ")[1].split(";")[0]) + 1 if summary else 0
+        return earlier + done
+
+
+def valid(messages: tuple[Message, ...]) -> bool:
+    """Every tool message follows the assistant message that made its calls."""
+    for i, m in enumerate(messages):
+        if m.role == "tool":
+            before = messages[i - 1] if i else None
+            if before is None or [c.id for c in before.tool_calls] != [
+                r.call_id for r in m.tool_results
+            ]:
+                return False
+    return True
+
+
+async def test_a_long_run_fits_a_small_window() -> None:
+    reader = Reader()
+    model = ScriptedModel([reader] * 40)
+    events: list[Event] = []
+    policy = ContextPolicy(window=2000, reserve=500)
+    result = await Agent(model, [dump], context=policy).run(
+        "Read the pages.", sinks=[events.append]
+    )
+    assert result.outcome == "done" and result.answer == "I read all ten pages."
+    types = [e.type for e in events]
+    assert "context_trimmed" in types and "context_summarized" in types
+    summarized = next(e for e in events if e.type == "context_summarized")
+    assert summarized.data["messages_replaced"] > 0 and "pages up to" in summarized.data["summary"]
+    work = [r for r in reader.requests if r.messages[-1].text != SUMMARY_PROMPT]
+    assert all(estimate(list(r.messages), r.system) <= policy.limit for r in work)
+    assert all(valid(r.messages) for r in reader.requests)
+    assert reader.summaries >= 1
+    assert result.usage.input_tokens > 0  # the summary calls are counted too
+
+
+async def test_a_context_length_error_shrinks_and_retries_once() -> None:
+    reader = Reader(fail_first_over=1500)
+    model = ScriptedModel([reader] * 40)
+    events: list[Event] = []
+    policy = ContextPolicy(window=100_000)  # the window was wrong: the provider says so
+    result = await Agent(model, [dump], context=policy).run(
+        "Read the pages.", sinks=[events.append]
+    )
+    assert reader.failed and result.outcome == "done"
+    assert any(e.type in ("context_trimmed", "context_summarized") for e in events)
+
+
+async def test_without_a_policy_the_error_ends_the_run() -> None:
+    reader = Reader(fail_first_over=1500)
+    result = await Agent(ScriptedModel([reader] * 40), [dump]).run("Read the pages.")
+    assert result.outcome == "failed" and result.error is not None
+    assert result.error["status"] == 400
+
+
+@pytest.mark.parametrize(
+    ("model", "window"),
+    [("gpt-4.1-mini", 1_047_576), ("claude-sonnet-4-5", 200_000), ("mystery", None)],
+)
+def test_known_windows(model: str, window: int | None) -> None:
+    from tether.context import window_for
+
+    assert window_for(model) == window
