@@ -268,3 +268,25 @@ class HTTPModel:
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+class OpenAIModel(HTTPModel):
+    """An OpenAI-style endpoint: bearer-token auth, https://api.openai.com/v1 by default."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        api_key: str,
+        base_url: str = "https://api.openai.com/v1",
+        stream: bool = True,
+        settings: HTTPSettings | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            base_url=base_url,
+            api_key=api_key,
+            headers={"Authorization": f"Bearer {api_key}"},
+            stream=stream,
+            settings=settings,
+        )

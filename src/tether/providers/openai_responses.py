@@ -30,32 +30,14 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import HTTPModel, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
+from .http import OpenAIModel, Progress, RetryHook, loads_event, sse_batches
 from .openai_chat import parse_arguments
 
 PROVIDER = "openai-responses"
 
 
-class OpenAIResponsesModel(HTTPModel):
+class OpenAIResponsesModel(OpenAIModel):
     provider = PROVIDER
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        api_key: str,
-        base_url: str = "https://api.openai.com/v1",
-        stream: bool = True,
-        settings: HTTPSettings | None = None,
-    ) -> None:
-        super().__init__(
-            name,
-            base_url=base_url,
-            api_key=api_key,
-            headers={"Authorization": f"Bearer {api_key}"},
-            stream=stream,
-            settings=settings,
-        )
 
     async def respond(
         self,
