@@ -429,3 +429,14 @@ async def test_model_calls_per_endpoint_are_bounded() -> None:
     assert all(r.status == "done" for r in runs)
     assert shared.peak == 2
     assert sum(1 for r in runs if events(r, "queued")) == 4
+
+
+async def test_ended_runs_past_the_limit_are_forgotten() -> None:
+    sup = Supervisor(keep_finished=2)
+    runs = [sup.start(Agent(ScriptedModel([reply(f"answer {i}")])), f"q{i}") for i in range(5)]
+    await asyncio.gather(*(r.wait() for r in runs))
+    await asyncio.sleep(0)
+    assert sorted(sup.runs) == sorted(r.id for r in runs[3:])
+    assert sorted(sup.bus.logs) == sorted(r.id for r in runs[3:])
+    with pytest.raises(NoSuchRun):
+        sup.get(runs[0].id)

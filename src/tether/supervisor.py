@@ -51,11 +51,14 @@ class Supervisor:
         max_model_calls: int | None = DEFAULT_MAX_MODEL_CALLS,
         approval_ttl: float | None = None,
         gc_tuning: bool = True,
+        keep_finished: int | None = 10_000,
     ) -> None:
         """`max_runs` bounds live runs (None: no bound); `max_model_calls` bounds concurrent
         model calls per provider endpoint and key, which keeps the event loop responsive under
         load (cancel stays fast) without holding a slot for runs that wait on a person.
-        `gc_tuning` sets the process's collector thresholds for many live runs (`tune_gc`);
+        `keep_finished` is how many ended runs stay in memory (registry and event log) for
+        lookups and replay; older ones are forgotten (None: all stay). `gc_tuning` sets the
+        process's collector thresholds for many live runs (`tune_gc`);
         turn it off if something else in the process owns them."""
         if gc_tuning:
             tune_gc()
@@ -66,6 +69,8 @@ class Supervisor:
         self.call_limits: dict[str, Limiter] = {}
         self.approval_ttl = approval_ttl
         self.accepting = True
+        self.keep_finished = keep_finished
+        self.finished: deque[str] = deque()
 
     def start(
         self,
@@ -112,6 +117,18 @@ class Supervisor:
 
     def live(self) -> list[Run]:
         return [r for r in self.runs.values() if r.alive]
+
+    def forget_old(self, run_id: str) -> None:
+        """Remember `run_id` as ended, and forget the oldest ended runs past the limit."""
+        if self.keep_finished is None:
+            return
+        self.finished.append(run_id)
+        while len(self.finished) > self.keep_finished:
+            old = self.finished.popleft()
+            run = self.runs.get(old)
+            if run is not None and not run.alive:  # the id may have been reused since
+                del self.runs[old]
+                self.bus.logs.pop(old, None)
 
     def limiter_for(self, agent: Agent) -> Limiter | None:
         if not self.max_model_calls:
@@ -169,6 +186,7 @@ class Supervisor:
         finally:
             if not run.alive:
                 run.log.close()
+                self.forget_old(run.id)
 
     async def _attempts(self, run: Run) -> None:
         policy = run.restart
