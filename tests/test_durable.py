@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,29 @@ pytest.importorskip("dbos", reason="needs the durable extra")
 from conftest import FIXTURES, TETHER, cli_env
 from crash_suite import run_suite
 from wire_server import WireServer
+
+
+def tether(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TETHER, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def kill_at(env: dict[str, str], event_type: str, *args: str) -> dict[str, Any]:
+    """Start `tether ARGS --json`, SIGKILL it at its first `event_type` event, return that."""
+    proc = subprocess.Popen(
+        [*TETHER, *args, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        event: dict[str, Any] = json.loads(line)
+        if event["type"] == event_type:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return event
+    raise AssertionError(f"the run ended without a {event_type} event")
 
 
 def test_sqlite_runs_survive_random_kills(tmp_path: Path) -> None:
@@ -59,53 +83,27 @@ def test_an_approval_survives_a_crash(wire: WireServer, tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path}/runs.sqlite"
     wire.add(calls=[("bash", {"command": "echo approved > proof.txt"})]).add(text="It is done.")
     env = cli_env(OPENAI_API_KEY="sk-durable")
-    proc = subprocess.Popen(
-        [
-            *TETHER,
-            "run",
-            "make proof",
-            "--base-url",
-            wire.url,
-            "--tools",
-            "bash",
-            "--store",
-            store,
-            "--run-id",
-            "appr-1",
-            "--json",
-            "--workspace",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
+    # the process dies while the run waits for a person
+    request = kill_at(
+        env,
+        "approval_requested",
+        "run",
+        "make proof",
+        "--base-url",
+        wire.url,
+        "--tools",
+        "bash",
+        "--store",
+        store,
+        "--run-id",
+        "appr-1",
+        "--workspace",
+        str(tmp_path),
     )
-    assert proc.stdout is not None
-    request = None
-    for line in proc.stdout:
-        event = json.loads(line)
-        if event["type"] == "approval_requested":
-            request = event
-            break
-    assert request is not None and request["name"] == "bash"
-    proc.send_signal(signal.SIGKILL)  # the process dies while the run waits for a person
-    proc.wait()
-    approve = subprocess.run(
-        [*TETHER, "approve", "appr-1", request["approval_id"], "--store", store],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    assert request["name"] == "bash"
+    approve = tether(env, "approve", "appr-1", request["approval_id"], "--store", store)
     assert approve.returncode == 0, approve.stderr
-    resumed = subprocess.run(
-        [*TETHER, "resume", "appr-1", "--store", store, "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    resumed = tether(env, "resume", "appr-1", "--store", store, "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.splitlines()[-1])["answer"] == "It is done."
     assert (tmp_path / "proof.txt").read_text() == "approved\n"
@@ -218,47 +216,23 @@ def test_a_message_sent_while_the_run_is_down_is_delivered(
         NOTES_FILE=str(tmp_path / "notes"),
         CHARGES_FILE=str(tmp_path / "charges"),
     )
-    proc = subprocess.Popen(
-        [
-            *TETHER,
-            "run",
-            "take a note",
-            "--base-url",
-            wire.url,
-            "--store",
-            store,
-            "--run-id",
-            "msg-1",
-            "--json",
-            "--tools-from",
-            str(FIXTURES / "durable_tools.py"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
+    kill_at(
+        env,
+        "tool_call",
+        "run",
+        "take a note",
+        "--base-url",
+        wire.url,
+        "--store",
+        store,
+        "--run-id",
+        "msg-1",
+        "--tools-from",
+        str(FIXTURES / "durable_tools.py"),
     )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if json.loads(line)["type"] == "tool_call":
-            break
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    sent = subprocess.run(
-        [*TETHER, "send", "msg-1", "and add milk", "--store", store],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    sent = tether(env, "send", "msg-1", "and add milk", "--store", store)
     assert sent.returncode == 0, sent.stderr
-    resumed = subprocess.run(
-        [*TETHER, "resume", "msg-1", "--store", store, "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    resumed = tether(env, "resume", "msg-1", "--store", store, "--json")
     assert resumed.returncode == 0, resumed.stderr
     last = wire.requests[-1]["messages"]
     assert last[-1] == {"role": "user", "content": "and add milk"}
