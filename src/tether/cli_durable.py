@@ -69,9 +69,10 @@ def finish_durable(
         outcome = result["outcome"]
         usage = result.get("usage") or {}
         tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+        reason = f" {result['reason']}" if result.get("reason") else ""
         sys.stderr.write(
-            f"[{outcome}] {result.get('reason') or ''} ({result['steps']} steps, "
-            f"{tokens} tokens, ${result['cost_usd']:.4f})\n"
+            f"[{outcome}]{reason} ({result['steps']} steps, {tokens} tokens, "
+            f"${result['cost_usd']:.4f})\n"
         )
     return EXIT_STATUS[result["outcome"]]
 
