@@ -13,12 +13,11 @@ import argparse
 import asyncio
 import json
 import resource
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from scale import free_port, start_mock  # the same directory
 
 BENCH = Path(__file__).resolve().parent
 
@@ -90,31 +89,8 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true", help="measure the in-memory runs instead")
     ap.add_argument("--mock", default=str(BENCH.parents[1] / "shared/bench/mock_llm.py"))
     a = ap.parse_args()
-    port = 18000 + int(time.time()) % 1000
-    mock = subprocess.Popen(
-        [
-            sys.executable,
-            a.mock,
-            "--port",
-            str(port),
-            "--steps",
-            "3",
-            "--tools",
-            "3",
-            "--latency-ms",
-            "0",
-            "--tool-ms",
-            "0",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
-            break
-        except OSError:
-            time.sleep(0.1)
+    port = free_port()
+    mock = start_mock(Path(a.mock), port, latency_ms=0, tool_ms=0)
     tools = Path(tempfile.mkdtemp()) / "bench_tools.py"
     tools.write_text(
         "from tether import tool\n\n\n@tool(idempotent=True)\n"

@@ -60,7 +60,10 @@ def mock_requests(port: int) -> int:
     return int(stats.get("requests", stats.get("chat", 0)))
 
 
-def start_mock(mock: Path, port: int) -> subprocess.Popen[bytes]:
+def start_mock(
+    mock: Path, port: int, latency_ms: int = 50, tool_ms: int = 50
+) -> subprocess.Popen[bytes]:
+    """The rig's mock: 3 turns of 3 parallel tool calls, then the answer."""
     cmd = [
         sys.executable,
         str(mock),
@@ -71,9 +74,9 @@ def start_mock(mock: Path, port: int) -> subprocess.Popen[bytes]:
         "--tools",
         "3",
         "--latency-ms",
-        "50",
+        str(latency_ms),
         "--tool-ms",
-        "50",
+        str(tool_ms),
         "--deltas",
         "8",
     ]

@@ -42,7 +42,7 @@ from .loop import (
     last_answer,
     step,
 )
-from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
+from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult
 from .tools.tool import RunContext
 
 APP = "tether"
@@ -369,27 +369,10 @@ async def start(url: str, run_id: str, args: argparse.Namespace, task: str) -> A
         return await DBOS.start_workflow_async(wf, run_id, spec_of(args), task)
 
 
-async def attach(url: str, run_id: str) -> Any:
-    from dbos import DBOS
-
-    prepare(url)
-    return await DBOS.retrieve_workflow_async(run_id)
-
-
 def watch(run_id: str, sinks: list[Sink]) -> Emitter:
     """Show this run's live events to `sinks` (numbered from 0 in this process)."""
     emitter = _live[run_id] = Emitter(run_id, list(sinks))
     return emitter
-
-
-def usage_of(result: dict[str, Any]) -> Usage:
-    u = result.get("usage") or {}
-    return Usage(
-        u.get("input_tokens", 0),
-        u.get("cached_input_tokens", 0),
-        u.get("output_tokens", 0),
-        u.get("reasoning_tokens", 0),
-    )
 
 
 def client(url: str) -> Any:
