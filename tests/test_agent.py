@@ -139,8 +139,13 @@ async def test_cancel_keeps_completed_work_and_closes_open_calls() -> None:
     roles = [m.role for m in transcript]
     assert roles == ["user", "assistant", "tool", "assistant", "tool"]
     assert transcript[2].tool_results[0].output == "2"  # completed work kept
-    assert all(r.is_error for r in transcript[4].tool_results)  # no call left without a result
+    napped, added = transcript[4].tool_results  # no call left without a result
+    assert napped.is_error and "Cancelled" in napped.output
+    assert (added.output, added.is_error) == ("4", False)  # a parallel call that finished: kept
     assert events[-1].type == "run_finished" and events[-1].data["outcome"] == "cancelled"
+    calls = [e.data["id"] for e in events if e.type == "tool_call"]
+    results = [e.data["id"] for e in events if e.type == "tool_result"]
+    assert sorted(calls) == sorted(results)  # subscribers see every call end, once
 
 
 async def test_conversation_continues_across_runs() -> None:

@@ -399,3 +399,29 @@ def test_ask_asks_inline_before_running_bash(wire: WireServer, tmp_path: Path) -
     assert p.stderr.count('? allow bash({"command":') == 2
     assert (tmp_path / "a.txt").exists() and not (tmp_path / "b.txt").exists()
     assert "not approved: the user said no" in p.stderr
+
+
+@pytest.mark.parametrize("yolo", [True, False])
+def test_terminal_profile_asks_before_bash_unless_yolo(
+    wire: WireServer, tmp_path: Path, yolo: bool
+) -> None:
+    wire.add(calls=[("bash", {"command": "echo done > made.txt"})]).add(text="ok")
+    p = tether(
+        "ask",
+        "--base-url",
+        wire.url,
+        "--profile",
+        "terminal",
+        *(["--yolo"] if yolo else []),
+        "--workspace",
+        str(tmp_path),
+        stdin="make a file\nn\n",  # the "n" refuses bash where it is asked
+    )
+    assert p.returncode == 0, p.stderr
+    assert ('? allow bash({"command":' in p.stderr) is not yolo
+    assert (tmp_path / "made.txt").exists() is yolo
+    first = wire.requests[0]
+    system = first["messages"][0]
+    assert system["role"] == "system" and "terminal agent" in system["content"]
+    names = {t["function"]["name"] for t in first["tools"]}
+    assert names == {"bash", "read_file", "write_file", "edit_file", "list_files"}

@@ -23,7 +23,7 @@ from .admission import Limiter
 from .approvals import Approver
 from .context import ContextPolicy, fit, is_context_error
 from .errors import ProviderError
-from .events import Emitter, Sink, model_response_data
+from .events import Emitter, Sink, model_response_data, tool_result_data
 from .loop import (
     Budget,
     CallModel,
@@ -65,6 +65,14 @@ class RunResult:
 
 
 EXIT_STATUS: dict[str, int] = {"done": 0, "failed": 1, "halted": 3, "cancelled": 130}
+
+
+def close(emitter: Emitter, state: LoopState, why: str) -> None:
+    """Close the calls a run left open (see `close_open_calls`), with `tool_result` events for
+    those that had none, so every `tool_call` a subscriber saw gets its result."""
+    for result in close_open_calls(state.messages, why, state.finished):
+        if emitter.active:
+            emitter.emit("tool_result", **tool_result_data(result))
 
 
 @dataclass
@@ -138,14 +146,14 @@ class Agent:
                     async with asyncio.timeout(self.budget.max_seconds):
                         finish = await self._drive(state, ctx, emitter, *hooks)
                 except TimeoutError:
-                    close_open_calls(messages, "Cancelled: the run's time limit was reached.")
+                    close(emitter, state, "Cancelled: the run's time limit was reached.")
                     finish = Finish(
                         "halted",
                         last_answer(messages),
                         f"timeout: the limit of {self.budget.max_seconds:g} s was reached",
                     )
         except asyncio.CancelledError:
-            close_open_calls(messages, "Cancelled before the tool finished.")
+            close(emitter, state, "Cancelled before the tool finished.")
             cancelled = Finish("cancelled", last_answer(messages), "cancelled")
             result = self._finish(emitter, state, cancelled)
             task_ = asyncio.current_task()
@@ -154,11 +162,11 @@ class Agent:
             task_.uncancel()
             return result
         except ProviderError as e:
-            close_open_calls(messages, "Not run: the model call failed.")
+            close(emitter, state, "Not run: the model call failed.")
             error = e.to_dict()
             finish = Finish("failed", last_answer(messages), str(e))
         except Exception as e:  # a bug in Tether or a user hook: still end with an outcome
-            close_open_calls(messages, "Not run: the run failed.")
+            close(emitter, state, "Not run: the run failed.")
             error = {
                 "kind": "internal",
                 "status": None,
@@ -208,7 +216,10 @@ class Agent:
                     emitter.emit("model_response", **model_response_data(response))
                 happened = ModelReplied(response)
             elif isinstance(action, RunTools):
-                results = await self.toolbox.run_all(action.calls, ctx, emitter, approver)
+                state.finished = {}
+                results = await self.toolbox.run_all(
+                    action.calls, ctx, emitter, approver, state.finished
+                )
                 happened = ToolsDone(results)
 
     async def call(

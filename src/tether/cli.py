@@ -29,6 +29,7 @@ from .pricing import load_prices, price_for
 from .providers import PROVIDERS, HTTPSettings, make_model
 from .redact import redactor, scrub
 from .supervisor import Supervisor
+from .terminal import TERMINAL_SYSTEM, TERMINAL_TOOLS
 from .tools import BUILTINS, RunContext, Tool
 from .tools.loading import load_tools
 
@@ -230,6 +231,20 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         help="calls that need approval (bash, tools marked so): ask at the terminal, "
         "approve all, or deny all (default: ask; with no terminal to ask on, deny)",
     )
+    t.add_argument(
+        "--yolo",
+        dest="approve",
+        action="store_const",
+        const="auto",
+        help="run every tool call without asking (the same as --approve auto)",
+    )
+    t.add_argument(
+        "--profile",
+        choices=("default", "terminal"),
+        default="default",
+        help="terminal: a terminal agent (bash and the file tools, a system prompt for shell "
+        "work); bash still asks for approval unless --yolo",
+    )
     o = p.add_argument_group("run")
     o.add_argument("--system", metavar="TEXT", help="system prompt")
     o.add_argument("--json", action="store_true", help="print events as JSON lines")
@@ -353,7 +368,8 @@ def build_agent(args: argparse.Namespace, tools: list[Tool] | None = None) -> Ag
     return Agent(
         model,
         tools,
-        system=args.system or DEFAULT_SYSTEM,
+        system=args.system
+        or (TERMINAL_SYSTEM if getattr(args, "profile", None) == "terminal" else DEFAULT_SYSTEM),
         budget=budget,
         prices=prices,
         context=context,
@@ -361,7 +377,8 @@ def build_agent(args: argparse.Namespace, tools: list[Tool] | None = None) -> Ag
 
 
 def select_tools(args: argparse.Namespace) -> list[Tool]:
-    spec = args.tools if args.tools is not None else ("none" if args.tools_from else DEFAULT_TOOLS)
+    default = TERMINAL_TOOLS if getattr(args, "profile", None) == "terminal" else DEFAULT_TOOLS
+    spec = args.tools if args.tools is not None else ("none" if args.tools_from else default)
     tools: list[Tool] = []
     if spec.strip() != "none":
         for name in (n.strip() for n in spec.split(",") if n.strip()):

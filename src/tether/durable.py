@@ -170,6 +170,7 @@ def spec_of(args: argparse.Namespace) -> dict[str, Any]:
         "approve",
         "mcp",
         "context_window",
+        "profile",
     )
     spec = {k: getattr(args, k, None) for k in keep}
     spec["store"] = None

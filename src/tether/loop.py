@@ -46,6 +46,8 @@ class LoopState:
     inbox: list[str] = field(default_factory=list)
     """User messages that arrived while the model or tools were busy: delivered together, before
     the next model call (the run's mailbox puts them here; the step function takes them out)."""
+    finished: dict[str, ToolResult] = field(default_factory=dict)
+    """Results of the current reply's calls as each completes: a cancel keeps them."""
 
 
 # What just happened
@@ -188,13 +190,17 @@ def last_answer(messages: list[Message]) -> str:
     return ""
 
 
-def close_open_calls(messages: list[Message], why: str) -> None:
-    """Give every tool call that has no result an error result, so the transcript stays a valid
-    conversation for the provider after a cancel or a crash."""
+def close_open_calls(
+    messages: list[Message], why: str, finished: dict[str, ToolResult] | None = None
+) -> list[ToolResult]:
+    """Give every tool call that has no result an error result (or the result it had already
+    produced, from `finished`), so the transcript stays a valid conversation for the provider
+    after a cancel or a crash; returns the error results it made."""
     if not messages or messages[-1].role != "assistant":
-        return
+        return []
+    done = finished or {}
     calls = messages[-1].tool_calls
-    if calls:
-        messages.append(
-            Message("tool", tuple(ToolResult(c.id, c.name, why, is_error=True) for c in calls))
-        )
+    results = [done.get(c.id) or ToolResult(c.id, c.name, why, is_error=True) for c in calls]
+    if results:
+        messages.append(Message("tool", tuple(results)))
+    return [r for r in results if r.call_id not in done]

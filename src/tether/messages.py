@@ -103,6 +103,16 @@ class Usage:
             self.reasoning_tokens + other.reasoning_tokens,
         )
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Usage:
+        """The inverse of `to_dict` (as events carry it); missing counts are 0."""
+        return cls(
+            int(d.get("input_tokens", 0)),
+            int(d.get("cached_input_tokens", 0)),
+            int(d.get("output_tokens", 0)),
+            int(d.get("reasoning_tokens", 0)),
+        )
+
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens

@@ -74,10 +74,11 @@ class ScriptedModel:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:
-        try:
-            items = orjson.loads(Path(path).read_bytes())
-        except (OSError, orjson.JSONDecodeError) as e:
-            raise ConfigError(f"cannot read script {path}: {e}") from None
+        return cls.from_json(read_script(path), path)
+
+    @classmethod
+    def from_json(cls, items: Any, path: str | Path = "<script>") -> ScriptedModel:
+        """A model from a script's JSON: a list of replies (see the module docstring)."""
         if not isinstance(items, list):
             raise ConfigError(f"script {path} must be a JSON list of replies")
         model = cls([])
@@ -121,6 +122,13 @@ class ScriptedModel:
                 on_text(word)
                 await asyncio.sleep(0)
         return item  # type: ignore[no-any-return]
+
+
+def read_script(path: str | Path) -> Any:
+    try:
+        return orjson.loads(Path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise ConfigError(f"cannot read script {path}: {e}") from None
 
 
 def words(text: str) -> list[str]:

@@ -52,7 +52,11 @@ def read_file(path: str, ctx: RunContext, offset: int = 0, limit: int = MAX_READ
     target = confine(ctx, path)
     if not target.is_file():
         raise FileNotFoundError(f"no file {path!r} in the workspace")
-    text = target.read_text(errors="replace")
+    return page(target.read_text(errors="replace"), offset, limit)
+
+
+def page(text: str, offset: int, limit: int) -> str:
+    """`limit` characters of `text` from `offset`, saying how to read on if more follow."""
     limit = max(0, min(limit, MAX_READ))
     part = text[offset : offset + limit]
     rest = len(text) - offset - len(part)

@@ -104,15 +104,18 @@ class Toolbox:
         ctx: RunContext,
         emitter: Emitter,
         approver: Approver | None = None,
+        finished: dict[str, ToolResult] | None = None,
     ) -> list[ToolResult]:
         """All calls of one reply at the same time (each waiting for its own approval where it
-        needs one); results in the order of the calls."""
+        needs one); results in the order of the calls, and in `finished` as each completes."""
         for c in calls:
             emitter.emit("tool_call", **call_dict(c))
 
         async def one(c: ToolCall) -> ToolResult:
             result = await self.run(c, ctx, approver, emitter)
             emitter.emit("tool_result", **tool_result_data(result))
+            if finished is not None:
+                finished[c.id] = result
             return result
 
         if len(calls) == 1:

@@ -1,0 +1,2 @@
+#!/bin/bash
+LC_ALL=C sort -u names.txt > sorted.txt

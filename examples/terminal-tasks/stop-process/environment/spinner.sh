@@ -1,0 +1,2 @@
+#!/bin/bash
+while true; do date +%s%N >> spin.log; sleep 0.2; done

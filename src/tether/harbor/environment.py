@@ -1,0 +1,213 @@
+"""A Harbor environment that runs a task on this machine, in a scratch directory, without Docker.
+
+    harbor run --path tasks/harbor --env tether.harbor.environment:LocalEnvironment \\
+        --agent tether.harbor.agent:TetherAgent --model openai/gpt-5
+
+A container gives a task its own `/app`, `/logs`, `/tests` and `/solution`. Here each trial gets
+a scratch directory holding those four, and a container path is mapped into it: in the paths
+of uploads and downloads, in an exec's `cwd`, and in the command line itself wherever one of
+the four appears as a path (`bash /tests/test.sh > /logs/verifier/out.txt`). Scripts see the
+same places in `$APP_DIR`, `$LOGS_DIR`, `$TESTS_DIR` and `$SOLUTION_DIR`, so a test script that
+writes `${LOGS_DIR:-/logs}/verifier/reward.txt` runs unchanged here and in a container.
+
+The task's `environment/` directory is copied into the workdir at start, and its `setup.sh`, if
+any, runs there (what a Dockerfile's `RUN` would do). Every process a trial starts carries a
+marker in its environment; `stop` kills whatever is still running with it, background jobs
+included. Commands run as the current user: this is isolation by directory, not a sandbox, so
+run only tasks you trust.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from harbor.environments.base import BaseEnvironment, ExecResult
+
+SETUP_SCRIPT = "setup.sh"
+MARKER = "TETHER_HARBOR_TRIAL"
+DRAIN_AFTER_EXIT = 1.0
+"""Seconds to keep reading after the command exits, for output of jobs it left running."""
+PLACES = {"/app": "app", "/logs": "logs", "/tests": "tests", "/solution": "solution"}
+VARIABLES = {"app": "APP_DIR", "logs": "LOGS_DIR", "tests": "TESTS_DIR", "solution": "SOLUTION_DIR"}
+
+
+def path_pattern(prefixes: list[str]) -> re.Pattern[str]:
+    """A container path as a word of a command line: not inside another path or a name."""
+    alternatives = "|".join(re.escape(p) for p in sorted(prefixes, key=len, reverse=True))
+    return re.compile(rf"(?<![\w./~$-])({alternatives})(?=[/\s'\";|&)<>]|$)")
+
+
+class LocalEnvironment(BaseEnvironment):
+    """Runs the trial's commands with bash on this machine, confined to a scratch directory."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="tether-harbor-"))
+        self.trial_marker = uuid.uuid4().hex
+        super().__init__(*args, **kwargs)
+        workdir = self.task_env_config.workdir
+        self.places = dict(PLACES)
+        if workdir and workdir not in self.places:
+            self.places[workdir.rstrip("/")] = "app"
+        self.pattern = path_pattern(list(self.places))
+
+    @staticmethod
+    def type() -> str:
+        return "tether-local"
+
+    def _validate_definition(self) -> None:
+        """Nothing is required: a task without `environment/` starts from an empty workdir."""
+
+    # -- paths ---------------------------------------------------------------------------
+
+    def local(self, path: str) -> Path:
+        """Where a container path lives here; relative paths are relative to the workdir."""
+        if not path.startswith("/"):
+            return self.root / "app" / path
+        for prefix, place in sorted(self.places.items(), key=lambda kv: -len(kv[0])):
+            if path == prefix or path.startswith(prefix + "/"):
+                return self.root / place / path[len(prefix) :].lstrip("/")
+        return Path(path)
+
+    def rewrite(self, command: str) -> str:
+        def mapped(m: re.Match[str]) -> str:
+            return str(self.root / self.places[m.group(1)])
+
+        return self.pattern.sub(mapped, command)
+
+    def variables(self) -> dict[str, str]:
+        return {name: str(self.root / place) for place, name in VARIABLES.items()}
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self, force_build: bool) -> None:
+        for place in ("app", "tests", "solution", "logs/agent", "logs/verifier", "logs/artifacts"):
+            (self.root / place).mkdir(parents=True, exist_ok=True)
+        if self.environment_dir.is_dir():
+            shutil.copytree(self.environment_dir, self.root / "app", dirs_exist_ok=True)
+            setup = self.root / "app" / SETUP_SCRIPT
+            if setup.is_file():
+                script = setup.read_text()
+                setup.unlink()
+                timeout = int(self.task_env_config.build_timeout_sec)
+                result = await self.exec(script, timeout_sec=timeout)
+                if result.return_code != 0:
+                    raise RuntimeError(
+                        f"environment/{SETUP_SCRIPT} failed with status {result.return_code}: "
+                        f"{(result.stderr or result.stdout or '')[-2000:]}"
+                    )
+
+    async def stop(self, delete: bool) -> None:
+        kill_marked(self.trial_marker)
+        if delete:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- files ---------------------------------------------------------------------------
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        target = self.local(target_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source_path, target)
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        shutil.copytree(source_dir, self.local(target_dir), dirs_exist_ok=True)
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        Path(target_path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(self.local(source_path), target_path)
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        shutil.copytree(self.local(source_dir), target_dir, dirs_exist_ok=True)
+
+    # -- commands ------------------------------------------------------------------------
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        """Run `command` with bash in the workdir (or `cwd`); on timeout its process group is
+        killed and the status is 124, as with coreutils' `timeout`."""
+        environ = {
+            **os.environ,
+            **self._persistent_env,
+            **(env or {}),
+            **self.variables(),
+            MARKER: self.trial_marker,
+        }
+        where = self.local(cwd) if cwd else self.root / "app"
+        proc = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            self.rewrite(command),
+            cwd=where,
+            env=environ,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = bytearray(), bytearray()
+        readers = [
+            asyncio.ensure_future(drain(proc.stdout, out)),
+            asyncio.ensure_future(drain(proc.stderr, err)),
+        ]
+        try:
+            code = await asyncio.wait_for(proc.wait(), timeout_sec)
+        except TimeoutError:
+            kill_group(proc.pid)
+            code = 124
+        except asyncio.CancelledError:
+            kill_group(proc.pid)
+            for r in readers:
+                r.cancel()
+            raise
+        # a background job that kept the shell's output open must not hold the call
+        await asyncio.wait(readers, timeout=DRAIN_AFTER_EXIT)
+        for r in readers:
+            r.cancel()
+        return ExecResult(
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            return_code=code,
+        )
+
+
+async def drain(stream: asyncio.StreamReader, into: bytearray) -> None:
+    while chunk := await stream.read(65536):
+        into += chunk
+
+
+def kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def kill_marked(marker: str) -> int:
+    """Kill every process whose environment carries this trial's marker; how many were."""
+    needle = f"{MARKER}={marker}".encode()
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed

@@ -1,0 +1,238 @@
+"""Tether on Harbor, offline: the full `harbor run` path over the shipped tasks with the local
+environment, plus the environment and the agent's record of a run cut short."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing harbor must not fetch
+
+try:
+    from harbor.models.agent.context import AgentContext
+    from harbor.models.task.config import EnvironmentConfig
+    from harbor.models.trial.paths import TrialPaths
+except ImportError as e:  # the harbor extra is not installed
+    if os.environ.get("TETHER_REQUIRE_HARBOR"):
+        raise
+    pytest.skip(f"harbor is not installed: {e}", allow_module_level=True)
+
+from conftest import alive
+from tether.harbor.agent import TRAJECTORY, TetherAgent
+from tether.harbor.environment import LocalEnvironment
+
+TASKS = Path(__file__).parent.parent / "examples" / "terminal-tasks"
+SCRIPT = TASKS / "scripted.json"
+HARBOR = str(Path(sys.executable).with_name("harbor"))
+NAMES = sorted(p.name for p in TASKS.iterdir() if (p / "task.toml").exists())
+
+
+def harbor_run(jobs: Path, *args: str) -> dict[str, dict[str, Any]]:
+    """Run `harbor run` over the shipped tasks; each trial's result.json, by task name."""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    cmd = [HARBOR, "run", "--path", str(TASKS), "-o", str(jobs), "-y", "-q"]
+    cmd += ["--env", "tether.harbor.environment:LocalEnvironment", *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = {}
+    for path in jobs.glob("*/*/result.json"):
+        result = json.loads(path.read_text())
+        results[result["task_name"]] = {**result, "dir": path.parent}
+    assert sorted(results) == NAMES, done.stdout[-3000:]
+    return results
+
+
+def observations(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
+    return [o for s in trajectory["steps"] for o in s.get("observation", {}).get("results", [])]
+
+
+def rewards(results: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    return {
+        name: (r.get("verifier_result") or {}).get("rewards", {}).get("reward")
+        for name, r in results.items()
+    }
+
+
+def test_five_offline_tasks_ship() -> None:
+    assert len(NAMES) >= 5
+    for name in NAMES:
+        for part in ("instruction.md", "task.toml", "tests/test.sh", "solution/solve.sh"):
+            assert (TASKS / name / part).is_file(), f"{name}/{part}"
+
+
+def test_tether_solves_every_task_through_harbor_run(tmp_path: Path) -> None:
+    results = harbor_run(
+        tmp_path,
+        "--agent",
+        "tether.harbor.agent:TetherAgent",
+        "--model",
+        "scripted",
+        "--ak",
+        f"script={SCRIPT}",
+    )
+    assert rewards(results) == dict.fromkeys(NAMES, 1.0)
+    for name, r in results.items():
+        assert r["exception_info"] is None, name
+        context = r["agent_result"]
+        assert context["n_input_tokens"] > 0 and context["n_output_tokens"] > 0, name
+        assert context["metadata"]["outcome"] == "done"
+        trajectory = json.loads((r["dir"] / "agent" / TRAJECTORY).read_text())
+        assert trajectory["schema_version"] == "ATIF-v1.4"
+        assert trajectory["agent"]["name"] == "tether"
+        assert trajectory["final_metrics"]["total_prompt_tokens"] == context["n_input_tokens"]
+        calls = [c for s in trajectory["steps"] for c in s.get("tool_calls", [])]
+        observed = observations(trajectory)
+        assert calls and len(observed) == len(calls), name
+        assert trajectory["steps"][0]["source"] == "user"
+
+
+def test_the_tasks_fail_when_nothing_is_done_and_pass_with_their_solutions(
+    tmp_path: Path,
+) -> None:
+    """The verifiers are real: Harbor's do-nothing agent scores 0 on every task, its oracle
+    (the task's solution/solve.sh) 1, and no process a task started outlives its trial."""
+    assert rewards(harbor_run(tmp_path / "nop", "--agent", "nop")) == dict.fromkeys(NAMES, 0.0)
+    assert rewards(harbor_run(tmp_path / "oracle", "--agent", "oracle")) == dict.fromkeys(
+        NAMES, 1.0
+    )
+    leftover = subprocess.run(["pgrep", "-f", "tether-harbor-.*/spinner.sh"], capture_output=True)
+    assert leftover.stdout == b""
+
+
+# -- the local environment, directly ---------------------------------------------------------
+
+
+def environment(tmp_path: Path, workdir: str | None = None) -> LocalEnvironment:
+    env_dir = tmp_path / "environment"
+    env_dir.mkdir(exist_ok=True)
+    paths = TrialPaths(tmp_path / "trial")
+    paths.mkdir()
+    return LocalEnvironment(
+        environment_dir=env_dir,
+        environment_name="t",
+        session_id="t__x__env",
+        trial_paths=paths,
+        task_env_config=EnvironmentConfig(workdir=workdir),
+    )
+
+
+def test_container_paths_map_into_the_scratch_directory(tmp_path: Path) -> None:
+    env = environment(tmp_path, workdir="/srv/work")
+    root = env.root
+    assert env.rewrite("bash /tests/test.sh > /logs/verifier/out.txt 2>&1") == (
+        f"bash {root}/tests/test.sh > {root}/logs/verifier/out.txt 2>&1"
+    )
+    assert env.rewrite("cd /srv/work && ls") == f"cd {root}/app && ls"
+    # not a container path: part of another path, a longer name, a variable
+    for untouched in ("ls /usr/app /applications ./logs x/tests", "echo $HOME/logs", "/appx"):
+        assert env.rewrite(untouched) == untouched
+    assert env.local("/logs/agent/a.txt") == root / "logs/agent/a.txt"
+    assert env.local("notes.txt") == root / "app/notes.txt"
+    assert env.local("/etc/hostname") == Path("/etc/hostname")
+
+
+def test_exec_uploads_and_downloads_meet_in_the_same_places(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        env = environment(tmp_path)
+        await env.start(force_build=False)
+        src = tmp_path / "in.txt"
+        src.write_text("hello\n")
+        await env.upload_file(src, "/tests/data/in.txt")
+        result = await env.exec("cat /tests/data/in.txt; echo $TESTS_DIR; pwd", cwd="/tests")
+        assert result.return_code == 0
+        lines = (result.stdout or "").splitlines()
+        assert lines == ["hello", str(env.root / "tests"), str(env.root / "tests")]
+        await env.exec("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt")
+        await env.download_dir("/logs/verifier", tmp_path / "verifier")
+        assert (tmp_path / "verifier" / "reward.txt").read_text() == "1\n"
+        await env.stop(delete=True)
+        assert not env.root.exists()
+
+    asyncio.run(scenario())
+
+
+def test_exec_timeout_kills_the_command_and_stop_kills_what_was_left_running(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        env = environment(tmp_path)
+        await env.start(force_build=False)
+        t0 = time.monotonic()
+        result = await env.exec("sleep 30 & echo started; wait", timeout_sec=1)
+        assert result.return_code == 124 and "started" in (result.stdout or "")
+        assert time.monotonic() - t0 < 10
+        await env.exec("setsid sleep 300 > /dev/null 2>&1 & echo $! > pid")
+        pid = int((env.root / "app" / "pid").read_text())
+        assert alive(pid)
+        await env.stop(delete=True)
+        for _ in range(50):
+            if not alive(pid):
+                break
+            await asyncio.sleep(0.1)
+        assert not alive(pid)
+
+    asyncio.run(scenario())
+
+
+def test_a_run_cut_short_by_harbor_keeps_its_trajectory_and_token_counts(
+    tmp_path: Path,
+) -> None:
+    """Harbor cancels run() at the task's timeout and keeps what was written by then."""
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo step one"}}]},
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 60"}}]},
+                {"text": "never reached"},
+            ]
+        )
+    )
+
+    async def scenario() -> tuple[AgentContext, dict[str, Any]]:
+        env = environment(tmp_path)
+        await env.start(force_build=False)
+        agent = TetherAgent(tmp_path / "logs", "scripted", script=str(script))
+        context = AgentContext()
+        run = asyncio.create_task(agent.run("Do the thing.", env, context))
+        trajectory = tmp_path / "logs" / TRAJECTORY
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if trajectory.exists() and "step one" in trajectory.read_text():
+                break
+        await asyncio.sleep(0.3)  # the second call is running `sleep 60` now
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        await env.stop(delete=True)
+        return context, json.loads(trajectory.read_text())
+
+    context, trajectory = asyncio.run(scenario())
+    assert context.n_input_tokens and context.n_input_tokens > 0
+    assert trajectory["final_metrics"]["extra"]["outcome"] == "cancelled"
+    results = [o["content"] for o in observations(trajectory)]
+    assert "step one" in results[0]
+    assert len(results) == 2 and "Cancelled" in results[1]
+
+
+def test_a_script_keyed_by_instruction_needs_exactly_one_match(tmp_path: Path) -> None:
+    from tether.errors import ConfigError
+
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"alpha": [{"text": "a"}], "beta": [{"text": "b"}]}))
+    agent = TetherAgent(tmp_path, "scripted", script=str(script))
+    assert agent.model_for("do alpha now") is not None
+    with pytest.raises(ConfigError, match="0 entries match"):
+        agent.model_for("do gamma")
+    with pytest.raises(ConfigError, match="2 entries match"):
+        agent.model_for("alpha and beta")
+    with pytest.raises(ConfigError, match="base_url"):
+        TetherAgent(tmp_path, "someprovider/model").model_for("x")
