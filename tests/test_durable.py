@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("dbos", reason="needs the durable extra")
@@ -271,3 +272,87 @@ def test_a_durable_run_keeps_the_json_event_contract(wire: WireServer, tmp_path:
     assert types[0] == "run_started" and types[-1] == "run_finished"
     assert types.count("model_response") == 2 and types.count("tool_result") == 1
     assert events[-1]["outcome"] == "done" and events[-1]["answer"] == "Done."
+
+
+def test_a_durable_run_at_a_terminal_asks_inline(wire: WireServer, tmp_path: Path) -> None:
+    """At a terminal, `tether run --store` asks as an in-memory run does; the answer travels to
+    the run as its durable message."""
+    import pty
+
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    wire.add(calls=[("bash", {"command": "echo yes > proof.txt"})]).add(text="Made it.")
+    env = cli_env(OPENAI_API_KEY="sk-durable")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [
+            *TETHER,
+            *("run", "make proof", "--base-url", wire.url, "--tools", "bash", "--json"),
+            *("--store", store, "--workspace", str(tmp_path)),
+        ],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    os.close(follower)
+    try:
+        deadline = time.monotonic() + 60
+        while not wire.requests:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(1.0)  # the question is on the terminal by now
+        os.write(leader, b"y\n")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        os.close(leader)
+    assert proc.returncode == 0, err
+    assert "? allow bash(" in err
+    events = [json.loads(line) for line in out.splitlines()]
+    decided = next(e for e in events if e["type"] == "tool_result")
+    assert decided["is_error"] is False
+    assert events[-1]["answer"] == "Made it."
+    assert (tmp_path / "proof.txt").read_text() == "yes\n"
+
+
+def test_a_long_durable_run_fits_a_small_window_and_shows_it(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """Context-window management in a durable run: old outputs trimmed, older turns summarised
+    (a recorded step), and both visible in the events and in `tether show` from the store."""
+    from tether.context import SUMMARY_MARK, SUMMARY_PROMPT
+
+    def pages(body: dict[str, Any]) -> int:
+        texts = [m.get("content") or "" for m in body["messages"]]
+        summary = next((t for t in texts if t.startswith(SUMMARY_MARK)), "")
+        earlier = int(summary.split("up to ")[1].rstrip(".")) + 1 if summary else 0
+        return earlier + sum(m["role"] == "tool" for m in body["messages"])
+
+    def reader(body: dict[str, Any]) -> dict[str, Any]:
+        if body["messages"][-1].get("content") == SUMMARY_PROMPT:
+            return {"text": f"Read up to {pages(body) - 1}."}
+        if pages(body) < 10:
+            return {"calls": [("dump", {"page": pages(body)})]}
+        return {"text": "I read all ten pages."}
+
+    wire.rule = reader
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    env = cli_env(OPENAI_API_KEY="sk-durable")
+    run = tether(
+        env,
+        *("run", "Read the pages.", "--base-url", wire.url, "--json", "--no-stream"),
+        *("--store", store, "--run-id", "ctx-1", "--context-window", "2000"),
+        *("--tools-from", str(FIXTURES / "durable_tools.py"), "--tools", "none"),
+    )
+    assert run.returncode == 0, run.stderr
+    live = [json.loads(line) for line in run.stdout.splitlines()]
+    assert live[-1]["answer"] == "I read all ten pages."
+    types = [e["type"] for e in live]
+    assert "context_trimmed" in types and "context_summarized" in types
+    largest = max(len(orjson.dumps(r["messages"])) for r in wire.requests)
+    assert largest < 2000 * 4  # no request outgrew the window (about four characters a token)
+    shown = tether(env, "show", "ctx-1", "--store", store, "--json")
+    assert shown.returncode == 0, shown.stderr
+    kept = [json.loads(line)["type"] for line in shown.stdout.splitlines()]
+    assert "context_summarized" in kept and kept[-1] == "run_finished"

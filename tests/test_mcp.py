@@ -139,3 +139,15 @@ async def test_an_mcp_client_uses_tethers_tools_and_agent(tmp_path: Path, wire: 
         answer = await client.call_tool("run_agent", {"task": "What does my note say?"})
         assert not answer.is_error and answer.content[0].text == "The note says: milk."
     assert wire.requests[1]["messages"][-1]["content"] == "remember the milk"
+
+
+def test_a_durable_run_uses_an_mcp_servers_tools(wire: WireServer, tmp_path: Path) -> None:
+    """The worker of a durable run (here the CLI process) reopens the servers from the run's
+    options; the tool result is recorded like any other."""
+    pytest.importorskip("dbos", reason="needs the durable extra")
+    wire.add(calls=[("stock", {"item": "apples"})]).add(text="12 apples.")
+    status, events = run_with_mcp(wire, SERVER, "--store", f"sqlite:///{tmp_path}/runs.sqlite")
+    assert status == 0
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert (result["output"], result["is_error"]) == ("12 apples in stock", False)
+    assert events[-1]["type"] == "run_finished" and events[-1]["answer"] == "12 apples."

@@ -317,8 +317,6 @@ def check_store_options(args: argparse.Namespace) -> None:
         )
     if args.queue and not args.store:
         raise ConfigError("--queue needs --store (the store whose workers will take the run)")
-    if args.store and args.mcp:
-        raise ConfigError("--mcp does not work with --store yet: a worker cannot reopen them")
 
 
 def build_agent(args: argparse.Namespace, tools: list[Tool] | None = None) -> Agent:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import os
 import sys
 from collections.abc import Callable
@@ -15,7 +16,7 @@ import orjson
 from .agent import EXIT_STATUS, Agent
 from .cli import HumanOutput, json_sink
 from .errors import ConfigError
-from .events import Sink
+from .events import Event, Sink
 
 
 def command_durable_run(
@@ -25,6 +26,8 @@ def command_durable_run(
     from . import durable
 
     async def go() -> dict[str, Any]:
+        if args.approve == "ask" and sys.stdin.isatty():
+            sinks.append(inline_approvals(run_id))
         emitter = durable.watch(run_id, sinks)
         emitter.emit(
             "run_started",
@@ -45,6 +48,39 @@ def command_durable_run(
         return result
 
     return finish_durable(go, run_id, sinks, args)
+
+
+def inline_approvals(run_id: str) -> Sink:
+    """Ask at this terminal for each call the run waits on, and send the answer as the run's
+    durable message; `tether approve` from elsewhere works as well (the first answer counts)."""
+    from .approvals import ApprovalRequest
+    from .cli import TerminalApprover
+    from .messages import ToolCall
+
+    ask = TerminalApprover(sys.stderr, can_ask=True)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def answer(approval_id: str, call: ToolCall) -> None:
+        from dbos import DBOS
+
+        decision = await ask(ApprovalRequest.for_call(call, None))
+        reply = {"approved": decision.approved, "reason": decision.reason}
+        await DBOS.send_async(run_id, reply, topic=approval_id)
+
+    def sink(event: Event) -> None:
+        if event.type == "approval_requested":
+            d = event.data
+            raw = orjson.dumps(d["arguments"]).decode()
+            call = ToolCall(d["id"], d["name"], d["arguments"], raw)
+            # a fresh context: inside the workflow's, DBOS would take the send for one of its
+            # steps and the replay would no longer match
+            task = asyncio.get_running_loop().create_task(
+                answer(d["approval_id"], call), context=contextvars.Context()
+            )
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    return sink
 
 
 def finish_durable(
@@ -110,7 +146,10 @@ def command_store(args: argparse.Namespace) -> int:
         elif args.command == "cancel":
             store.cancel_workflow(args.run_id)
         elif args.command == "send":
-            store.send(args.run_id, args.text, "user")
+            status = durable.status_of(store, args.run_id)
+            if status.status in ("SUCCESS", "ERROR", "CANCELLED"):
+                raise ConfigError(f"run {args.run_id} has ended ({status.status.lower()})")
+            durable.ledger_for(args.store).send(args.run_id, args.text)
         else:
             approved = args.command == "approve"
             reason = "approved by the user" if approved else args.reason

@@ -1,16 +1,22 @@
-"""Durable runs on DBOS Transact: a run is a workflow, each model call and each tool call a step.
+"""Durable runs on DBOS Transact: a run is a workflow; its model calls and tool calls are steps.
 
     tether run TASK --store sqlite:///runs.sqlite --run-id job-1     (kill -9 it at any point)
     tether resume job-1 --store sqlite:///runs.sqlite               (no completed step repeats)
 
-What is persisted is what completed: each model reply and each tool result, as DBOS step outputs
-(token deltas are only streamed live). After a crash DBOS replays the workflow: completed steps
-return their recorded output, the first unfinished step runs again. Steps are at-least-once, so
-tools get an idempotency key (`run_id:call_id`, in `RunContext.idempotency_key`) and each tool
-declares whether it is idempotent; a tool step that finds its own start marker was left by a
-crashed attempt reruns an idempotent tool, and gives the model an "outcome unknown" error for
-any other: a payment is never made twice silently. Messages (user input, approvals) travel as
-durable DBOS messages. Starting returns only once the run is recorded (accepted means durable).
+What is persisted is what completed: each model reply and each tool result (token deltas are
+only streamed live). Each model call is a DBOS step; the parallel calls of one reply share one
+DBOS step, and each of them is also journaled on its own in the ledger (`ledger.py`): started
+before it runs, its result when it ends. After a crash DBOS replays the workflow: completed
+steps return their recorded output, the first unfinished step runs again, and inside a tool
+step a call the journal shows finished gives back its result instead of running again. A call
+that started but never finished is rerun if its tool is idempotent; any other gives the model
+an "outcome unknown" error: a payment is never made twice silently. Tools get an idempotency
+key (`run_id:call_id`, in `RunContext.idempotency_key`) for the at-least-once window that
+remains (the moment between a tool's effect and its journal entry).
+
+User messages wait in the ledger's inbox; each model step takes those that arrived and records
+them with its reply. Approvals travel as durable DBOS messages. Starting returns only once the
+run is recorded (accepted means durable).
 
 SQLite stores need SQLite 3.42 or newer (DBOS uses `unixepoch('subsec')`); where Python's own is
 older, the bundled one of `pysqlite3-binary` is used.
@@ -20,16 +26,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from .agent import Agent
 from .approvals import Decision, needs_approval
+from .context import estimate, fit, is_context_error
 from .errors import ConfigError, ProviderError
-from .events import Emitter, Sink, model_response_data
+from .events import Emitter, Event, Sink, model_response_data, tool_result_data
+from .ledger import Ledger
 from .loop import (
     CallModel,
     Finish,
@@ -42,19 +53,25 @@ from .loop import (
     last_answer,
     step,
 )
-from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult
+from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .tools.tool import RunContext
 
 APP = "tether"
 WORKFLOW = "tether.durable_run"
 QUEUE = "tether"
-VERSION = "tether-1"
+VERSION = "tether-2"  # the workflow's shape: a run recorded by another cannot resume
 
 
 def use_modern_sqlite() -> None:
-    """Swap in pysqlite3's SQLite when the interpreter's is older than DBOS needs."""
+    """Swap in pysqlite3's SQLite when the interpreter's is older than DBOS needs, and set up
+    every SQLite connection of the process for many small commits (`tune_sqlite`)."""
     import sqlite3
 
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    if not event.contains(Engine, "connect", tune_sqlite):
+        event.listen(Engine, "connect", tune_sqlite)
     if sqlite3.sqlite_version_info >= (3, 42):
         return
     try:
@@ -69,17 +86,31 @@ def use_modern_sqlite() -> None:
     sys.modules["sqlite3.dbapi2"] = pysqlite3.dbapi2
 
 
+def tune_sqlite(dbapi_conn: Any, connection_record: Any) -> None:
+    """Write-ahead logging, synced at checkpoints rather than at every commit: a commit is
+    then one append to the log, and it survives the process being killed at any point (the
+    crash suite checks this); only the power failing can lose the last commits."""
+    if "sqlite" not in type(dbapi_conn).__module__:
+        return
+    mode = dbapi_conn.isolation_level
+    dbapi_conn.isolation_level = None  # PRAGMA journal_mode cannot run inside a transaction
+    dbapi_conn.execute("PRAGMA journal_mode=WAL")
+    dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+    dbapi_conn.execute("PRAGMA busy_timeout=30000")  # wait out other writers, as DBOS does
+    dbapi_conn.isolation_level = mode
+
+
 # -- the process's store ---------------------------------------------------------------------
 
 _launched: str | None = None
 _live: dict[str, Emitter] = {}  # run id -> this process's live events (they are not persisted)
-_agents: dict[str, tuple[Agent, RunContext, argparse.Namespace]] = {}
-_effects: Any = None
+_agents: dict[str, tuple[Agent, argparse.Namespace]] = {}  # by the runs' options
+_ledger: Ledger | None = None
 
 
 def open_store(url: str, executor_id: str | None = None) -> None:
     """Configure and launch DBOS on `url` (once per process); recovers this executor's runs."""
-    global _launched, _effects
+    global _launched, _ledger
     if _launched is not None:
         if _launched != url:
             raise ConfigError("one store per process")
@@ -89,7 +120,6 @@ def open_store(url: str, executor_id: str | None = None) -> None:
     if url.startswith("sqlite"):
         use_modern_sqlite()
     from dbos import DBOS
-    from sqlalchemy import create_engine, text
 
     config: dict[str, Any] = {
         "name": APP,
@@ -102,43 +132,13 @@ def open_store(url: str, executor_id: str | None = None) -> None:
         config["executor_id"] = executor_id
     DBOS(config=config)  # type: ignore[arg-type]
     DBOS.launch()
-    _effects = create_engine(effects_url(url))
-    with _effects.begin() as c:
-        c.execute(
-            text(
-                "CREATE TABLE IF NOT EXISTS tether_tool_starts (run_id TEXT NOT NULL, "
-                "call_id TEXT NOT NULL, started_at DOUBLE PRECISION NOT NULL, "
-                "PRIMARY KEY (run_id, call_id))"
-            )
-        )
+    _ledger = Ledger(url)
     _launched = url
 
 
-def effects_url(url: str) -> str:
-    """Where tool-start markers go: for SQLite a file beside the store (sharing DBOS's file
-    would make every marker wait for its write lock), for Postgres the same database through
-    psycopg 3 (what DBOS installs; SQLAlchemy's default driver is psycopg2)."""
-    if url.startswith("sqlite:///"):
-        return url + "-effects"
-    return url.replace("postgresql://", "postgresql+psycopg://", 1).replace(
-        "postgres://", "postgresql+psycopg://", 1
-    )
-
-
-def mark_tool_start(run_id: str, call_id: str) -> bool:
-    """Record that a tool call starts; False if an earlier attempt had already started it."""
-    from sqlalchemy import text
-    from sqlalchemy.exc import IntegrityError
-
-    try:
-        with _effects.begin() as c:
-            c.execute(
-                text("INSERT INTO tether_tool_starts VALUES (:r, :c, :t)"),
-                {"r": run_id, "c": call_id, "t": time.time()},
-            )
-        return True
-    except IntegrityError:
-        return False
+def ledger() -> Ledger:
+    assert _ledger is not None, "open_store first"
+    return _ledger
 
 
 # -- the workflow and its steps ----------------------------------------------------------------
@@ -183,16 +183,54 @@ def spec_of(args: argparse.Namespace) -> dict[str, Any]:
     return spec
 
 
-def agent_for(run_id: str, spec: dict[str, Any]) -> tuple[Agent, RunContext, argparse.Namespace]:
-    """The run's agent in this process, built once from its spec."""
-    if run_id not in _agents:
-        from .cli import build_agent
+async def agent_for(
+    run_id: str, spec: dict[str, Any]
+) -> tuple[Agent, RunContext, argparse.Namespace]:
+    """The run's agent in this process. Runs with the same options share one agent (and so one
+    HTTP connection pool to the model, and the same MCP connections); each run has its own
+    context."""
+    key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS).decode()
+    if key not in _agents:
+        from .cli import build_agent, select_tools
 
         args = argparse.Namespace(**spec)
-        agent = build_agent(args)
-        ctx = RunContext(run_id=run_id, workspace=Path(args.workspace).resolve())
-        _agents[run_id] = (agent, ctx, args)
-    return _agents[run_id]
+        tools = select_tools(args)
+        if spec.get("mcp"):
+            tools += await mcp_tools_for(spec["mcp"])
+        _agents[key] = (build_agent(args, tools), args)
+    agent, args = _agents[key]
+    return agent, RunContext(run_id=run_id, workspace=Path(args.workspace)), args  # resolved
+
+
+_mcp: dict[str, asyncio.Future[list[Any]]] = {}
+_holders: set[asyncio.Task[None]] = set()
+
+
+async def mcp_tools_for(servers: list[str]) -> list[Any]:
+    """The tools of these MCP servers, connected once per process and kept open by a task of
+    their own (a connection belongs to the task that opened it; a run's task ends)."""
+    from .tools.mcp import mcp_tools
+
+    key = "\n".join(servers)
+    if key not in _mcp:
+        found: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        _mcp[key] = found
+
+        async def hold() -> None:
+            try:
+                async with mcp_tools(servers) as tools:
+                    found.set_result(tools)
+                    await asyncio.Event().wait()
+            except BaseException as e:
+                if not found.done():
+                    found.set_exception(e)
+                    del _mcp[key]
+                raise
+
+        # a fresh context, or DBOS would take the holder for part of the run that opened it
+        task = asyncio.get_running_loop().create_task(hold(), context=contextvars.Context())
+        _holders.add(task)
+    return await asyncio.shield(_mcp[key])
 
 
 def emitter_for(run_id: str) -> Emitter:
@@ -203,39 +241,95 @@ def emitter_for(run_id: str) -> Emitter:
     return emitter
 
 
+UNKNOWN_OUTCOME = (
+    "Outcome unknown: this call started before a crash and may or may not have taken effect. "
+    "It was not run again; check its effect before retrying."
+)
+
+
 def register() -> Any:
     from dbos import DBOS
 
     @DBOS.step(name="tether.model_step")
     async def model_step(
-        run_id: str, spec: dict[str, Any], request: ModelRequest
-    ) -> tuple[ModelResponse, float]:
-        agent, _, _ = agent_for(run_id, spec)
+        run_id: str, spec: dict[str, Any], request: ModelRequest, seen: int
+    ) -> tuple[ModelResponse, float, float, list[tuple[int, str]], list[tuple[int, str]]]:
+        """One model call, with the user messages that arrived since message `seen`: the
+        recorded output says which went in, so a replay delivers the same ones."""
+        agent, _, _ = await agent_for(run_id, spec)
         emitter = emitter_for(run_id)
+        arrived = await asyncio.to_thread(ledger().messages_after, run_id, seen)
+        if arrived:
+            extra = tuple(Message.user(text) for _, text in arrived)
+            request = dataclasses.replace(request, messages=request.messages + extra)
+            for _, text in arrived:
+                emitter.emit("user_message", text=text)
         if emitter.active:
             emitter.emit("model_request", messages=len(request.messages))
         on_text = (lambda t: emitter.emit("text_delta", text=t)) if emitter.active else None
+        began = time.time()
         response = await agent.model.respond(request, on_text)
         if emitter.active:
             emitter.emit("model_response", **model_response_data(response))
-        return response, time.time()
+        late: list[tuple[int, str]] = []
+        if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
+            late = await asyncio.to_thread(
+                ledger().messages_after, run_id, max([seen, *(n for n, _ in arrived)])
+            )
+            for _, text in late:
+                emitter.emit("user_message", text=text)
+        return response, began, time.time(), arrived, late
 
-    @DBOS.step(name="tether.tool_step")
-    async def tool_step(
-        run_id: str, spec: dict[str, Any], call: ToolCall, decision: Decision | None
-    ) -> tuple[ToolResult, float]:
-        agent, ctx, _ = agent_for(run_id, spec)
+    @DBOS.step(name="tether.context_step")
+    async def context_step(
+        run_id: str, spec: dict[str, Any], messages: list[Message], force: bool
+    ) -> tuple[list[Message], Usage, list[tuple[str, dict[str, Any]]]]:
+        """Fit the conversation to the model's window (`context.fit`): the new messages, the
+        summary call's usage, and what was replaced, recorded as one step."""
+        agent, _, _ = await agent_for(run_id, spec)
+        assert agent.context is not None
+        live = emitter_for(run_id)
+        happened: list[tuple[str, dict[str, Any]]] = []
+
+        def keep(event: Event) -> None:
+            happened.append((event.type, event.data))
+            live.emit(event.type, **event.data)
+
+        usage = await fit(
+            agent.model, messages, agent.system, agent.context, Emitter(run_id, [keep]), force
+        )
+        return messages, usage, happened
+
+    @DBOS.step(name="tether.tools_step")
+    async def tools_step(
+        run_id: str, spec: dict[str, Any], calls: list[ToolCall], decisions: list[Decision | None]
+    ) -> tuple[list[ToolResult], float]:
+        """The calls of one reply, at the same time, in one recorded step; each call is
+        journaled on its own (see `ledger.py`), so a retried step repeats no finished call."""
+        started = await asyncio.to_thread(ledger().start_calls, run_id, [c.id for c in calls])
+        results = await asyncio.gather(
+            *(
+                one_call(run_id, spec, c, d, *started[c.id])
+                for c, d in zip(calls, decisions, strict=True)
+            )
+        )
+        return list(results), time.time()
+
+    async def one_call(
+        run_id: str,
+        spec: dict[str, Any],
+        call: ToolCall,
+        decision: Decision | None,
+        state: str,
+        recorded: ToolResult | None,
+    ) -> ToolResult:
+        agent, ctx, _ = await agent_for(run_id, spec)
         emitter = emitter_for(run_id)
         tool = agent.toolbox.tools.get(call.name)
-        first = await asyncio.to_thread(mark_tool_start, run_id, call.id)
-        if not first and tool is not None and not tool.idempotent:
-            result = ToolResult(
-                call.id,
-                call.name,
-                "Outcome unknown: this call started before a crash and may or may not have "
-                "taken effect. It was not run again; check its effect before retrying.",
-                is_error=True,
-            )
+        if recorded is not None:
+            result = recorded
+        elif state == "interrupted" and tool is not None and not tool.idempotent:
+            result = ToolResult(call.id, call.name, UNKNOWN_OUTCOME, is_error=True)
         else:
             call_ctx = dataclasses.replace(ctx, idempotency_key=f"{run_id}:{call.id}")
             approver = None
@@ -245,60 +339,63 @@ def register() -> Any:
                     return decision
 
                 approver = decided
-            result = await agent.toolbox.run(call, call_ctx, approver, emitter)
+            # decided in the workflow (`decide`), which told the watchers already
+            result = await agent.toolbox.run(call, call_ctx, approver)
+        if recorded is None:
+            await asyncio.to_thread(ledger().finish_call, run_id, result)
         if emitter.active:
-            emitter.emit(
-                "tool_result",
-                id=result.call_id,
-                name=result.name,
-                output=result.output,
-                is_error=result.is_error,
-            )
-        return result, time.time()
-
-    @DBOS.step(name="tether.clock")
-    async def clock() -> float:
-        return time.time()
+            emitter.emit("tool_result", **tool_result_data(result))
+        return result
 
     @DBOS.workflow(name=WORKFLOW)
     async def durable_run(run_id: str, spec: dict[str, Any], task: str) -> dict[str, Any]:
-        agent, _, args = agent_for(run_id, spec)
+        agent, _, args = await agent_for(run_id, spec)
         state = LoopState([Message.user(task)], agent.system, agent.toolbox.specs)
-        state.started_at = await clock()
-        now = state.started_at
+        # the clock starts with the first model call (its recorded start), so that reading it
+        # costs no step of its own; until then no time has passed
+        now = state.started_at = 0.0
+        seen = 0  # the last inbox message delivered
         happened: Happening = Started()
         error: dict[str, Any] | None = None
         while True:
-            while (text := await DBOS.recv_async("user", timeout_seconds=0)) is not None:
-                state.inbox.append(str(text))
             action = step(state, happened, agent.budget, agent.price, now)
             if isinstance(action, Finish):
                 finish = action
                 break
             if isinstance(action, CallModel):
-                request = ModelRequest(
-                    tuple(state.messages), state.tools, state.system, agent.max_output_tokens
-                )
+                policy = agent.context
+                if policy is not None and estimate(state.messages, state.system) > policy.limit:
+                    await refit(run_id, spec, agent, state, False)
                 try:
-                    response, now = await model_step(run_id, spec, request)
+                    try:
+                        response, began, now, arrived, late = await model_step(
+                            run_id, spec, request_of(agent, state), seen
+                        )
+                    except ProviderError as e:
+                        if policy is None or not is_context_error(e):
+                            raise
+                        await refit(run_id, spec, agent, state, True)  # shrink, retry once
+                        response, began, now, arrived, late = await model_step(
+                            run_id, spec, request_of(agent, state), seen
+                        )
                 except ProviderError as e:
                     error = e.to_dict()
                     finish = Finish("failed", last_answer(state.messages), str(e))
                     break
+                if state.steps == 0:
+                    state.started_at = began
+                # the messages went in before the reply: the transcript says so too
+                state.messages.extend(Message.user(text) for _, text in arrived)
+                state.inbox.extend(text for _, text in late)  # after the answer
+                seen = max([seen, *(n for n, _ in arrived + late)])
                 happened = ModelReplied(response)
             elif isinstance(action, RunTools):
-                decisions = [await decide(run_id, args, agent, c) for c in action.calls]
                 emitter = emitter_for(run_id)
                 for c in action.calls:
                     emitter.emit("tool_call", id=c.id, name=c.name, arguments=c.arguments or {})
-                done = await asyncio.gather(
-                    *(
-                        tool_step(run_id, spec, c, d)
-                        for c, d in zip(action.calls, decisions, strict=True)
-                    )
-                )
-                now = max(ts for _, ts in done)
-                happened = ToolsDone([r for r, _ in done])
+                decisions = [await decide(run_id, args, agent, c) for c in action.calls]
+                results, now = await tools_step(run_id, spec, list(action.calls), decisions)
+                happened = ToolsDone(results)
         result = {
             "outcome": finish.outcome,
             "answer": finish.answer,
@@ -312,6 +409,18 @@ def register() -> Any:
             result["error"] = error
         return result
 
+    def request_of(agent: Agent, state: LoopState) -> ModelRequest:
+        return ModelRequest(
+            tuple(state.messages), state.tools, state.system, agent.max_output_tokens
+        )
+
+    async def refit(
+        run_id: str, spec: dict[str, Any], agent: Agent, state: LoopState, force: bool
+    ) -> None:
+        messages, usage, _ = await context_step(run_id, spec, list(state.messages), force)
+        state.messages[:] = messages
+        agent.charge(state, usage)
+
     async def decide(
         run_id: str, args: argparse.Namespace, agent: Agent, call: ToolCall
     ) -> Decision | None:
@@ -319,12 +428,7 @@ def register() -> Any:
         tool = agent.toolbox.tools.get(call.name)
         if tool is None or not needs_approval(tool.approval, call.arguments):
             return None
-        if args.approve == "auto":
-            return Decision(True, "approved by policy (--approve auto)")
-        if args.approve == "deny":
-            return Decision(False, "denied by policy (--approve deny)")
         approval_id = f"ap_{call.id}"
-        await DBOS.set_event_async(approval_id, {"name": call.name, "arguments": call.arguments})
         emitter_for(run_id).emit(
             "approval_requested",
             approval_id=approval_id,
@@ -332,10 +436,27 @@ def register() -> Any:
             name=call.name,
             arguments=call.arguments or {},
         )
-        answer = await DBOS.recv_async(approval_id, timeout_seconds=24 * 3600)
-        if answer is None:
-            return Decision(False, "the approval expired")
-        return Decision(bool(answer.get("approved")), str(answer.get("reason", "")))
+        if args.approve == "auto":
+            decision = Decision(True, "approved by policy (--approve auto)")
+        elif args.approve == "deny":
+            decision = Decision(False, "denied by policy (--approve deny)")
+        else:
+            await DBOS.set_event_async(
+                approval_id, {"name": call.name, "arguments": call.arguments}
+            )
+            answer = await DBOS.recv_async(approval_id, timeout_seconds=24 * 3600)
+            if answer is None:
+                decision = Decision(False, "the approval expired")
+            else:
+                decision = Decision(bool(answer.get("approved")), str(answer.get("reason", "")))
+        emitter_for(run_id).emit(
+            "approval_decided",
+            approval_id=approval_id,
+            id=call.id,
+            approved=decision.approved,
+            reason=decision.reason,
+        )
+        return decision
 
     return durable_run
 
@@ -388,11 +509,19 @@ def client(url: str) -> Any:
     return DBOSClient(system_database_url=url)
 
 
+def status_of(store: Any, run_id: str) -> Any:
+    """A run's DBOS status, read through a client; an unknown id is a ConfigError."""
+    from dbos._error import DBOSNonExistentWorkflowError
+
+    try:
+        return store.retrieve_workflow(run_id).get_status()
+    except DBOSNonExistentWorkflowError:
+        raise ConfigError(f"no run {run_id} in the store") from None
+
+
 def events_of(store: Any, run_id: str) -> list[Any]:
     """A durable run's persisted history as events: its completed model replies and tool
     results (step outputs), and its end (the workflow's result)."""
-    from dbos._error import DBOSNonExistentWorkflowError
-
     from .events import Event
 
     out: list[Event] = []
@@ -400,10 +529,7 @@ def events_of(store: Any, run_id: str) -> list[Any]:
     def add(type: str, ts: float, **data: Any) -> None:
         out.append(Event(type, run_id, len(out), data, ts))
 
-    try:
-        status = store.retrieve_workflow(run_id).get_status()
-    except DBOSNonExistentWorkflowError:
-        raise ConfigError(f"no run {run_id} in the store") from None
+    status = status_of(store, run_id)
     inputs = status.input.get("args") if isinstance(status.input, dict) else None
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
     add("run_started", (status.created_at or 0) / 1000, task=task)
@@ -411,20 +537,21 @@ def events_of(store: Any, run_id: str) -> list[Any]:
         output = s.get("output")
         name = s.get("function_name", "")
         if name.endswith("model_step") and isinstance(output, tuple):
-            response, ts = output
+            response, _, ts, arrived, late = output
+            for _, text in arrived:
+                add("user_message", ts, text=text)
             add("model_response", ts, **model_response_data(response))
             for c in response.message.tool_calls:
                 add("tool_call", ts, id=c.id, name=c.name, arguments=c.arguments or {})
-        elif name.endswith("tool_step") and isinstance(output, tuple):
-            result, ts = output
-            add(
-                "tool_result",
-                ts,
-                id=result.call_id,
-                name=result.name,
-                output=result.output,
-                is_error=result.is_error,
-            )
+            for _, text in late:
+                add("user_message", ts, text=text)
+        elif name.endswith("context_step") and isinstance(output, tuple):
+            for type_, data in output[2]:
+                add(type_, (s.get("completed_at_epoch_ms") or 0) / 1000, **data)
+        elif name.endswith("tools_step") and isinstance(output, tuple):
+            results, ts = output
+            for result in results:
+                add("tool_result", ts, **tool_result_data(result))
     if status.status == "SUCCESS" and isinstance(status.output, dict):
         data = {k: v for k, v in status.output.items() if k != "messages"}
         add("run_finished", (status.updated_at or 0) / 1000, **data)
@@ -457,39 +584,12 @@ async def work(
     alive, and recovers the runs of any worker silent for `dead_after` seconds (DBOS's open
     source edition does not move a dead executor's runs by itself)."""
     from dbos import DBOS
-    from sqlalchemy import text
 
     workflow()
     open_store(url, executor_id=executor_id)
     await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
-    with _effects.begin() as c:
-        c.execute(
-            text(
-                "CREATE TABLE IF NOT EXISTS tether_executors (executor_id TEXT PRIMARY KEY, "
-                "last_beat DOUBLE PRECISION NOT NULL)"
-            )
-        )
     while True:
-        now = time.time()
-        with _effects.begin() as c:
-            c.execute(
-                text("DELETE FROM tether_executors WHERE executor_id = :e"), {"e": executor_id}
-            )
-            c.execute(
-                text("INSERT INTO tether_executors VALUES (:e, :t)"), {"e": executor_id, "t": now}
-            )
-            dead = [
-                row[0]
-                for row in c.execute(
-                    text("SELECT executor_id FROM tether_executors WHERE last_beat < :t"),
-                    {"t": now - dead_after},
-                )
-            ]
-            if dead:
-                c.execute(
-                    text("DELETE FROM tether_executors WHERE last_beat < :t"),
-                    {"t": now - dead_after},
-                )
+        dead = await asyncio.to_thread(ledger().beat, executor_id, dead_after)
         if dead:
             recovered = await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
             print(
@@ -499,3 +599,10 @@ async def work(
                 flush=True,
             )
         await asyncio.sleep(beat)
+
+
+def ledger_for(url: str) -> Ledger:
+    """The ledger of a store, for a process that only messages it (`tether send`)."""
+    if url.startswith("sqlite"):
+        use_modern_sqlite()
+    return Ledger(url)
