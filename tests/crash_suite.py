@@ -106,7 +106,7 @@ def one_run(
                 continue
         out, err = proc.communicate(timeout=120)
         last_error = err.strip().splitlines()[-1:] if err.strip() else [f"exit {proc.returncode}"]
-        if "Non-existent target workflow" in err:
+        if f"no run {run_id} in the store" in err:
             command = start  # killed before the run was accepted: it never existed, start it
             continue
         if proc.returncode == 0:

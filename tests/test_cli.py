@@ -61,9 +61,7 @@ def test_three_turns_of_three_parallel_tools(
     args += ["--provider", provider]
     if not stream:
         args.append("--no-stream")
-    t0 = time.monotonic()
     p = tether(*args, TOOL_LOG=str(log))
-    elapsed = time.monotonic() - t0
     assert p.returncode == 0, p.stderr
     evs = events(p.stdout)
 
@@ -103,7 +101,6 @@ def test_three_turns_of_three_parallel_tools(
     for turn in range(3):
         spans = [(float(s), float(e)) for name, s, e in rows if name.startswith(f"t{turn}")]
         assert max(s for s, _ in spans) < min(e for _, e in spans), spans
-    assert elapsed < 9 * 0.3  # nine 0.3 s tools in sequence alone would take 2.7 s
 
     # the model was sent every result, in call order (Chat: with content "" beside the calls)
     assert len(wire.requests) == 4
@@ -227,7 +224,7 @@ def test_missing_key_is_a_one_line_error(no_keys: None) -> None:
         ["run", "x", "--tools-from", "/no/such/file.py"],
         ["run", "x", "--provider", "scripted"],
         ["ask", "--store", "sqlite:///x.sqlite"],
-        ["run", "x", "--queue"],
+        ["run", "x", "--queue", "--store", "memory"],
         ["run", "x", "--store", "mysql://nope"],
     ],
 )
@@ -368,6 +365,8 @@ def test_approve_policy_for_unattended_runs(
         str(tmp_path),
         "--approve",
         approve,
+        # unattended, a durable run waits for `tether approve`; one in memory cannot
+        *(["--store", "memory"] if approve == "ask" else []),
     )
     assert p.returncode == 0, p.stderr
     evs = events(p.stdout)

@@ -119,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     deny.add_argument("--reason", default="denied by the user")
     for p in (resume, runs, send, cancel, approve, deny, worker):
         p.add_argument(
-            "--store", required=True, metavar="URL", help="sqlite:///PATH or postgresql://..."
+            "--store",
+            metavar="URL",
+            help=f"sqlite:///PATH or postgresql://... (default: $TETHER_STORE, else {STORE_HELP})",
         )
         p.add_argument("--json", action="store_true", help="print JSON")
     show = sub.add_parser(
@@ -139,6 +141,25 @@ def build_parser() -> argparse.ArgumentParser:
 def data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "tether"
+
+
+STORE_HELP = "a SQLite file in the data directory"
+
+
+def resolve_store(args: argparse.Namespace) -> None:
+    """Fill in `args.store`: the option, else $TETHER_STORE, else the default SQLite file;
+    `memory` (None after this) keeps a run in this process only."""
+    store = args.store or ""
+    if not store and args.command in DURABLE_BY_DEFAULT:
+        store = os.environ.get("TETHER_STORE") or ""
+        if not store:
+            path = data_dir() / "runs.sqlite"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            store = f"sqlite:///{path}"
+    args.store = None if store in ("", "memory") else store
+
+
+DURABLE_BY_DEFAULT = ("run", "resume", "runs", "send", "cancel", "approve", "deny", "worker")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -258,7 +279,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     o.add_argument(
         "--store",
         metavar="URL",
-        help="make the run durable: sqlite:///PATH or postgresql://... (durable extra)",
+        help="where durable runs are recorded: sqlite:///PATH or postgresql://..., or memory "
+        f"for a run that is not recorded (default: $TETHER_STORE, else {STORE_HELP})",
     )
     o.add_argument(
         "--queue",
@@ -286,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         return command_mcp_serve(args)
     if args.command == "show":
         return command_show(args)
+    resolve_store(args)
     if args.command == "worker":
         from .cli_durable import command_worker
 
@@ -429,13 +452,12 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
     run_id = args.run_id or uuid.uuid4().hex[:12]
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
     approver = approver_for(args, can_ask=sys.stdin.isatty())
-    sinks = [sink, *journal_sinks(args)]
-    if args.store:
-        from .cli_durable import command_durable_run, command_enqueue
+    # a durable run's record is its store; one in memory is journaled for `tether show`
+    sinks = [sink, *journal_sinks(args, journal=not args.store)]
+    if args.store and args.queue:
+        from .cli_durable import command_enqueue
 
-        if args.queue:
-            return command_enqueue(agent, args, run_id)
-        return command_durable_run(agent, args, run_id, sinks)
+        return command_enqueue(agent, args, run_id)
     shutdown: Callable[[], Any] | None = None
     if args.otel:
         try:
@@ -448,6 +470,14 @@ def command_run(agent: Agent, args: argparse.Namespace) -> int:
             return 2
         span_sink, shutdown = configure()
         sinks.append(span_sink)
+    if args.store:
+        from .cli_durable import command_durable_run
+
+        try:
+            return command_durable_run(agent, args, run_id, sinks)
+        finally:
+            if shutdown is not None:
+                shutdown()
     try:
         result = asyncio.run(
             supervised(agent, args.task, context_for(args, run_id), sinks, approver, args.mcp)
@@ -633,13 +663,14 @@ async def add_mcp_tools(agent: Agent, servers: list[str], stack: contextlib.Asyn
         agent.toolbox.add(t)
 
 
-def journal_sinks(args: argparse.Namespace) -> list[Sink]:
+def journal_sinks(args: argparse.Namespace, journal: bool = True) -> list[Sink]:
     """The journal (for tether show) and, with --log, the structured log."""
     from .journal import Journal
 
     sinks: list[Sink] = []
     try:
-        sinks.append(Journal(Path(args.data_dir) / "events").write)
+        if journal:
+            sinks.append(Journal(Path(args.data_dir) / "events").write)
     except OSError as e:
         print(f"tether: warning: no journal in {args.data_dir}: {e}", file=sys.stderr)
     if args.log:
@@ -662,24 +693,26 @@ def command_show(args: argparse.Namespace) -> int:
     from .journal import Journal
     from .transcript import atif, readable
 
+    journal = Journal(Path(args.data_dir) / "events")
+    try:
+        path = journal.path(args.run_id)
+    except ValueError as e:
+        print(f"tether: error: {e}", file=sys.stderr)
+        return 2
+    default = not args.store
+    if default and not path.exists():  # not journaled: a durable run, in the store
+        args.command = "run"
+        resolve_store(args)
     if args.store:
         from . import durable
 
         try:
             events = durable.events_of(durable.client(args.store), args.run_id)
         except ConfigError as e:
-            print(f"tether: error: {e}", file=sys.stderr)
+            message = f"no run {args.run_id} in {journal.directory} or {args.store}"
+            print(f"tether: error: {message if default else e}", file=sys.stderr)
             return 2
     else:
-        journal = Journal(Path(args.data_dir) / "events")
-        try:
-            path = journal.path(args.run_id)
-        except ValueError as e:
-            print(f"tether: error: {e}", file=sys.stderr)
-            return 2
-        if not path.exists():
-            print(f"tether: error: no run {args.run_id} in {journal.directory}", file=sys.stderr)
-            return 2
         events = journal.load(path)
     if args.json:
         for event in events:

@@ -13,10 +13,12 @@ from typing import Any
 
 import orjson
 
-from .agent import EXIT_STATUS, Agent
-from .cli import HumanOutput, json_sink
+from .agent import Agent, RunResult
+from .cli import HumanOutput, json_sink, report
 from .errors import ConfigError
 from .events import Event, Sink
+from .messages import Usage
+from .pricing import Price, price_for
 
 
 def command_durable_run(
@@ -26,8 +28,8 @@ def command_durable_run(
     from . import durable
 
     async def go() -> dict[str, Any]:
-        if args.approve == "ask" and sys.stdin.isatty():
-            sinks.append(inline_approvals(run_id))
+        if args.approve == "ask":
+            sinks.append(inline_approvals(run_id) if sys.stdin.isatty() else waiting(run_id))
         emitter = durable.watch(run_id, sinks)
         emitter.emit(
             "run_started",
@@ -37,6 +39,9 @@ def command_durable_run(
             store=args.store.split("@")[-1],
         )
         await agent.model.aclose()  # the workflow builds its own, in whichever process runs it
+        # build it here first (MCP servers connected): a bad option is an error before the
+        # run is recorded, and the run, executed by this process, finds it ready
+        await durable.agent_for(run_id, durable.spec_of(args))
         handle = await durable.start(args.store, run_id, args, args.task)
         try:
             result: dict[str, Any] = await handle.get_result()
@@ -48,6 +53,22 @@ def command_durable_run(
         return result
 
     return finish_durable(go, run_id, sinks, args)
+
+
+def waiting(run_id: str) -> Sink:
+    """With no terminal to ask on, say how to answer from elsewhere; the run waits (durably)."""
+
+    def sink(event: Event) -> None:
+        if event.type == "approval_requested":
+            a = event.data["approval_id"]
+            print(
+                f"tether: {run_id} waits for approval of {event.data['name']}: "
+                f"tether approve {run_id} {a}   (or tether deny {run_id} {a})",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return sink
 
 
 def inline_approvals(run_id: str) -> Sink:
@@ -86,31 +107,64 @@ def inline_approvals(run_id: str) -> Sink:
 def finish_durable(
     go: Callable[[], Any], run_id: str, sinks: list[Sink], args: argparse.Namespace
 ) -> int:
+    from .durable import emitter_for
+
+    seen = Tally()
+    sinks.append(seen)
     try:
         result = asyncio.run(go())
     except ConfigError as e:
         print(f"tether: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\n[cancelled]", file=sys.stderr)
+        # the run was cancelled in the store (see `go`); what completed stays recorded there
+        data = {"outcome": "cancelled", "answer": "", "reason": "cancelled", **seen.figures()}
+        emitter_for(run_id).emit("run_finished", **data)
+        if not getattr(args, "json", False):
+            print("\n[cancelled]", file=sys.stderr)
         return 130
     except Exception as e:  # the workflow was cancelled elsewhere, or failed inside DBOS
         print(f"tether: run {run_id} did not finish: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    from .durable import emitter_for
-
     data = {k: v for k, v in result.items() if k != "messages"}
     emitter_for(run_id).emit("run_finished", **data)
+    ended = RunResult(
+        run_id,
+        result["outcome"],
+        result["answer"],
+        result["reason"],
+        Usage.from_dict(result.get("usage") or {}),
+        result["cost_usd"],
+        result["steps"],
+        result.get("messages") or [],
+        result.get("error"),
+    )
     if not getattr(args, "json", False):
-        outcome = result["outcome"]
-        usage = result.get("usage") or {}
-        tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
-        reason = f" {result['reason']}" if result.get("reason") else ""
-        sys.stderr.write(
-            f"[{outcome}]{reason} ({result['steps']} steps, {tokens} tokens, "
-            f"${result['cost_usd']:.4f})\n"
-        )
-    return EXIT_STATUS[result["outcome"]]
+        report(ended, sys.stderr)
+    return ended.exit_status
+
+
+class Tally:
+    """Counts what a run's live events show, for the end line of a run cut short."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.steps = 0
+        self.cost = 0.0
+        self.price: Price | None = None
+
+    def __call__(self, event: Event) -> None:
+        if event.type == "run_started":
+            self.price = price_for(str(event.data.get("model", "")))
+        elif event.type == "model_response":
+            usage = Usage.from_dict(event.data.get("usage") or {})
+            self.usage = self.usage + usage
+            self.cost += self.price.cost(usage) if self.price else 0.0
+            self.steps += 1
+
+    def figures(self) -> dict[str, Any]:
+        cost = round(self.cost, 6)
+        return {"usage": self.usage.to_dict(), "cost_usd": cost, "steps": self.steps}
 
 
 def command_store(args: argparse.Namespace) -> int:
@@ -123,12 +177,9 @@ def command_store(args: argparse.Namespace) -> int:
         ]
 
         async def go() -> Any:
-            from dbos import DBOS
 
             durable.watch(args.run_id, sinks).emit("run_resumed")
-            durable.prepare(args.store)
-            await DBOS.resume_workflow_async(args.run_id)
-            handle: Any = await DBOS.retrieve_workflow_async(args.run_id)
+            handle: Any = await durable.resume(args.store, args.run_id)
             return await handle.get_result()
 
         return finish_durable(go, args.run_id, sinks, args)

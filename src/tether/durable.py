@@ -28,6 +28,8 @@ import argparse
 import asyncio
 import contextvars
 import dataclasses
+import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -221,11 +223,10 @@ async def mcp_tools_for(servers: list[str]) -> list[Any]:
                 async with mcp_tools(servers) as tools:
                     found.set_result(tools)
                     await asyncio.Event().wait()
-            except BaseException as e:
+            except Exception as e:  # reported to whoever waits for the tools
                 if not found.done():
                     found.set_exception(e)
                     del _mcp[key]
-                raise
 
         # a fresh context, or DBOS would take the holder for part of the run that opened it
         task = asyncio.get_running_loop().create_task(hold(), context=contextvars.Context())
@@ -267,8 +268,12 @@ def register() -> Any:
         if emitter.active:
             emitter.emit("model_request", messages=len(request.messages))
         on_text = (lambda t: emitter.emit("text_delta", text=t)) if emitter.active else None
+
+        def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
+            emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
+
         began = time.time()
-        response = await agent.model.respond(request, on_text)
+        response = await agent.model.respond(request, on_text, on_retry)
         if emitter.active:
             emitter.emit("model_response", **model_response_data(response))
         late: list[tuple[int, str]] = []
@@ -475,12 +480,57 @@ def workflow() -> Any:
 
 
 def prepare(url: str) -> Any:
-    """Register the workflow, then open the store (DBOS wants workflows before launch)."""
+    """Register the workflow, then open the store (DBOS wants workflows before launch).
+
+    Each process is an executor of its own (`cli-HOST-PID`): DBOS recovers an executor's
+    pending runs when it launches, and under one shared id a second `tether run` would take
+    over the run of a first one that is still going."""
     if url.startswith("sqlite"):
         use_modern_sqlite()
     wf = workflow()
-    open_store(url)
+    open_store(url, executor_id=process_executor_id())
     return wf
+
+
+def process_executor_id() -> str:
+    return f"cli-{socket.gethostname()}-{os.getpid()}"
+
+
+def executor_alive(executor_id: str) -> bool:
+    """Whether a `tether run` process (by its executor id) still runs on this machine; an
+    executor elsewhere, or a worker, counts as alive (its heartbeats decide)."""
+    prefix = f"cli-{socket.gethostname()}-"
+    if not executor_id.startswith(prefix):
+        return executor_id != "local"
+    pid = executor_id[len(prefix) :]
+    if not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def resume(url: str, run_id: str) -> Any:
+    """Continue a run in this process: one whose process died (still PENDING in the store) is
+    recovered; one cancelled or failed is resumed. Returns its workflow handle."""
+    from dbos import DBOS
+
+    prepare(url)
+    status = await asyncio.to_thread(status_of, client(url), run_id)
+    if status.status == "PENDING":
+        owner = status.executor_id or "local"
+        if owner != process_executor_id() and executor_alive(owner):
+            raise ConfigError(
+                f"run {run_id} is being executed by {owner}; it is not lost, so not resumed"
+            )
+        await asyncio.to_thread(DBOS._recover_pending_workflows, [owner])
+    elif status.status != "SUCCESS":
+        await DBOS.resume_workflow_async(run_id)
+    return await DBOS.retrieve_workflow_async(run_id)
 
 
 async def start(url: str, run_id: str, args: argparse.Namespace, task: str) -> Any:
@@ -503,6 +553,8 @@ def client(url: str) -> Any:
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigError(f"--store: {url!r} is not sqlite:///PATH or postgresql://...")
     if url.startswith("sqlite"):
+        if not Path(url.removeprefix("sqlite:///")).exists():
+            raise ConfigError(f"no store at {url.removeprefix('sqlite:///')}")
         use_modern_sqlite()
     from dbos import DBOSClient
 
@@ -532,8 +584,25 @@ def events_of(store: Any, run_id: str) -> list[Any]:
     status = status_of(store, run_id)
     inputs = status.input.get("args") if isinstance(status.input, dict) else None
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
-    add("run_started", (status.created_at or 0) / 1000, task=task)
-    for s in store.list_workflow_steps(run_id):
+    steps = store.list_workflow_steps(run_id)
+    spec = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else {}
+    first = next(
+        (
+            s["output"][0]
+            for s in steps
+            if s.get("function_name", "").endswith("model_step")
+            and isinstance(s.get("output"), tuple)
+        ),
+        None,
+    )
+    add(
+        "run_started",
+        (status.created_at or 0) / 1000,
+        task=task,
+        provider=spec.get("provider") if isinstance(spec, dict) else None,
+        model=first.model if first is not None else None,
+    )
+    for s in steps:
         output = s.get("output")
         name = s.get("function_name", "")
         if name.endswith("model_step") and isinstance(output, tuple):
