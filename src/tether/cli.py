@@ -12,7 +12,7 @@ import dataclasses
 import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -159,7 +159,7 @@ def resolve_store(args: argparse.Namespace) -> None:
     args.store = None if store in ("", "memory") else store
 
 
-DURABLE_BY_DEFAULT = ("run", "resume", "runs", "send", "cancel", "approve", "deny", "worker")
+DURABLE_BY_DEFAULT = ("run", "ask", "resume", "runs", "send", "cancel", "approve", "deny", "worker")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -333,10 +333,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check_store_options(args: argparse.Namespace) -> None:
-    if args.store and args.command != "run":
+    if args.store and args.command not in ("run", "ask"):
         raise ConfigError(
-            f"--store: durable runs are started with tether run; {args.command} keeps its runs "
-            "in memory for now"
+            f"--store: {args.command} keeps its runs in memory for now (tether run and ask "
+            "record theirs)"
         )
     if args.queue and not args.store:
         raise ConfigError("--queue needs --store (the store whose workers will take the run)")
@@ -538,6 +538,10 @@ async def supervised(
 
 
 def command_ask(agent: Agent, args: argparse.Namespace) -> int:
+    if args.store:
+        from .cli_durable import command_durable_ask
+
+        return command_durable_ask(agent, args)
     session = args.run_id or uuid.uuid4().hex[:12]
     transcript: list[Message] = []
     sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
@@ -553,21 +557,7 @@ def command_ask(agent: Agent, args: argparse.Namespace) -> int:
             print(f"tether: error: {e}", file=sys.stderr)
             runner.run(agent.model.aclose())
             return 2
-        turn = 0
-        while True:
-            try:
-                line = input("you> " if interactive else "")
-            except EOFError:
-                break
-            except KeyboardInterrupt:
-                print(file=sys.stderr)
-                break
-            text = line.strip()
-            if not text:
-                continue
-            if text in ("/exit", "/quit"):
-                break
-            turn += 1
+        for turn, text in enumerate(user_lines(interactive), 1):
             ctx = context_for(args, f"{session}-{turn}")
             try:
                 result = runner.run(
@@ -585,6 +575,23 @@ def command_ask(agent: Agent, args: argparse.Namespace) -> int:
         runner.run(stack.aclose())
         runner.run(agent.model.aclose())
     return status
+
+
+def user_lines(interactive: bool) -> Iterator[str]:
+    """What the user types in `tether ask`, a line at a time, until EOF, Ctrl-C or /exit."""
+    while True:
+        try:
+            line = input("you> " if interactive else "")
+        except EOFError:
+            return
+        except KeyboardInterrupt:
+            print(file=sys.stderr)
+            return
+        text = line.strip()
+        if text in ("/exit", "/quit"):
+            return
+        if text:
+            yield text
 
 
 def json_sink(out: TextIO) -> Sink:

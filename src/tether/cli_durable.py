@@ -8,6 +8,7 @@ import asyncio
 import contextvars
 import os
 import sys
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ from .agent import Agent, RunResult
 from .cli import HumanOutput, json_sink, report
 from .errors import ConfigError
 from .events import Event, Sink
-from .messages import Usage
+from .messages import Message, Usage
 from .pricing import Price, price_for
 
 
@@ -46,13 +47,90 @@ def command_durable_run(
         try:
             result: dict[str, Any] = await handle.get_result()
         except asyncio.CancelledError:
-            from dbos import DBOS
-
-            await DBOS.cancel_workflow_async(run_id)
+            await durable.cancel(run_id)
             raise
         return result
 
     return finish_durable(go, run_id, sinks, args)
+
+
+def command_durable_ask(agent: Agent, args: argparse.Namespace) -> int:
+    """`tether ask` with a store: each turn is a durable run that starts from the conversation
+    so far; Ctrl-C cancels the turn and keeps what it had completed."""
+    from . import durable
+    from .cli import journal_sinks, user_lines
+
+    session = args.run_id or uuid.uuid4().hex[:12]
+    transcript: list[Message] = []
+    sink: Sink = json_sink(sys.stdout) if args.json else HumanOutput(sys.stdout, sys.stderr)
+    sinks = [sink, *journal_sinks(args, journal=False)]
+    interactive = sys.stdin.isatty()
+    spec = durable.spec_of(args)
+    status = 0
+
+    async def ready() -> None:
+        await agent.model.aclose()
+        durable.prepare(args.store)
+        await durable.agent_for(session, spec)  # a bad option or MCP server: an error now
+
+    async def one_turn(run_id: str, text: str) -> dict[str, Any]:
+        turn_sinks = [*sinks, inline_approvals(run_id)] if args.approve == "ask" else sinks
+        emitter = durable.watch(run_id, turn_sinks)
+        emitter.emit(
+            "run_started", task=text, provider=agent.model.provider, model=agent.model.name
+        )
+        handle = await durable.start(args.store, run_id, args, text, list(transcript))
+        try:
+            result: dict[str, Any] = await handle.get_result()
+        except asyncio.CancelledError:
+            await durable.cancel(run_id)
+            raise
+        emitter.emit("run_finished", **{k: v for k, v in result.items() if k != "messages"})
+        return result
+
+    with asyncio.Runner() as runner:
+        try:
+            runner.run(ready())
+        except ConfigError as e:
+            print(f"tether: error: {e}", file=sys.stderr)
+            return 2
+        for turn, text in enumerate(user_lines(interactive), 1):
+            run_id = f"{session}-{turn}"
+            try:
+                result = runner.run(one_turn(run_id, text))
+            except KeyboardInterrupt:
+                kept = durable.messages_of(durable.client(args.store), run_id)
+                transcript[:] = kept or transcript
+                durable.emitter_for(run_id).emit(
+                    "run_finished", outcome="cancelled", answer="", reason="cancelled"
+                )
+                print("\n[turn cancelled; the conversation goes on]", file=sys.stderr)
+                status = 130
+                continue
+            except Exception as e:  # the turn failed inside the store
+                print(f"tether: turn {run_id} did not finish: {e}", file=sys.stderr)
+                status = 1
+                continue
+            transcript[:] = result["messages"]
+            ended = result_of(run_id, result)
+            status = ended.exit_status
+            if not args.json:
+                report(ended, sys.stderr, quiet_done=True)
+    return status
+
+
+def result_of(run_id: str, result: dict[str, Any]) -> RunResult:
+    return RunResult(
+        run_id,
+        result["outcome"],
+        result["answer"],
+        result["reason"],
+        Usage.from_dict(result.get("usage") or {}),
+        result["cost_usd"],
+        result["steps"],
+        result.get("messages") or [],
+        result.get("error"),
+    )
 
 
 def waiting(run_id: str) -> Sink:
@@ -128,17 +206,7 @@ def finish_durable(
         return 1
     data = {k: v for k, v in result.items() if k != "messages"}
     emitter_for(run_id).emit("run_finished", **data)
-    ended = RunResult(
-        run_id,
-        result["outcome"],
-        result["answer"],
-        result["reason"],
-        Usage.from_dict(result.get("usage") or {}),
-        result["cost_usd"],
-        result["steps"],
-        result.get("messages") or [],
-        result.get("error"),
-    )
+    ended = result_of(run_id, result)
     if not getattr(args, "json", False):
         report(ended, sys.stderr)
     return ended.exit_status

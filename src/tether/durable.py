@@ -52,6 +52,7 @@ from .loop import (
     RunTools,
     Started,
     ToolsDone,
+    close_open_calls,
     last_answer,
     step,
 )
@@ -108,6 +109,7 @@ _launched: str | None = None
 _live: dict[str, Emitter] = {}  # run id -> this process's live events (they are not persisted)
 _agents: dict[str, tuple[Agent, argparse.Namespace]] = {}  # by the runs' options
 _ledger: Ledger | None = None
+_tasks: dict[str, asyncio.Task[Any]] = {}  # run id -> the task executing it in this process
 
 
 def open_store(url: str, executor_id: str | None = None) -> None:
@@ -259,7 +261,7 @@ def register() -> Any:
         recorded output says which went in, so a replay delivers the same ones."""
         agent, _, _ = await agent_for(run_id, spec)
         emitter = emitter_for(run_id)
-        arrived = await asyncio.to_thread(ledger().messages_after, run_id, seen)
+        arrived = await ledger().call(ledger().messages_after, run_id, seen)
         if arrived:
             extra = tuple(Message.user(text) for _, text in arrived)
             request = dataclasses.replace(request, messages=request.messages + extra)
@@ -278,7 +280,7 @@ def register() -> Any:
             emitter.emit("model_response", **model_response_data(response))
         late: list[tuple[int, str]] = []
         if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
-            late = await asyncio.to_thread(
+            late = await ledger().call(
                 ledger().messages_after, run_id, max([seen, *(n for n, _ in arrived)])
             )
             for _, text in late:
@@ -311,7 +313,7 @@ def register() -> Any:
     ) -> tuple[list[ToolResult], float]:
         """The calls of one reply, at the same time, in one recorded step; each call is
         journaled on its own (see `ledger.py`), so a retried step repeats no finished call."""
-        started = await asyncio.to_thread(ledger().start_calls, run_id, [c.id for c in calls])
+        started = await ledger().call(ledger().start_calls, run_id, [c.id for c in calls])
         results = await asyncio.gather(
             *(
                 one_call(run_id, spec, c, d, *started[c.id])
@@ -347,15 +349,21 @@ def register() -> Any:
             # decided in the workflow (`decide`), which told the watchers already
             result = await agent.toolbox.run(call, call_ctx, approver)
         if recorded is None:
-            await asyncio.to_thread(ledger().finish_call, run_id, result)
+            await ledger().call(ledger().finish_call, run_id, result)
         if emitter.active:
             emitter.emit("tool_result", **tool_result_data(result))
         return result
 
     @DBOS.workflow(name=WORKFLOW)
-    async def durable_run(run_id: str, spec: dict[str, Any], task: str) -> dict[str, Any]:
+    async def durable_run(
+        run_id: str, spec: dict[str, Any], task: str, history: list[Message] | None = None
+    ) -> dict[str, Any]:
+        """`history`: the conversation before `task` (a turn of `tether ask`)."""
         agent, _, args = await agent_for(run_id, spec)
-        state = LoopState([Message.user(task)], agent.system, agent.toolbox.specs)
+        task_ = asyncio.current_task()
+        if task_ is not None:  # so that a cancel here can stop the run at once
+            _tasks[run_id] = task_
+        state = LoopState([*(history or []), Message.user(task)], agent.system, agent.toolbox.specs)
         # the clock starts with the first model call (its recorded start), so that reading it
         # costs no step of its own; until then no time has passed
         now = state.started_at = 0.0
@@ -412,6 +420,7 @@ def register() -> Any:
         }
         if error is not None:
             result["error"] = error
+        _tasks.pop(run_id, None)
         return result
 
     def request_of(agent: Agent, state: LoopState) -> ModelRequest:
@@ -533,12 +542,53 @@ async def resume(url: str, run_id: str) -> Any:
     return await DBOS.retrieve_workflow_async(run_id)
 
 
-async def start(url: str, run_id: str, args: argparse.Namespace, task: str) -> Any:
+async def start(
+    url: str,
+    run_id: str,
+    args: argparse.Namespace,
+    task: str,
+    history: list[Message] | None = None,
+) -> Any:
     from dbos import DBOS, SetWorkflowID
 
     wf = prepare(url)
     with SetWorkflowID(run_id):
-        return await DBOS.start_workflow_async(wf, run_id, spec_of(args), task)
+        return await DBOS.start_workflow_async(wf, run_id, spec_of(args), task, history)
+
+
+async def cancel(run_id: str) -> None:
+    """Cancel a run in the store and, if this process executes it, stop it now (DBOS itself
+    stops a cancelled run only at its next step)."""
+    from dbos import DBOS
+
+    await DBOS.cancel_workflow_async(run_id)
+    task = _tasks.pop(run_id, None)
+    if task is not None and not task.done():
+        task.cancel()
+
+
+def messages_of(store: Any, run_id: str) -> list[Message]:
+    """A run's conversation as far as its store has it: the history and task it started with,
+    then each recorded reply and tool result; calls left open are closed as cancelled."""
+    status = status_of(store, run_id)
+    inputs = status.input.get("args") if isinstance(status.input, dict) else None
+    if not isinstance(inputs, (list, tuple)) or len(inputs) < 3:
+        return []
+    history = inputs[3] if len(inputs) > 3 and inputs[3] else []
+    messages: list[Message] = [*history, Message.user(inputs[2])]
+    for s in store.list_workflow_steps(run_id):
+        output, name = s.get("output"), s.get("function_name", "")
+        if name.endswith("model_step") and isinstance(output, tuple):
+            response, _, _, arrived, late = output
+            messages.extend(Message.user(text) for _, text in arrived)
+            messages.append(response.message)
+            messages.extend(Message.user(text) for _, text in late)
+        elif name.endswith("tools_step") and isinstance(output, tuple):
+            messages.append(Message("tool", tuple(output[0])))
+        elif name.endswith("context_step") and isinstance(output, tuple):
+            messages = list(output[0])
+    close_open_calls(messages, "Cancelled before the tool finished.")
+    return messages
 
 
 def watch(run_id: str, sinks: list[Sink]) -> Emitter:
@@ -658,7 +708,7 @@ async def work(
     open_store(url, executor_id=executor_id)
     await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
     while True:
-        dead = await asyncio.to_thread(ledger().beat, executor_id, dead_after)
+        dead = await ledger().call(ledger().beat, executor_id, dead_after)
         if dead:
             recovered = await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
             print(
