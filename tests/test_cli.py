@@ -223,7 +223,7 @@ def test_missing_key_is_a_one_line_error(no_keys: None) -> None:
         ["run", "x", "--tools", "rm_rf"],
         ["run", "x", "--tools-from", "/no/such/file.py"],
         ["run", "x", "--provider", "scripted"],
-        ["serve", "--store", "sqlite:///x.sqlite"],
+        ["runs", "--store", "memory"],
         ["run", "x", "--queue", "--store", "memory"],
         ["run", "x", "--store", "mysql://nope"],
     ],

@@ -144,6 +144,7 @@ def data_dir() -> Path:
 
 
 STORE_HELP = "a SQLite file in the data directory"
+STORE_COMMANDS = ("resume", "runs", "send", "cancel", "approve", "deny", "worker")
 
 
 def resolve_store(args: argparse.Namespace) -> None:
@@ -159,7 +160,18 @@ def resolve_store(args: argparse.Namespace) -> None:
     args.store = None if store in ("", "memory") else store
 
 
-DURABLE_BY_DEFAULT = ("run", "ask", "resume", "runs", "send", "cancel", "approve", "deny", "worker")
+DURABLE_BY_DEFAULT = (
+    "run",
+    "ask",
+    "serve",
+    "resume",
+    "runs",
+    "send",
+    "cancel",
+    "approve",
+    "deny",
+    "worker",
+)
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -309,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "show":
         return command_show(args)
     resolve_store(args)
+    if args.command in STORE_COMMANDS and not args.store:
+        print(f"tether: error: {args.command} needs a store (--store URL)", file=sys.stderr)
+        return 2
     if args.command == "worker":
         from .cli_durable import command_worker
 
@@ -333,11 +348,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check_store_options(args: argparse.Namespace) -> None:
-    if args.store and args.command not in ("run", "ask"):
-        raise ConfigError(
-            f"--store: {args.command} keeps its runs in memory for now (tether run and ask "
-            "record theirs)"
-        )
     if args.queue and not args.store:
         raise ConfigError("--queue needs --store (the store whose workers will take the run)")
 

@@ -14,7 +14,7 @@ from .agent import Agent
 from .approvals import Approver, approve_all, deny_all
 from .cli import build_agent, select_tools
 from .errors import ConfigError, MissingAPIKey
-from .tools import BUILTINS
+from .tools import BUILTINS, Tool
 
 
 def command_serve(agent: Agent, args: argparse.Namespace) -> int:
@@ -34,7 +34,8 @@ def command_serve(agent: Agent, args: argparse.Namespace) -> int:
     default_tools = list(agent.toolbox.tools.values())
     available = {**BUILTINS, **{t.name: t for t in default_tools}}
 
-    def factory(form: dict[str, Any]) -> Agent:
+    def options(form: dict[str, Any]) -> tuple[argparse.Namespace, list[Tool]]:
+        """The server's options with the form's choices laid over them."""
         ns = argparse.Namespace(**vars(args))
         if form.get("model"):
             ns.model = str(form["model"])
@@ -48,7 +49,18 @@ def command_serve(agent: Agent, args: argparse.Namespace) -> int:
             if unknown:
                 raise ConfigError(f"tools: unknown {', '.join(map(str, unknown))}")
             tools = [available[n] for n in form["tools"]]
-        return build_agent(ns, tools)
+        return ns, tools
+
+    def factory(form: dict[str, Any]) -> Agent:
+        return build_agent(*options(form))
+
+    def spec_for(form: dict[str, Any]) -> dict[str, Any]:
+        from .durable import spec_of
+
+        ns, tools = options(form)
+        # every tool the server offers, narrowed to the form's choice
+        ns.tools = ",".join(n for n in BUILTINS if n in available)
+        return {**spec_of(ns), "only": [t.name for t in tools]}
 
     defaults = {
         "model": agent.model.name,
@@ -57,8 +69,23 @@ def command_serve(agent: Agent, args: argparse.Namespace) -> int:
         "max_steps": args.max_steps,
     }
     journal = Journal(Path(args.data_dir) / "events")
+    runs = None
+    if args.store:
+        from .web.stored import StoredRuns
+
+        asyncio.run(agent.model.aclose())
+        try:
+            runs = StoredRuns(args.store, spec_for)
+        except ConfigError as e:
+            print(f"tether: error: {e}", file=sys.stderr)
+            return 2
     app = WebApp(
-        factory, token, journal=journal, defaults=defaults, workspace=Path(args.workspace).resolve()
+        factory,
+        token,
+        supervisor=runs,
+        journal=journal,
+        defaults=defaults,
+        workspace=Path(args.workspace).resolve(),
     ).app()
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(

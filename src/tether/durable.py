@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from .agent import Agent
-from .approvals import Decision, needs_approval
+from .approvals import Decision, arguments_hash, needs_approval
 from .context import estimate, fit, is_context_error
 from .errors import ConfigError, ProviderError
 from .events import Emitter, Event, Sink, model_response_data, tool_result_data
@@ -201,6 +201,8 @@ async def agent_for(
         tools = select_tools(args)
         if spec.get("mcp"):
             tools += await mcp_tools_for(spec["mcp"])
+        if spec.get("only") is not None:  # a subset chosen in the web page
+            tools = [t for t in tools if t.name in spec["only"]]
         _agents[key] = (build_agent(args, tools), args)
     agent, args = _agents[key]
     return agent, RunContext(run_id=run_id, workspace=Path(args.workspace)), args  # resolved
@@ -406,7 +408,7 @@ def register() -> Any:
                 emitter = emitter_for(run_id)
                 for c in action.calls:
                     emitter.emit("tool_call", id=c.id, name=c.name, arguments=c.arguments or {})
-                decisions = [await decide(run_id, args, agent, c) for c in action.calls]
+                decisions = await decide(run_id, args, agent, list(action.calls))
                 results, now = await tools_step(run_id, spec, list(action.calls), decisions)
                 happened = ToolsDone(results)
         result = {
@@ -436,41 +438,59 @@ def register() -> Any:
         agent.charge(state, usage)
 
     async def decide(
-        run_id: str, args: argparse.Namespace, agent: Agent, call: ToolCall
-    ) -> Decision | None:
-        """Approvals are decided in the workflow, durably: a waiting call survives restarts."""
-        tool = agent.toolbox.tools.get(call.name)
-        if tool is None or not needs_approval(tool.approval, call.arguments):
-            return None
-        approval_id = f"ap_{call.id}"
-        emitter_for(run_id).emit(
-            "approval_requested",
-            approval_id=approval_id,
-            id=call.id,
-            name=call.name,
-            arguments=call.arguments or {},
-        )
-        if args.approve == "auto":
-            decision = Decision(True, "approved by policy (--approve auto)")
-        elif args.approve == "deny":
-            decision = Decision(False, "denied by policy (--approve deny)")
-        else:
-            await DBOS.set_event_async(
-                approval_id, {"name": call.name, "arguments": call.arguments}
+        run_id: str, args: argparse.Namespace, agent: Agent, calls: list[ToolCall]
+    ) -> list[Decision | None]:
+        """Approvals are decided in the workflow, durably: a waiting call survives restarts.
+        Every call of the reply is put to the user at once and each is decided on its own; the
+        answers are taken in the order of the calls (they wait as messages until then)."""
+        emitter = emitter_for(run_id)
+        decisions: list[Decision | None] = [None] * len(calls)
+        waiting: list[tuple[int, ToolCall, str]] = []
+        for i, call in enumerate(calls):
+            tool = agent.toolbox.tools.get(call.name)
+            if tool is None or not needs_approval(tool.approval, call.arguments):
+                continue
+            approval_id = f"ap_{call.id}"
+            if args.approve not in ("auto", "deny"):
+                await DBOS.set_event_async(
+                    approval_id, {"name": call.name, "arguments": call.arguments}
+                )
+            emitter.emit(
+                "approval_requested",
+                approval_id=approval_id,
+                id=call.id,
+                name=call.name,
+                arguments=call.arguments or {},
+                args_hash=arguments_hash(call.name, call.arguments),
             )
+            if args.approve == "auto":
+                decisions[i] = Decision(True, "approved by policy (--approve auto)")
+            elif args.approve == "deny":
+                decisions[i] = Decision(False, "denied by policy (--approve deny)")
+            else:
+                waiting.append((i, call, approval_id))
+                continue
+            decided(emitter, approval_id, call, decisions[i])
+        for i, call, approval_id in waiting:
             answer = await DBOS.recv_async(approval_id, timeout_seconds=24 * 3600)
             if answer is None:
-                decision = Decision(False, "the approval expired")
+                decisions[i] = Decision(False, "the approval expired")
             else:
-                decision = Decision(bool(answer.get("approved")), str(answer.get("reason", "")))
-        emitter_for(run_id).emit(
+                decisions[i] = Decision(bool(answer.get("approved")), str(answer.get("reason", "")))
+            decided(emitter, approval_id, call, decisions[i])
+        return decisions
+
+    def decided(
+        emitter: Emitter, approval_id: str, call: ToolCall, decision: Decision | None
+    ) -> None:
+        assert decision is not None
+        emitter.emit(
             "approval_decided",
             approval_id=approval_id,
             id=call.id,
             approved=decision.approved,
             reason=decision.reason,
         )
-        return decision
 
     return durable_run
 
@@ -549,11 +569,22 @@ async def start(
     task: str,
     history: list[Message] | None = None,
 ) -> Any:
+    return await start_spec(url, run_id, spec_of(args), task, history)
+
+
+async def start_spec(
+    url: str,
+    run_id: str,
+    spec: dict[str, Any],
+    task: str,
+    history: list[Message] | None = None,
+) -> Any:
+    """Start a run in this process; returns its handle once the run is recorded."""
     from dbos import DBOS, SetWorkflowID
 
     wf = prepare(url)
     with SetWorkflowID(run_id):
-        return await DBOS.start_workflow_async(wf, run_id, spec_of(args), task, history)
+        return await DBOS.start_workflow_async(wf, run_id, spec, task, history)
 
 
 async def cancel(run_id: str) -> None:

@@ -38,12 +38,13 @@ from aiohttp import web
 from ..agent import Agent
 from ..approvals import ApprovalError
 from ..errors import ConfigError, NoSuchRun, RunEnded
-from ..events import Event
+from ..events import Event, Sink
 from ..journal import Journal
 from ..messages import Message, TextPart, ToolCall, ToolResult
 from ..supervisor import Supervisor
 from ..tools.tool import RunContext
 from .pages import INDEX_PAGE, RUN_PAGE, fill
+from .stored import StoredRuns
 
 COOKIE = "tether_token"
 HEARTBEAT_S = 15.0
@@ -60,7 +61,7 @@ class WebApp:
         factory: AgentFactory,
         token: str,
         *,
-        supervisor: Supervisor | None = None,
+        supervisor: Supervisor | StoredRuns | None = None,
         journal: Journal | None = None,
         defaults: dict[str, Any] | None = None,
         workspace: Path | None = None,
@@ -68,7 +69,7 @@ class WebApp:
         self.factory = factory
         self.token = token
         self.csrf = hmac.new(token.encode(), b"csrf", hashlib.sha256).hexdigest()
-        self.supervisor = supervisor or Supervisor()
+        self.supervisor: Supervisor | StoredRuns = supervisor or Supervisor()
         self.journal = journal
         self.defaults = defaults or {}
         self.workspace = workspace or Path.cwd()
@@ -174,12 +175,23 @@ class WebApp:
             agent = self.factory(body)
         except (ConfigError, ValueError, TypeError) as e:
             return json_error(400, str(e))
+        run: Any
+        sinks: list[Sink] = [self.journal.write] if self.journal else []
+        if isinstance(self.supervisor, StoredRuns):
+            await agent.model.aclose()  # the stored run builds its own from the form
+            try:
+                run = await self.supervisor.start_form(
+                    body, task.strip(), body.get("run_id") or None, sinks
+                )
+            except (ConfigError, ValueError, TypeError) as e:
+                return json_error(400, str(e))
+            return web.json_response({"id": run.id, "status": run.status}, status=201)
         run = self.supervisor.start(
             agent,
             task.strip(),
             run_id=body.get("run_id") or None,
             context=RunContext(workspace=self.workspace),
-            sinks=[self.journal.write] if self.journal else None,
+            sinks=sinks,
         )
         closer = asyncio.create_task(close_when_done(run.wait(), agent))
         self.background.add(closer)
