@@ -284,3 +284,24 @@ def test_binding_beyond_loopback_needs_a_flag() -> None:
         env=cli_env(),
     )
     assert p.returncode == 2 and "--allow-remote" in p.stderr
+
+
+def test_a_run_the_server_lost_is_finished_by_tether_resume(server: Server) -> None:
+    """Runs started from the page are recorded: kill -9 the server mid-reply, and `tether
+    resume` finishes the run from the store."""
+    run = server.api("POST", "/api/runs", {"task": "stream slowly"})  # a 4 s reply
+    time.sleep(1.0)
+    assert server.proc is not None
+    server.proc.kill()
+    server.proc.wait()
+    p = subprocess.run(
+        [*TETHER, "resume", run["id"], "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(OPENAI_API_KEY="sk-web"),
+    )
+    assert p.returncode == 0, p.stderr
+    final = json.loads(p.stdout.splitlines()[-1])
+    assert final["type"] == "run_finished" and final["outcome"] == "done"
+    assert final["answer"].startswith("word0 word1")
