@@ -356,3 +356,42 @@ def test_a_long_durable_run_fits_a_small_window_and_shows_it(
     assert shown.returncode == 0, shown.stderr
     kept = [json.loads(line)["type"] for line in shown.stdout.splitlines()]
     assert "context_summarized" in kept and kept[-1] == "run_finished"
+
+
+def test_a_worker_that_starts_takes_over_a_run_whose_process_died(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    wire.add(calls=[("note", {"text": "first"})], delay=0.5).add(text="Noted.")
+    env = cli_env(
+        OPENAI_API_KEY="sk-durable",
+        NOTES_FILE=str(tmp_path / "notes"),
+        CHARGES_FILE=str(tmp_path / "charges"),
+    )
+    kill_at(
+        env,
+        "model_request",
+        *("run", "take a note", "--base-url", wire.url, "--store", store),
+        *("--run-id", "orphan-1", "--tools-from", str(FIXTURES / "durable_tools.py")),
+    )
+    worker = subprocess.Popen(
+        [*TETHER, "worker", "--store", store, "--beat", "0.5"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            listed = tether(env, "runs", "--store", store, "--json").stdout.splitlines()
+            status = {r["id"]: r["status"] for r in map(json.loads, listed)}
+            if status.get("orphan-1") == "SUCCESS":
+                break
+            assert time.monotonic() < deadline, status
+            time.sleep(0.5)
+    finally:
+        worker.terminate()
+        _, err = worker.communicate(timeout=10)
+    assert "took over 1 runs whose process died: orphan-1" in err
+    assert (tmp_path / "notes").read_text().count("first") == 1

@@ -305,3 +305,20 @@ def test_a_run_the_server_lost_is_finished_by_tether_resume(server: Server) -> N
     final = json.loads(p.stdout.splitlines()[-1])
     assert final["type"] == "run_finished" and final["outcome"] == "done"
     assert final["answer"].startswith("word0 word1")
+
+
+def test_a_restarted_server_finishes_the_runs_it_lost(server: Server) -> None:
+    """kill -9 the server mid-reply and start it again: it takes the run over from the store,
+    and the run ends on its own."""
+    run = server.api("POST", "/api/runs", {"task": "stream slowly"})  # a 4 s reply
+    time.sleep(1.0)
+    assert server.proc is not None
+    server.proc.kill()
+    server.proc.wait()
+    server.start()
+    deadline = time.monotonic() + 30
+    while server.api("GET", f"/api/runs/{run['id']}")["status"] != "done":
+        assert time.monotonic() < deadline, server.api("GET", f"/api/runs/{run['id']}")
+        time.sleep(0.2)
+    shown = server.api("GET", f"/api/runs/{run['id']}")
+    assert shown["answer"].startswith("word0 word1")

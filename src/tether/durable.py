@@ -543,6 +543,33 @@ def executor_alive(executor_id: str) -> bool:
     return True
 
 
+async def orphans(run_ids: list[str] | None = None) -> dict[str, str]:
+    """Runs this machine's `tether` processes were executing when they died: run id ->
+    its dead executor (with `run_ids`, only among those)."""
+    from dbos import DBOS
+
+    pending = await DBOS.list_workflows_async(
+        status="PENDING", workflow_ids=run_ids, load_input=False, load_output=False
+    )
+    host = f"cli-{socket.gethostname()}-"
+    owners = {w.workflow_id: w.executor_id or "" for w in pending}
+    return {
+        run_id: owner
+        for run_id, owner in owners.items()
+        if owner.startswith(host) and not executor_alive(owner)
+    }
+
+
+async def recover_orphans(run_ids: list[str] | None = None) -> list[str]:
+    """Take over the orphans (see `orphans`) in this process; the run ids taken."""
+    from dbos import DBOS
+
+    found = await orphans(run_ids)
+    for executor in sorted(set(found.values())):
+        await asyncio.to_thread(DBOS._recover_pending_workflows, [executor])
+    return sorted(found)
+
+
 async def resume(url: str, run_id: str) -> Any:
     """Continue a run in this process: one whose process died (still PENDING in the store) is
     recovered; one cancelled or failed is resumed. Returns its workflow handle."""
@@ -739,6 +766,14 @@ async def work(
     open_store(url, executor_id=executor_id)
     await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
     while True:
+        taken = await recover_orphans()  # runs of `tether run` processes that died here
+        if taken:
+            print(
+                f"tether worker {executor_id}: took over {len(taken)} runs whose process "
+                f"died: {', '.join(taken)}",
+                file=sys.stderr,
+                flush=True,
+            )
         dead = await ledger().call(ledger().beat, executor_id, dead_after)
         if dead:
             recovered = await asyncio.to_thread(DBOS._recover_pending_workflows, dead)

@@ -94,8 +94,15 @@ class WebApp:
         app.router.add_post("/api/runs/{id}/approve", self.approve)
         app.router.add_post("/api/runs/{id}/deny", self.deny)
         app.router.add_post("/api/runs/{id}/cancel", self.cancel)
+        app.on_startup.append(self.adopt)
         app.on_shutdown.append(self.shutdown)
         return app
+
+    async def adopt(self, app: web.Application) -> None:
+        """With a store: finish the runs a crashed server left (see `StoredRuns.adopt`)."""
+        if isinstance(self.supervisor, StoredRuns):
+            sinks: list[Sink] = [self.journal.write] if self.journal else []
+            await self.supervisor.adopt(self.archived, sinks)
 
     async def shutdown(self, app: web.Application) -> None:
         await self.supervisor.shutdown(deadline=2.0)

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import durable
 from ..approvals import ApprovalError, ApprovalRequest, arguments_hash
-from ..bus import Bus
+from ..bus import Bus, EventLog
 from ..errors import NoSuchRun, RunEnded
 from ..events import Event, Sink
 from ..messages import Message, ToolCall
@@ -148,6 +148,26 @@ class StoredRuns:
         finally:
             self.bus.log(run.id).close()
             run.ended.set()
+
+    async def adopt(self, archived: dict[str, list[Event]], sinks: list[Sink]) -> list[str]:
+        """Take over the runs of this page that a server here was executing when it died, so
+        they finish and their pages go on (`archived`: the journaled runs, by id)."""
+        from dbos import DBOS
+
+        if not archived:
+            return []
+        taken = await durable.recover_orphans(list(archived))
+        for run_id in taken:
+            events = archived.pop(run_id)
+            log = self.bus.logs[run_id] = EventLog(run_id)
+            log.events.extend(events)
+            run = self.runs[run_id] = StoredRun(run_id, self.store)
+            run.status = "running"
+            emitter = durable.watch(run_id, [log.append, run.track, *sinks])
+            emitter.seq = len(events)  # the page numbers on from the journal
+            handle: Any = await DBOS.retrieve_workflow_async(run_id)
+            run.spawn(self.follow(run, handle))
+        return taken
 
     def get(self, run_id: str) -> StoredRun:
         run = self.runs.get(run_id)
