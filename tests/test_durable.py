@@ -27,6 +27,15 @@ def tether(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*TETHER, *args], capture_output=True, text=True, env=env, timeout=60)
 
 
+def tools_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a run with the side-effecting tools of `durable_tools.py`."""
+    return cli_env(
+        OPENAI_API_KEY="sk-durable",
+        NOTES_FILE=str(tmp_path / "notes"),
+        CHARGES_FILE=str(tmp_path / "charges"),
+    )
+
+
 def kill_at(env: dict[str, str], event_type: str, *args: str) -> dict[str, Any]:
     """Start `tether ARGS --json`, SIGKILL it at its first `event_type` event, return that."""
     proc = subprocess.Popen(
@@ -212,11 +221,7 @@ def test_a_message_sent_while_the_run_is_down_is_delivered(
 ) -> None:
     store = f"sqlite:///{tmp_path}/runs.sqlite"
     wire.add(calls=[("note", {"text": "first"})], delay=0.5).add(text="Saw your note.")
-    env = cli_env(
-        OPENAI_API_KEY="sk-durable",
-        NOTES_FILE=str(tmp_path / "notes"),
-        CHARGES_FILE=str(tmp_path / "charges"),
-    )
+    env = tools_env(tmp_path)
     kill_at(
         env,
         "tool_call",
@@ -363,11 +368,7 @@ def test_a_worker_that_starts_takes_over_a_run_whose_process_died(
 ) -> None:
     store = f"sqlite:///{tmp_path}/runs.sqlite"
     wire.add(calls=[("note", {"text": "first"})], delay=0.5).add(text="Noted.")
-    env = cli_env(
-        OPENAI_API_KEY="sk-durable",
-        NOTES_FILE=str(tmp_path / "notes"),
-        CHARGES_FILE=str(tmp_path / "charges"),
-    )
+    env = tools_env(tmp_path)
     kill_at(
         env,
         "model_request",
