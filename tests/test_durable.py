@@ -396,3 +396,31 @@ def test_a_worker_that_starts_takes_over_a_run_whose_process_died(
         _, err = worker.communicate(timeout=10)
     assert "took over 1 runs whose process died: orphan-1" in err
     assert (tmp_path / "notes").read_text().count("first") == 1
+
+
+def test_resume_refuses_a_run_whose_process_still_runs_it(wire: WireServer, tmp_path: Path) -> None:
+    """Two processes must never execute one run: resume takes over only the runs of the dead."""
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    wire.add(calls=[("note", {"text": "slow"})], delay=3).add(text="Noted.")
+    env = tools_env(tmp_path)
+    running = subprocess.Popen(
+        [
+            *TETHER,
+            *("run", "take a note", "--base-url", wire.url, "--store", store, "--json"),
+            *("--run-id", "alive-1", "--tools-from", str(FIXTURES / "durable_tools.py")),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    assert running.stdout is not None
+    for line in running.stdout:
+        if json.loads(line)["type"] == "model_request":
+            break
+    refused = tether(env, "resume", "alive-1", "--store", store)
+    assert refused.returncode == 2 and "is being executed by cli-" in refused.stderr
+    out, _ = running.communicate(timeout=60)
+    assert running.returncode == 0
+    assert json.loads(out.splitlines()[-1])["answer"] == "Noted."
+    assert (tmp_path / "notes").read_text().count("slow") == 1

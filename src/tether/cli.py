@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Resume a durable run from its store and follow it to its end.",
     )
     resume.add_argument("run_id", metavar="RUN_ID")
+    resume.add_argument(
+        "--force",
+        action="store_true",
+        help="take the run over even though its process may still run it (on another machine, "
+        "where Tether cannot see whether it died)",
+    )
     worker = sub.add_parser(
         "worker",
         help="execute queued durable runs (several workers can share one Postgres store)",

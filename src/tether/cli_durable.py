@@ -247,7 +247,7 @@ def command_store(args: argparse.Namespace) -> int:
         async def go() -> Any:
 
             durable.watch(args.run_id, sinks).emit("run_resumed")
-            handle: Any = await durable.resume(args.store, args.run_id)
+            handle: Any = await durable.resume(args.store, args.run_id, args.force)
             return await handle.get_result()
 
         return finish_durable(go, args.run_id, sinks, args)

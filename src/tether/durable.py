@@ -570,7 +570,7 @@ async def recover_orphans(run_ids: list[str] | None = None) -> list[str]:
     return sorted(found)
 
 
-async def resume(url: str, run_id: str) -> Any:
+async def resume(url: str, run_id: str, force: bool = False) -> Any:
     """Continue a run in this process: one whose process died (still PENDING in the store) is
     recovered; one cancelled or failed is resumed. Returns its workflow handle."""
     from dbos import DBOS
@@ -579,9 +579,10 @@ async def resume(url: str, run_id: str) -> Any:
     status = await asyncio.to_thread(status_of, client(url), run_id)
     if status.status == "PENDING":
         owner = status.executor_id or "local"
-        if owner != process_executor_id() and executor_alive(owner):
+        if owner != process_executor_id() and executor_alive(owner) and not force:
             raise ConfigError(
-                f"run {run_id} is being executed by {owner}; it is not lost, so not resumed"
+                f"run {run_id} is being executed by {owner}; it is not lost, so not resumed "
+                "(--force takes it over if that process is gone)"
             )
         await asyncio.to_thread(DBOS._recover_pending_workflows, [owner])
     elif status.status != "SUCCESS":
