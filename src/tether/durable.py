@@ -110,6 +110,8 @@ _live: dict[str, Emitter] = {}  # run id -> this process's live events (they are
 _agents: dict[str, tuple[Agent, argparse.Namespace]] = {}  # by the runs' options
 _ledger: Ledger | None = None
 _tasks: dict[str, asyncio.Task[Any]] = {}  # run id -> the task executing it in this process
+_stepped: set[str] = set()  # runs that have executed a step here: DBOS's replay is behind them
+_shown: set[str] = set()  # tool calls whose tool_call event this process has emitted
 
 
 def open_store(url: str, executor_id: str | None = None) -> None:
@@ -238,6 +240,15 @@ async def mcp_tools_for(servers: list[str]) -> list[Any]:
     return await asyncio.shield(_mcp[key])
 
 
+def announce(run_id: str, calls: list[ToolCall]) -> None:
+    """Emit `tool_call` for the calls not yet announced by this process."""
+    emitter = emitter_for(run_id)
+    for c in calls:
+        if c.id not in _shown:
+            _shown.add(c.id)
+            emitter.emit("tool_call", id=c.id, name=c.name, arguments=c.arguments or {})
+
+
 def emitter_for(run_id: str) -> Emitter:
     """The run's live emitter in this process: one numbering across all its steps."""
     emitter = _live.get(run_id)
@@ -261,6 +272,7 @@ def register() -> Any:
     ) -> tuple[ModelResponse, float, float, list[tuple[int, str]], list[tuple[int, str]]]:
         """One model call, with the user messages that arrived since message `seen`: the
         recorded output says which went in, so a replay delivers the same ones."""
+        _stepped.add(run_id)
         agent, _, _ = await agent_for(run_id, spec)
         emitter = emitter_for(run_id)
         arrived = await ledger().call(ledger().messages_after, run_id, seen)
@@ -295,6 +307,7 @@ def register() -> Any:
     ) -> tuple[list[Message], Usage, list[tuple[str, dict[str, Any]]]]:
         """Fit the conversation to the model's window (`context.fit`): the new messages, the
         summary call's usage, and what was replaced, recorded as one step."""
+        _stepped.add(run_id)
         agent, _, _ = await agent_for(run_id, spec)
         assert agent.context is not None
         live = emitter_for(run_id)
@@ -315,6 +328,8 @@ def register() -> Any:
     ) -> tuple[list[ToolResult], float]:
         """The calls of one reply, at the same time, in one recorded step; each call is
         journaled on its own (see `ledger.py`), so a retried step repeats no finished call."""
+        _stepped.add(run_id)
+        announce(run_id, calls)  # those a replay passed over silently
         started = await ledger().call(ledger().start_calls, run_id, [c.id for c in calls])
         results = await asyncio.gather(
             *(
@@ -405,9 +420,8 @@ def register() -> Any:
                 seen = max([seen, *(n for n, _ in arrived + late)])
                 happened = ModelReplied(response)
             elif isinstance(action, RunTools):
-                emitter = emitter_for(run_id)
-                for c in action.calls:
-                    emitter.emit("tool_call", id=c.id, name=c.name, arguments=c.arguments or {})
+                if run_id in _stepped:  # while DBOS replays, its watchers saw these already
+                    announce(run_id, list(action.calls))
                 decisions = await decide(run_id, args, agent, list(action.calls))
                 results, now = await tools_step(run_id, spec, list(action.calls), decisions)
                 happened = ToolsDone(results)
