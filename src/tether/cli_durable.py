@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextvars
 import os
 import sys
 import uuid
@@ -85,7 +84,7 @@ def command_durable_ask(agent: Agent, args: argparse.Namespace) -> int:
         except asyncio.CancelledError:
             await durable.cancel(run_id)
             raise
-        emitter.emit("run_finished", **{k: v for k, v in result.items() if k != "messages"})
+        emitter.emit("run_finished", **durable.finished(result))
         return result
 
     with asyncio.Runner() as runner:
@@ -154,10 +153,10 @@ def inline_approvals(run_id: str) -> Sink:
     durable message; `tether approve` from elsewhere works as well (the first answer counts)."""
     from .approvals import ApprovalRequest
     from .cli import TerminalApprover
+    from .durable import detached
     from .messages import ToolCall
 
     ask = TerminalApprover(sys.stderr, can_ask=True)
-    tasks: set[asyncio.Task[None]] = set()
 
     async def answer(approval_id: str, call: ToolCall) -> None:
         from dbos import DBOS
@@ -171,13 +170,7 @@ def inline_approvals(run_id: str) -> Sink:
             d = event.data
             raw = orjson.dumps(d["arguments"]).decode()
             call = ToolCall(d["id"], d["name"], d["arguments"], raw)
-            # a fresh context: inside the workflow's, DBOS would take the send for one of its
-            # steps and the replay would no longer match
-            task = asyncio.get_running_loop().create_task(
-                answer(d["approval_id"], call), context=contextvars.Context()
-            )
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            detached(answer(d["approval_id"], call))
 
     return sink
 
@@ -185,7 +178,7 @@ def inline_approvals(run_id: str) -> Sink:
 def finish_durable(
     go: Callable[[], Any], run_id: str, sinks: list[Sink], args: argparse.Namespace
 ) -> int:
-    from .durable import emitter_for
+    from .durable import emitter_for, finished
 
     seen = Tally()
     sinks.append(seen)
@@ -204,8 +197,7 @@ def finish_durable(
     except Exception as e:  # the workflow was cancelled elsewhere, or failed inside DBOS
         print(f"tether: run {run_id} did not finish: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    data = {k: v for k, v in result.items() if k != "messages"}
-    emitter_for(run_id).emit("run_finished", **data)
+    emitter_for(run_id).emit("run_finished", **finished(result))
     ended = result_of(run_id, result)
     if not getattr(args, "json", False):
         report(ended, sys.stderr)

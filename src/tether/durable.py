@@ -32,6 +32,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ _agents: dict[str, tuple[Agent, argparse.Namespace]] = {}  # by the runs' option
 _ledger: Ledger | None = None
 _tasks: dict[str, asyncio.Task[Any]] = {}  # run id -> the task executing it in this process
 _stepped: set[str] = set()  # runs that have executed a step here: DBOS's replay is behind them
-_shown: set[str] = set()  # tool calls whose tool_call event this process has emitted
+_shown: dict[str, set[str]] = {}  # run id -> calls whose tool_call this process emitted
 
 
 def open_store(url: str, executor_id: str | None = None) -> None:
@@ -211,7 +212,6 @@ async def agent_for(
 
 
 _mcp: dict[str, asyncio.Future[list[Any]]] = {}
-_holders: set[asyncio.Task[None]] = set()
 
 
 async def mcp_tools_for(servers: list[str]) -> list[Any]:
@@ -234,18 +234,49 @@ async def mcp_tools_for(servers: list[str]) -> list[Any]:
                     found.set_exception(e)
                     del _mcp[key]
 
-        # a fresh context, or DBOS would take the holder for part of the run that opened it
-        task = asyncio.get_running_loop().create_task(hold(), context=contextvars.Context())
-        _holders.add(task)
+        detached(hold())  # not part of the run that happened to open the connection
     return await asyncio.shield(_mcp[key])
+
+
+_detached: set[asyncio.Task[Any]] = set()
+
+
+def detached(work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    """Run `work` as a task of its own, in a fresh context: inside a workflow's, DBOS would
+    take what it does for part of that workflow, and the replay would no longer match."""
+    task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
+    _detached.add(task)
+    task.add_done_callback(_detached.discard)
+    return task
+
+
+def finished(result: dict[str, Any]) -> dict[str, Any]:
+    """A `run_finished` event's data from a run's result (all of it but the transcript)."""
+    return {k: v for k, v in result.items() if k != "messages"}
+
+
+def forget(run_id: str) -> None:
+    """Drop what this process kept for a run while executing it (it serves many runs)."""
+    _tasks.pop(run_id, None)
+    _stepped.discard(run_id)
+    _shown.pop(run_id, None)
+    emitter = _live.get(run_id)
+    if emitter is not None and not emitter.active:  # nobody here watches it
+        del _live[run_id]
+
+
+def unwatch(run_id: str) -> None:
+    """A watcher is done with a run (see `watch`): its emitter can go."""
+    _live.pop(run_id, None)
 
 
 def announce(run_id: str, calls: list[ToolCall]) -> None:
     """Emit `tool_call` for the calls not yet announced by this process."""
     emitter = emitter_for(run_id)
+    shown = _shown.setdefault(run_id, set())
     for c in calls:
-        if c.id not in _shown:
-            _shown.add(c.id)
+        if c.id not in shown:
+            shown.add(c.id)
             emitter.emit("tool_call", id=c.id, name=c.name, arguments=c.arguments or {})
 
 
@@ -376,10 +407,18 @@ def register() -> Any:
         run_id: str, spec: dict[str, Any], task: str, history: list[Message] | None = None
     ) -> dict[str, Any]:
         """`history`: the conversation before `task` (a turn of `tether ask`)."""
-        agent, _, args = await agent_for(run_id, spec)
         task_ = asyncio.current_task()
         if task_ is not None:  # so that a cancel here can stop the run at once
             _tasks[run_id] = task_
+        try:
+            return await drive(run_id, spec, task, history)
+        finally:
+            forget(run_id)
+
+    async def drive(
+        run_id: str, spec: dict[str, Any], task: str, history: list[Message] | None
+    ) -> dict[str, Any]:
+        agent, _, args = await agent_for(run_id, spec)
         state = LoopState([*(history or []), Message.user(task)], agent.system, agent.toolbox.specs)
         # the clock starts with the first model call (its recorded start), so that reading it
         # costs no step of its own; until then no time has passed
@@ -436,7 +475,6 @@ def register() -> Any:
         }
         if error is not None:
             result["error"] = error
-        _tasks.pop(run_id, None)
         return result
 
     def request_of(agent: Agent, state: LoopState) -> ModelRequest:
@@ -745,7 +783,7 @@ def events_of(store: Any, run_id: str) -> list[Any]:
             for result in results:
                 add("tool_result", ts, **tool_result_data(result))
     if status.status == "SUCCESS" and isinstance(status.output, dict):
-        data = {k: v for k, v in status.output.items() if k != "messages"}
+        data = finished(status.output)
         add("run_finished", (status.updated_at or 0) / 1000, **data)
     return out
 

@@ -11,7 +11,6 @@ it in the store and here at once.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +34,6 @@ class StoredRun:
         self.result: dict[str, Any] | None = None
         self.pending: dict[str, ApprovalRequest] = {}
         self.ended = asyncio.Event()
-        self.tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def desk(self) -> StoredRun:  # the page asks `run.desk.waiting()`
@@ -80,23 +78,17 @@ class StoredRun:
         from dbos import DBOS
 
         reply = {"approved": approved, "reason": reason}
-        self.spawn(DBOS.send_async(self.id, reply, topic=approval_id))
+        durable.detached(DBOS.send_async(self.id, reply, topic=approval_id))
 
     def cancel(self) -> bool:
         if self.ended.is_set():
             return False
-        self.spawn(durable.cancel(self.id))
+        durable.detached(durable.cancel(self.id))
         return True
 
     async def wait(self) -> dict[str, Any] | None:
         await self.ended.wait()
         return self.result
-
-    def spawn(self, work: Any) -> None:
-        # a fresh context: DBOS must not take this for part of whatever called it
-        task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
 
 
 class StoredRuns:
@@ -124,7 +116,7 @@ class StoredRuns:
         )
         handle = await durable.start_spec(self.store, run_id, spec, task)
         run.status = "running"
-        run.spawn(self.follow(run, handle))
+        durable.detached(self.follow(run, handle))
         return run
 
     async def follow(self, run: StoredRun, handle: Any) -> None:
@@ -144,9 +136,10 @@ class StoredRuns:
         else:
             run.result = result
             run.status = result["outcome"]
-            emitter.emit("run_finished", **{k: v for k, v in result.items() if k != "messages"})
+            emitter.emit("run_finished", **durable.finished(result))
         finally:
             self.bus.log(run.id).close()
+            durable.unwatch(run.id)
             run.ended.set()
 
     async def adopt(self, archived: dict[str, list[Event]], sinks: list[Sink]) -> list[str]:
@@ -166,7 +159,7 @@ class StoredRuns:
             emitter = durable.watch(run_id, [log.append, run.track, *sinks])
             emitter.seq = len(events)  # the page numbers on from the journal
             handle: Any = await DBOS.retrieve_workflow_async(run_id)
-            run.spawn(self.follow(run, handle))
+            durable.detached(self.follow(run, handle))
         return taken
 
     def get(self, run_id: str) -> StoredRun:
