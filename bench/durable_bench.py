@@ -16,6 +16,7 @@ import resource
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from scale import free_port, start_mock  # the same directory
 
@@ -27,59 +28,40 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def args_for(base_url: str, tools: str) -> argparse.Namespace:
-    from tether.cli import build_parser
+def bench_agent(base_url: str) -> Any:
+    """The same agent for every run, in memory and durable: one tool that returns at once."""
+    from tether import Agent, OpenAIChatModel, tool
 
-    return build_parser().parse_args(
-        [
-            "run",
-            "Run the tools, then answer.",
-            "--base-url",
-            base_url,
-            "--tools",
-            "none",
-            "--tools-from",
-            tools,
-            "--approve",
-            "auto",
-            "--no-stream",
-        ]
-    )
+    @tool(idempotent=True)
+    async def sleep_tool(ms: int) -> str:
+        """Return at once."""
+        return "slept"
+
+    model = OpenAIChatModel("gpt-4.1-mini", api_key="sk-bench", base_url=base_url, stream=False)
+    return Agent(model, [sleep_tool], name="bench")
 
 
-async def in_memory(base_url: str, tools: str, runs: int) -> dict[str, float]:
-    from tether.cli import build_agent
+async def measure(store: str | None, base_url: str, runs: int) -> dict[str, float]:
+    """`runs` concurrent runs on a Runtime (in memory for `store=None`): the same code."""
+    from tether import Runtime
+    from tether.approvals import approve_all
 
-    agent = build_agent(args_for(base_url, tools))
-    c0, t0 = cpu(), time.perf_counter()
-    results = await asyncio.gather(*(agent.run("Run the tools, then answer.") for _ in range(runs)))
-    wall, used = time.perf_counter() - t0, cpu() - c0
-    await agent.model.aclose()
-    assert all(r.outcome == "done" for r in results)
-    return {"runs_per_s": runs / wall, "wall_s": wall, "cpu_s": used}
-
-
-async def durable(url: str, base_url: str, tools: str, runs: int) -> dict[str, float]:
-    from dbos import DBOS, SetWorkflowID
-
-    from tether import durable as d
-
-    wf = d.prepare(url)
-    spec = d.spec_of(args_for(base_url, tools))
+    agent = bench_agent(base_url)
     tag = time.strftime("%H%M%S")
-    c0, t0 = cpu(), time.perf_counter()
-    handles = []
-    for i in range(runs):
-        with SetWorkflowID(f"bench-{tag}-{i}"):
-            handles.append(
-                await DBOS.start_workflow_async(
-                    wf, f"bench-{tag}-{i}", spec, "Run the tools, then answer."
-                )
-            )
-    results = [await h.get_result() for h in handles]
-    wall, used = time.perf_counter() - t0, cpu() - c0
-    assert all(r["outcome"] == "done" for r in results)
+    async with Runtime(store, [agent], take_over=False) as rt:
+        c0, t0 = cpu(), time.perf_counter()
+        started = [
+            await rt.start("bench", TASK, run_id=f"bench-{tag}-{i}", approver=approve_all)
+            for i in range(runs)
+        ]
+        results = [await run.wait() for run in started]
+        wall, used = time.perf_counter() - t0, cpu() - c0
+    await agent.model.aclose()
+    assert all(r is not None and r.outcome == "done" for r in results), results[:1]
     return {"runs_per_s": runs / wall, "wall_s": wall, "cpu_s": used}
+
+
+TASK = "Run the tools, then answer."
 
 
 def main() -> None:
@@ -91,20 +73,14 @@ def main() -> None:
     a = ap.parse_args()
     port = free_port()
     mock = start_mock(Path(a.mock), port, latency_ms=0, tool_ms=0)
-    tools = Path(tempfile.mkdtemp()) / "bench_tools.py"
-    tools.write_text(
-        "from tether import tool\n\n\n@tool(idempotent=True)\n"
-        "async def sleep_tool(ms: int) -> str:\n"
-        '    """Return at once."""\n    return "slept"\n'
-    )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
         if a.memory:
-            out = asyncio.run(in_memory(base_url, str(tools), a.runs))
+            out = asyncio.run(measure(None, base_url, a.runs))
             where = "memory"
         else:
             store = a.store or f"sqlite:///{tempfile.mkdtemp()}/bench.sqlite"
-            out = asyncio.run(durable(store, base_url, str(tools), a.runs))
+            out = asyncio.run(measure(store, base_url, a.runs))
             where = store.split("://")[0]
     finally:
         mock.terminate()

@@ -2,7 +2,7 @@
 
     python ../shared/bench/bench.py --add $PWD/bench/tether_driver.py:chat:1
 
-Each run is a supervised Run (its own task, mailbox and event log) under one Supervisor, as in
+Each run is a run of a `Runtime` in memory (its own task, mailbox and event log), as in
 production; `--opt runtime=0` calls the bare Agent loop instead.
 """
 
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether import Agent, HTTPSettings, Model, tool
+from tether import Agent, HTTPSettings, Model, Runtime, tool
 from tether.providers import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
-from tether.supervisor import Supervisor
 
 NAME = "tether"
 PROTOCOLS = {"chat", "responses", "anthropic"}
@@ -48,15 +47,17 @@ async def setup(ctx: Any) -> Any:
         return result
 
     model = make_model(ctx)
-    agent = Agent(model, [sleep_tool], system="You are a benchmark agent.")
+    agent = Agent(model, [sleep_tool], system="You are a benchmark agent.", name="bench")
 
-    supervisor = Supervisor() if ctx.opts.get("runtime", "1") == "1" else None
+    runtime = Runtime(agents=[agent]) if ctx.opts.get("runtime", "1") == "1" else None
+    if runtime is not None:
+        await runtime.open()
 
     async def run_one(i: int) -> str:
-        if supervisor is None:
+        if runtime is None:
             result = await agent.run(ctx.prompt)
         else:
-            run = supervisor.start(agent, ctx.prompt)
+            run = await runtime.start("bench", ctx.prompt)
             finished = await run.wait()
             assert finished is not None
             result = finished
@@ -64,4 +65,9 @@ async def setup(ctx: Any) -> Any:
             raise RuntimeError(f"run {i} {result.outcome}: {result.reason}")
         return result.answer
 
-    return run_one, model.aclose
+    async def close() -> None:
+        if runtime is not None:
+            await runtime.close()
+        await model.aclose()
+
+    return run_one, close

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .agent import Agent, RunResult
+from .approvals import approve_all, deny_all
 from .errors import (
     ConfigError,
     MissingAPIKey,
@@ -39,6 +40,8 @@ from .providers import (
     make_model,
     reply,
 )
+from .run import RestartPolicy
+from .runtime import Runtime
 from .tools import BUILTINS, RunContext, Tool, Toolbox, tool
 
 __version__ = "0.1.0"
@@ -66,8 +69,10 @@ __all__ = [
     "ProviderTimeout",
     "RateLimited",
     "ReasoningPart",
+    "RestartPolicy",
     "RunContext",
     "RunResult",
+    "Runtime",
     "ScriptedModel",
     "ServerError",
     "TetherError",
@@ -78,6 +83,8 @@ __all__ = [
     "ToolSpec",
     "Toolbox",
     "Usage",
+    "approve_all",
+    "deny_all",
     "make_model",
     "reply",
     "tool",

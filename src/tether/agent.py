@@ -17,11 +17,11 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .admission import Limiter
 from .approvals import Approver
-from .context import ContextPolicy, fit, is_context_error
+from .context import ContextPolicy, estimate, fit, is_context_error
 from .errors import ProviderError
 from .events import Emitter, Sink, model_response_data, tool_result_data
 from .loop import (
@@ -39,10 +39,9 @@ from .loop import (
     last_answer,
     step,
 )
-from .messages import Message, ModelRequest, ModelResponse, Usage
+from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .pricing import Price, price_for
 from .providers.base import Model, TextHook
-from .providers.http import RetryHook
 from .tools.tool import RunContext, Tool
 from .tools.toolbox import Toolbox
 
@@ -62,6 +61,39 @@ class RunResult:
     @property
     def exit_status(self) -> int:
         return EXIT_STATUS[self.outcome]
+
+    def summary(self) -> dict[str, Any]:
+        """The `run_finished` event's data: everything but the transcript. Built here only, so
+        every path (memory, durable, a cancel, a failure) reports every documented field."""
+        data: dict[str, Any] = {
+            "outcome": self.outcome,
+            "answer": self.answer,
+            "reason": self.reason,
+            "usage": self.usage.to_dict(),
+            "cost_usd": round(self.cost_usd, 6),
+            "steps": self.steps,
+        }
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary and the transcript: what a durable run records as its result."""
+        return {**self.summary(), "messages": self.messages}
+
+    @classmethod
+    def from_dict(cls, run_id: str, d: dict[str, Any]) -> RunResult:
+        return cls(
+            run_id,
+            d["outcome"],
+            d.get("answer", ""),
+            d.get("reason", ""),
+            Usage.from_dict(d.get("usage") or {}),
+            float(d.get("cost_usd") or 0.0),
+            int(d.get("steps") or 0),
+            list(d.get("messages") or []),
+            d.get("error"),
+        )
 
 
 EXIT_STATUS: dict[str, int] = {"done": 0, "failed": 1, "halted": 3, "cancelled": 130}
@@ -85,10 +117,16 @@ class Agent:
     max_output_tokens: int | None = None
     context: ContextPolicy | None = None
     """Keeps requests inside the model's window (trims, then summarises); None: no management."""
+    name: str = "agent"
+    """What a `Runtime` finds the agent by; a store records it, so a process that registers an
+    agent of the same name can resume the agent's runs."""
 
     def __post_init__(self) -> None:
         self.toolbox = self.tools if isinstance(self.tools, Toolbox) else Toolbox(self.tools)
         self.price = price_for(self.model.name, self.prices)
+
+    def new_state(self, messages: list[Message]) -> LoopState:
+        return LoopState(messages, self.system, self.toolbox.specs)
 
     async def run(
         self,
@@ -119,132 +157,13 @@ class Agent:
         messages = transcript if transcript is not None else []
         if task is not None:
             messages.append(Message.user(task))
-        state = LoopState(messages, self.system, self.toolbox.specs, started_at=time.monotonic())
+        state = self.new_state(messages)
+        state.started_at = time.monotonic()
         if inbox is not None:
             state.inbox = inbox
         emitter = emitter or Emitter(run_id, sinks)
-        hooks = (approver, limiter)
-        b = self.budget
-        emitter.emit(
-            "run_started",
-            task=task,
-            provider=self.model.provider,
-            model=self.model.name,
-            budget={
-                "max_steps": b.max_steps,
-                "max_tokens": b.max_tokens,
-                "max_cost_usd": b.max_cost_usd,
-                "max_seconds": b.max_seconds,
-            },
-        )
-        error: dict[str, Any] | None = None
-        try:
-            if self.budget.max_seconds is None:
-                finish = await self._drive(state, ctx, emitter, *hooks)
-            else:
-                try:
-                    async with asyncio.timeout(self.budget.max_seconds):
-                        finish = await self._drive(state, ctx, emitter, *hooks)
-                except TimeoutError:
-                    close(emitter, state, "Cancelled: the run's time limit was reached.")
-                    finish = Finish(
-                        "halted",
-                        last_answer(messages),
-                        f"timeout: the limit of {self.budget.max_seconds:g} s was reached",
-                    )
-        except asyncio.CancelledError:
-            close(emitter, state, "Cancelled before the tool finished.")
-            cancelled = Finish("cancelled", last_answer(messages), "cancelled")
-            result = self._finish(emitter, state, cancelled)
-            task_ = asyncio.current_task()
-            if reraise_cancel or task_ is None:
-                raise
-            task_.uncancel()
-            return result
-        except ProviderError as e:
-            close(emitter, state, "Not run: the model call failed.")
-            error = e.to_dict()
-            finish = Finish("failed", last_answer(messages), str(e))
-        except Exception as e:  # a bug in Tether or a user hook: still end with an outcome
-            close(emitter, state, "Not run: the run failed.")
-            error = {
-                "kind": "internal",
-                "status": None,
-                "message": f"{type(e).__name__}: {e}",
-                "retryable": False,
-            }
-            finish = Finish("failed", last_answer(messages), f"{type(e).__name__}: {e}")
-        return self._finish(emitter, state, finish, error)
-
-    async def _drive(
-        self,
-        state: LoopState,
-        ctx: RunContext,
-        emitter: Emitter,
-        approver: Approver | None,
-        limiter: Limiter | None,
-    ) -> Finish:
-        happened: Happening = Started()
-        on_text = (lambda t: emitter.emit("text_delta", text=t)) if emitter.active else None
-
-        def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
-            emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
-
-        while True:
-            action = step(state, happened, self.budget, self.price, time.monotonic())
-            if isinstance(action, Finish):
-                return action
-            if isinstance(action, CallModel):
-                if self.context is not None:
-                    self.charge(
-                        state,
-                        await fit(self.model, state.messages, state.system, self.context, emitter),
-                    )
-                try:
-                    response = await self.call(state, emitter, limiter, on_text, on_retry)
-                except ProviderError as e:
-                    if self.context is None or not is_context_error(e):
-                        raise
-                    self.charge(
-                        state,
-                        await fit(
-                            self.model, state.messages, state.system, self.context, emitter, True
-                        ),
-                    )
-                    response = await self.call(state, emitter, limiter, on_text, on_retry)
-                if emitter.active:
-                    emitter.emit("model_response", **model_response_data(response))
-                happened = ModelReplied(response)
-            elif isinstance(action, RunTools):
-                state.finished = {}
-                results = await self.toolbox.run_all(
-                    action.calls, ctx, emitter, approver, state.finished
-                )
-                happened = ToolsDone(results)
-
-    async def call(
-        self,
-        state: LoopState,
-        emitter: Emitter,
-        limiter: Limiter | None,
-        on_text: TextHook | None,
-        on_retry: RetryHook,
-    ) -> ModelResponse:
-        request = ModelRequest(
-            tuple(state.messages), state.tools, state.system, self.max_output_tokens
-        )
-        if emitter.active:
-            emitter.emit("model_request", messages=len(request.messages))
-        if limiter is None:
-            return await self.model.respond(request, on_text, on_retry)
-
-        def on_queued(position: int) -> None:
-            emitter.emit("queued", what="model_call", position=position)
-
-        async with limiter.slot(on_queued) as waited:
-            if waited:
-                emitter.emit("admitted", what="model_call")
-            return await self.model.respond(request, on_text, on_retry)
+        effects = LocalEffects(self, ctx, emitter, approver, limiter)
+        return await execute(self, state, task, emitter, effects, reraise_cancel)
 
     def charge(self, state: LoopState, usage: Usage) -> None:
         """Count a model call made outside the loop (a summary) in the run's usage and cost."""
@@ -253,33 +172,209 @@ class Agent:
             if self.price is not None:
                 state.cost_usd += self.price.cost(usage)
 
-    def _finish(
-        self,
-        emitter: Emitter,
-        state: LoopState,
-        finish: Finish,
-        error: dict[str, Any] | None = None,
-    ) -> RunResult:
-        result = RunResult(
-            emitter.run_id,
-            finish.outcome,
-            finish.answer,
-            finish.reason,
-            state.usage,
-            state.cost_usd,
-            state.steps,
-            state.messages,
-            error,
+    def request(self, state: LoopState) -> ModelRequest:
+        """The next model call's request: the conversation as it stands."""
+        return ModelRequest(
+            tuple(state.messages), state.tools, state.system, self.max_output_tokens
         )
-        data: dict[str, Any] = {
-            "outcome": result.outcome,
-            "answer": result.answer,
-            "reason": result.reason,
-            "usage": result.usage.to_dict(),
-            "cost_usd": round(result.cost_usd, 6),
-            "steps": result.steps,
+
+    def started(self, task: str | None, **extra: Any) -> dict[str, Any]:
+        """The `run_started` event's data (see `RunResult.summary` for the other end)."""
+        b = self.budget
+        return {
+            "task": task,
+            "provider": self.model.provider,
+            "model": self.model.name,
+            "agent": self.name,
+            "budget": {
+                "max_steps": b.max_steps,
+                "max_tokens": b.max_tokens,
+                "max_cost_usd": b.max_cost_usd,
+                "max_seconds": b.max_seconds,
+            },
+            **extra,
         }
-        if error is not None:
-            data["error"] = error
-        emitter.emit("run_finished", **data)
+
+
+# -- the one driver ----------------------------------------------------------------------------
+
+
+class Effects(Protocol):
+    """What the driver asks of the world. In memory (`LocalEffects`) each is a plain call; in a
+    durable run (`durable.RecordedEffects`) each is a recorded step, so a replay after a crash
+    gets the same answers without doing the work again. Effects emit their own events (a
+    replayed step must not show its events twice)."""
+
+    def now(self) -> float:
+        """The clock the time budget is checked against (a replay must read the same time)."""
+        ...
+
+    async def fit(self, state: LoopState, force: bool) -> None:
+        """Make `state.messages` fit the agent's context policy (shrink anyway with `force`)."""
+        ...
+
+    async def call_model(self, state: LoopState) -> ModelResponse:
+        """One model call on the conversation as it stands."""
+        ...
+
+    async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
+        """The calls of one reply, approvals decided, results in the order of the calls."""
+        ...
+
+
+async def drive(agent: Agent, state: LoopState, effects: Effects) -> Finish:
+    """Perform what the step function decides until it says to finish."""
+    happened: Happening = Started()
+    while True:
+        action = step(state, happened, agent.budget, agent.price, effects.now())
+        if isinstance(action, Finish):
+            return action
+        if isinstance(action, CallModel):
+            happened = ModelReplied(await model_turn(agent, state, effects))
+        elif isinstance(action, RunTools):
+            state.finished = {}
+            happened = ToolsDone(await effects.run_tools(state, list(action.calls)))
+
+
+async def model_turn(agent: Agent, state: LoopState, effects: Effects) -> ModelResponse:
+    """A model call with the context kept inside the window: fitted first when the estimate is
+    over the limit, and shrunk and retried once when the server still says it is too long."""
+    policy = agent.context
+    if policy is not None and estimate(state.messages, state.system) > policy.limit:
+        await effects.fit(state, False)
+    try:
+        return await effects.call_model(state)
+    except ProviderError as e:
+        if policy is None or not is_context_error(e):
+            raise
+        await effects.fit(state, True)
+        return await effects.call_model(state)
+
+
+async def execute(
+    agent: Agent,
+    state: LoopState,
+    task: str | None,
+    emitter: Emitter,
+    effects: Effects,
+    reraise_cancel: bool = True,
+) -> RunResult:
+    """One run from `run_started` to `run_finished`, whatever happens in between: the time
+    limit cuts a model call or a tool call in flight, a cancel closes the open calls and keeps
+    what completed, a failed model call or a bug ends the run `failed` with the error."""
+    emitter.emit("run_started", **agent.started(task))
+    error: dict[str, Any] | None = None
+    limit = agent.budget.max_seconds
+    try:
+        try:
+            async with asyncio.timeout(limit):
+                finish = await drive(agent, state, effects)
+        except TimeoutError:
+            if limit is None:
+                raise
+            close(emitter, state, "Cancelled: the run's time limit was reached.")
+            reason = f"timeout: the limit of {limit:g} s was reached"
+            finish = Finish("halted", last_answer(state.messages), reason)
+    except asyncio.CancelledError:
+        close(emitter, state, "Cancelled before the tool finished.")
+        cancelled = Finish("cancelled", last_answer(state.messages), "cancelled")
+        result = finish_run(emitter, state, cancelled)
+        task_ = asyncio.current_task()
+        if reraise_cancel or task_ is None:
+            raise
+        task_.uncancel()
         return result
+    except ProviderError as e:
+        close(emitter, state, "Not run: the model call failed.")
+        error = e.to_dict()
+        finish = Finish("failed", last_answer(state.messages), str(e))
+    except Exception as e:  # a bug in Tether or a user hook: still end with an outcome
+        close(emitter, state, "Not run: the run failed.")
+        error = internal_error(e)
+        finish = Finish("failed", last_answer(state.messages), f"{type(e).__name__}: {e}")
+    return finish_run(emitter, state, finish, error)
+
+
+def internal_error(e: BaseException) -> dict[str, Any]:
+    return {
+        "kind": "internal",
+        "status": None,
+        "message": f"{type(e).__name__}: {e}",
+        "retryable": False,
+    }
+
+
+def finish_run(
+    emitter: Emitter, state: LoopState, finish: Finish, error: dict[str, Any] | None = None
+) -> RunResult:
+    result = RunResult(
+        emitter.run_id,
+        finish.outcome,
+        finish.answer,
+        finish.reason,
+        state.usage,
+        state.cost_usd,
+        state.steps,
+        state.messages,
+        error,
+    )
+    emitter.emit("run_finished", **result.summary())
+    return result
+
+
+class LocalEffects:
+    """The driver's effects in memory: each a plain call, events emitted as they happen."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        ctx: RunContext,
+        emitter: Emitter,
+        approver: Approver | None,
+        limiter: Limiter | None,
+    ) -> None:
+        self.agent, self.ctx, self.emitter = agent, ctx, emitter
+        self.approver, self.limiter = approver, limiter
+        self.on_text: TextHook | None = None
+        if emitter.active:
+            self.on_text = lambda t: emitter.emit("text_delta", text=t)
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def fit(self, state: LoopState, force: bool) -> None:
+        agent = self.agent
+        assert agent.context is not None
+        usage = await fit(
+            agent.model, state.messages, state.system, agent.context, self.emitter, force
+        )
+        agent.charge(state, usage)
+
+    def on_retry(self, attempt: int, delay: float, e: ProviderError) -> None:
+        self.emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
+
+    async def call_model(self, state: LoopState) -> ModelResponse:
+        request, emitter = self.agent.request(state), self.emitter
+        if emitter.active:
+            emitter.emit("model_request", messages=len(request.messages))
+        response = await self.respond(request)
+        if emitter.active:
+            emitter.emit("model_response", **model_response_data(response))
+        return response
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        model, limiter = self.agent.model, self.limiter
+        if limiter is None:
+            return await model.respond(request, self.on_text, self.on_retry)
+
+        def on_queued(position: int) -> None:
+            self.emitter.emit("queued", what="model_call", position=position)
+
+        async with limiter.slot(on_queued) as waited:
+            if waited:
+                self.emitter.emit("admitted", what="model_call")
+            return await model.respond(request, self.on_text, self.on_retry)
+
+    async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
+        toolbox = self.agent.toolbox
+        return await toolbox.run_all(calls, self.ctx, self.emitter, self.approver, state.finished)

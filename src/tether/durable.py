@@ -1,7 +1,15 @@
 """Durable runs on DBOS Transact: a run is a workflow; its model calls and tool calls are steps.
 
-    tether run TASK --store sqlite:///runs.sqlite --run-id job-1     (kill -9 it at any point)
-    tether resume job-1 --store sqlite:///runs.sqlite               (no completed step repeats)
+    async with Runtime(store="sqlite:///runs.sqlite", agents=[agent]) as rt:  (see runtime.py)
+        run = await rt.start("billing", "Charge order A-7", run_id="a-7")   (kill -9 it anywhere)
+    ... await rt.resume("a-7")                                  (no completed step repeats)
+
+The workflow runs the same driver as a run in memory (`agent.execute`), over `RecordedEffects`:
+each effect (a model call, fitting the context, the tool calls of a reply) is a DBOS step, so
+there is one loop, and what differs is only how an effect is performed. A store records the
+agent's name, the run's options (for agents built from options) and context, never a Python
+object or a command line (`record_of`, versioned); any process that registers the agent can
+execute the run. `DurableRuns` owns what a process keeps in memory for the runs it executes.
 
 What is persisted is what completed: each model reply and each tool result (token deltas are
 only streamed live). Each model call is a DBOS step; the parallel calls of one reply share one
@@ -24,7 +32,6 @@ older, the bundled one of `pysqlite3-binary` is used.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextvars
 import dataclasses
@@ -32,38 +39,26 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from .agent import Agent
-from .approvals import Decision, arguments_hash, needs_approval
-from .context import estimate, fit, is_context_error
-from .errors import ConfigError, ProviderError
-from .events import Emitter, Event, Sink, model_response_data, tool_result_data
+from .agent import Agent, RunResult, execute
+from .approvals import ApprovalError, ApprovalRequest, Decision, arguments_hash, needs_approval
+from .bus import Bus, EventLog
+from .context import fit
+from .errors import ConfigError, NoSuchRun, ProviderError, RunEnded, RunExists
+from .events import Emitter, Event, Sink, call_dict, model_response_data, tool_result_data
 from .ledger import Ledger
-from .loop import (
-    CallModel,
-    Finish,
-    Happening,
-    LoopState,
-    ModelReplied,
-    RunTools,
-    Started,
-    ToolsDone,
-    close_open_calls,
-    last_answer,
-    step,
-)
+from .loop import LoopState, close_open_calls
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
+from .pricing import Price, price_for
 from .tools.tool import RunContext
 
 APP = "tether"
 WORKFLOW = "tether.durable_run"
 QUEUE = "tether"
-VERSION = "tether-2"  # the workflow's shape: a run recorded by another cannot resume
+VERSION = "tether-3"  # the workflow's shape: a run recorded by another cannot resume
 
 
 def use_modern_sqlite() -> None:
@@ -104,189 +99,472 @@ def tune_sqlite(dbapi_conn: Any, connection_record: Any) -> None:
     dbapi_conn.isolation_level = mode
 
 
-# -- the process's store ---------------------------------------------------------------------
+# -- what a store records of a run -----------------------------------------------------------
 
-_launched: str | None = None
-_live: dict[str, Emitter] = {}  # run id -> this process's live events (they are not persisted)
-_agents: dict[str, tuple[Agent, argparse.Namespace]] = {}  # by the runs' options
-_ledger: Ledger | None = None
-_tasks: dict[str, asyncio.Task[Any]] = {}  # run id -> the task executing it in this process
-_stepped: set[str] = set()  # runs that have executed a step here: DBOS's replay is behind them
-_shown: dict[str, set[str]] = {}  # run id -> calls whose tool_call this process emitted
+FORMAT = 1
+"""The version of a run's record (below); a reader refuses a record of another version."""
+
+Resolver = Callable[[str, "dict[str, Any] | None"], Awaitable[Agent]]
+"""Finds a run's agent: by its name among the registered ones, or built from the run's options
+(`options.RunOptions`, as the CLI and the page record them) by the runtime's factory."""
+
+APPROVALS = ("wait", "auto", "deny")
 
 
-def open_store(url: str, executor_id: str | None = None) -> None:
-    """Configure and launch DBOS on `url` (once per process); recovers this executor's runs."""
-    global _launched, _ledger
-    if _launched is not None:
-        if _launched != url:
-            raise ConfigError("one store per process")
-        return
-    if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
-        raise ConfigError(f"--store: {url!r} is not sqlite:///PATH or postgresql://...")
-    if url.startswith("sqlite"):
-        use_modern_sqlite()
-    from dbos import DBOS
-
-    config: dict[str, Any] = {
-        "name": APP,
-        "system_database_url": url,
-        "log_level": "WARNING",
-        "notification_listener_polling_interval_sec": 0.05,
-        "application_version": VERSION,
+def record_of(
+    agent: Agent,
+    options: dict[str, Any] | None,
+    context: RunContext,
+    approvals: str = "wait",
+) -> dict[str, Any]:
+    """What the store keeps of a run besides its task: the agent's name (and the options it
+    was built from, if it was), the JSON parts of its context, and how approvals are decided.
+    Nothing here depends on how a command line spells its flags."""
+    if approvals not in APPROVALS:
+        raise ConfigError(f"approvals: {approvals!r} is not one of {', '.join(APPROVALS)}")
+    return {
+        "format": FORMAT,
+        "agent": agent.name,
+        "options": options,
+        "approvals": approvals,
+        "workspace": str(Path(context.workspace).resolve()),
+        "account_id": context.account_id,
+        "config": context.config,
+        "provider": agent.model.provider,
+        "model": agent.model.name,
     }
-    if executor_id:
-        config["executor_id"] = executor_id
-    DBOS(config=config)  # type: ignore[arg-type]
-    DBOS.launch()
-    _ledger = Ledger(url)
-    _launched = url
 
 
-def ledger() -> Ledger:
-    assert _ledger is not None, "open_store first"
-    return _ledger
+def context_of(run_id: str, record: dict[str, Any]) -> RunContext:
+    return RunContext(
+        run_id=run_id,
+        workspace=Path(record["workspace"]),
+        account_id=record.get("account_id"),
+        config=dict(record.get("config") or {}),
+    )
+
+
+# -- the process's durable runs ---------------------------------------------------------------
+
+_active: DurableRuns | None = None
+"""The store this process executes runs of. DBOS keeps one registry of workflows per process,
+so its steps find their owner here; everything else belongs to that owner."""
+
+
+def active() -> DurableRuns:
+    if _active is None:
+        raise ConfigError("no durable store is open in this process")
+    return _active
+
+
+class DurableRuns:
+    """This process's side of a store: it executes runs (started here, recovered after a crash,
+    or taken from the queue), keeps their live events on a bus, and answers for their handles.
+
+    It owns what executing runs needs in memory: the agents of running runs, their emitters and
+    tasks, which runs have stepped here (DBOS's replay is behind them), which tool calls were
+    announced, and the background tasks (followers, MCP holders, approvals sent), which are
+    cancelled when it closes. One per process, for one store (DBOS's own rule)."""
+
+    def __init__(self, url: str, resolve: Resolver, executor_id: str | None = None) -> None:
+        check_url(url)
+        self.url = url
+        self.resolve = resolve
+        self.executor_id = executor_id or process_executor_id()
+        self.bus = Bus()
+        self.runs: dict[str, StoredRun] = {}
+        self.agents: dict[str, Agent] = {}  # run id -> agent, while the run executes here
+        self.contexts: dict[str, RunContext] = {}  # run id -> its tools' context, likewise
+        self.emitters: dict[str, Emitter] = {}
+        self.tasks: dict[str, asyncio.Task[Any]] = {}
+        self.stepped: set[str] = set()
+        self.shown: dict[str, set[str]] = {}
+        self.background: set[asyncio.Task[Any]] = set()
+        self._ledger: Ledger | None = None
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Register the workflow, launch DBOS on the store, open the ledger. DBOS recovers this
+        executor's pending runs as it launches, so everything they need is set up first."""
+        global _active, _launched
+        if _active is not None and _active is not self:
+            raise ConfigError("one durable store per process is open already")
+        if self.url.startswith("sqlite"):
+            use_modern_sqlite()
+        workflow()
+        self._ledger = Ledger(self.url)
+        _active = self
+        if _launched is not None:
+            if _launched != self.url:
+                raise ConfigError("one store per process")
+            return
+        from dbos import DBOS
+
+        config: dict[str, Any] = {
+            "name": APP,
+            "system_database_url": self.url,
+            "log_level": "WARNING",
+            "notification_listener_polling_interval_sec": 0.05,
+            "application_version": VERSION,
+            "executor_id": self.executor_id,
+        }
+        DBOS(config=config)  # type: ignore[arg-type]
+        DBOS.launch()
+        _launched = self.url
+
+    async def close(self) -> None:
+        """Stop following runs and cancel the background tasks; runs still going stay
+        recorded, and `resume` (or a worker, or the next runtime here) finishes them."""
+        global _active
+        for task in list(self.background):
+            task.cancel()
+        if self.background:
+            await asyncio.wait(self.background, timeout=5.0)
+        if _active is self:
+            _active = None
+
+    @property
+    def ledger(self) -> Ledger:
+        assert self._ledger is not None, "open the store first"
+        return self._ledger
+
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run `work` as a task of its own, in a fresh context: inside a workflow's, DBOS would
+        take what it does for part of that workflow, and the replay would no longer match."""
+        task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+        return task
+
+    # -- starting, resuming, following ------------------------------------------------------
+
+    async def start(
+        self,
+        record: dict[str, Any],
+        task: str,
+        run_id: str,
+        sinks: list[Sink],
+        history: list[Message] | None = None,
+    ) -> StoredRun:
+        """Start a run executed by this process; returns once the run is recorded."""
+        from dbos import DBOS, SetWorkflowID
+
+        if run_id in self.runs:
+            raise RunExists(f"run {run_id!r} was started here already; resume it or use another id")
+        run = self.attach(run_id, sinks)
+        with SetWorkflowID(run_id):
+            handle = await DBOS.start_workflow_async(workflow(), run_id, record, task, history)
+        run.status = "running"
+        self.spawn(self.follow(run, handle))
+        return run
+
+    def attach(
+        self, run_id: str, sinks: list[Sink], before: list[Event] | None = None
+    ) -> StoredRun:
+        """A handle for a run and its live events here (bus, handle, `sinks`); `before`: the
+        events a page showed of it already (numbering goes on from there)."""
+        old = self.runs.get(run_id)
+        if old is not None and old.alive:
+            raise RunExists(f"a live run already has the id {run_id!r}")
+        run = self.runs[run_id] = StoredRun(self, run_id)
+        log = self.bus.logs[run_id] = EventLog(run_id)
+        log.events.extend(before or ())
+        emitter = self.emitters[run_id] = Emitter(run_id, [log.append, run.track, *sinks])
+        emitter.seq = len(log.events)
+        return run
+
+    async def follow(self, run: StoredRun, handle: Any) -> None:
+        """Wait for the run's end and report it (a run executed elsewhere, or one that had
+        ended already, reports its end here from the store)."""
+        try:
+            data: dict[str, Any] = await handle.get_result()
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            if this is not None and this.cancelling():
+                raise  # the runtime closes; the run stays recorded
+            data = {"outcome": "cancelled", "reason": "cancelled"}
+        except Exception as e:  # cancelled in the store, or failed inside DBOS
+            cancelled = "cancel" in type(e).__name__.lower()
+            outcome = "cancelled" if cancelled else "failed"
+            data = {"outcome": outcome, "reason": str(e) or outcome}
+        if run.summary is not None:  # it ended here, and said how
+            data = {**run.summary, "messages": data.get("messages") or run.kept}
+        result = RunResult.from_dict(run.id, data)
+        if not result.messages:
+            result.messages = run.transcript
+        if run.summary is None:
+            self.emitter_for(run.id).emit("run_finished", **run.tally.fill(result).summary())
+        run.result = result
+        run.status = result.outcome
+        self.bus.log(run.id).close()
+        run.ended.set()
+
+    async def resume(self, run_id: str, sinks: list[Sink], force: bool = False) -> StoredRun:
+        """Continue a run here: one whose process died (still PENDING in the store) is
+        recovered; one cancelled or failed is resumed; one that ended reports its end."""
+        from dbos import DBOS
+
+        here = self.runs.get(run_id)
+        if here is not None and here.alive:  # executed here already (taken over on entering)
+            self.emitters[run_id].sinks.extend(sinks)
+            return here
+        status = await asyncio.to_thread(status_of, client(self.url), run_id)
+        if status.status == "PENDING":
+            owner = status.executor_id or "local"
+            if owner != self.executor_id and executor_alive(owner) and not force:
+                raise ConfigError(
+                    f"run {run_id} is being executed by {owner}; it is not lost, so not resumed "
+                    "(--force takes it over if that process is gone)"
+                )
+        run = self.attach(run_id, sinks)
+        self.emitter_for(run_id).emit("run_resumed")
+        if status.status == "PENDING":
+            await asyncio.to_thread(DBOS._recover_pending_workflows, [owner])
+        elif status.status != "SUCCESS":
+            await DBOS.resume_workflow_async(run_id)
+        handle: Any = await DBOS.retrieve_workflow_async(run_id)
+        run.status = "running"
+        self.spawn(self.follow(run, handle))
+        return run
+
+    async def take_over(
+        self,
+        run_ids: list[str] | None = None,
+        sinks: list[Sink] | None = None,
+        before: dict[str, list[Event]] | None = None,
+    ) -> list[str]:
+        """Take over, in this process, the runs that this machine's dead processes were
+        executing (with `run_ids`, only among those); the run ids taken. With `sinks`, the
+        runs get handles here and their events go to `sinks` (see `attach` for `before`)."""
+        from dbos import DBOS
+
+        found = await orphans(run_ids)
+        if sinks is not None:
+            for run_id in found:
+                shown = (before or {}).get(run_id)
+                self.attach(run_id, sinks, shown).status = "running"
+        for executor in sorted(set(found.values())):
+            await asyncio.to_thread(DBOS._recover_pending_workflows, [executor])
+        if sinks is not None:
+            for run_id in found:
+                handle: Any = await DBOS.retrieve_workflow_async(run_id)
+                self.spawn(self.follow(self.runs[run_id], handle))
+        return sorted(found)
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel a run in the store and, if this process executes it, stop it now (DBOS itself
+        stops a cancelled run only at its next step) and wait for it to report its end."""
+        from dbos import DBOS
+
+        await DBOS.cancel_workflow_async(run_id)
+        task = self.tasks.pop(run_id, None)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task], timeout=10.0)
+
+    def get(self, run_id: str) -> StoredRun:
+        run = self.runs.get(run_id)
+        if run is None:
+            raise NoSuchRun(f"no run {run_id!r}")
+        return run
+
+    # -- executing a run (the workflow's body) ----------------------------------------------
+
+    async def execute(
+        self, run_id: str, record: dict[str, Any], task: str, history: list[Message] | None
+    ) -> dict[str, Any]:
+        if record.get("format") != FORMAT:
+            raise ConfigError(f"run {run_id} was recorded in another format")
+        this = asyncio.current_task()
+        if this is not None:  # so that a cancel here can stop the run at once
+            self.tasks[run_id] = this
+        try:
+            agent = self.agents[run_id] = await self.resolve(record["agent"], record["options"])
+            self.contexts[run_id] = context_of(run_id, record)
+            state = agent.new_state([*(history or []), Message.user(task)])
+            effects = RecordedEffects(self, run_id, record, agent)
+            try:
+                result = await execute(agent, state, task, self.emitter_for(run_id), effects)
+            except asyncio.CancelledError:
+                followed = self.runs.get(run_id)
+                if followed is not None:  # what it completed, for its handle here
+                    followed.kept = list(state.messages)
+                raise
+            return result.to_dict()
+        finally:
+            self.forget(run_id)
+
+    def emitter_for(self, run_id: str) -> Emitter:
+        """The run's live emitter here: one numbering across all its steps. A run nobody here
+        follows (a worker's) gets a bus log that goes when the run ends."""
+        emitter = self.emitters.get(run_id)
+        if emitter is None:
+            emitter = self.emitters[run_id] = Emitter(run_id, [self.bus.log(run_id).append])
+        return emitter
+
+    def forget(self, run_id: str) -> None:
+        """Drop what this process kept for executing a run (it serves many runs)."""
+        self.tasks.pop(run_id, None)
+        self.agents.pop(run_id, None)
+        self.contexts.pop(run_id, None)
+        self.stepped.discard(run_id)
+        self.shown.pop(run_id, None)
+        if run_id not in self.runs:  # nobody here follows it
+            self.emitters.pop(run_id, None)
+            self.bus.logs.pop(run_id, None)
+
+    def announce(self, run_id: str, calls: list[ToolCall]) -> None:
+        """Emit `tool_call` for the calls not yet announced by this process."""
+        emitter = self.emitter_for(run_id)
+        shown = self.shown.setdefault(run_id, set())
+        for c in calls:
+            if c.id not in shown:
+                shown.add(c.id)
+                emitter.emit("tool_call", **call_dict(c))
+
+    # -- workers ----------------------------------------------------------------------------
+
+    async def work(self, concurrency: int, beat: float, dead_after: float) -> None:
+        """Run queued runs until cancelled. Every `beat` seconds this worker records that it is
+        alive, and recovers the runs of any worker silent for `dead_after` seconds (DBOS's open
+        source edition does not move a dead executor's runs by itself)."""
+        from dbos import DBOS
+
+        await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
+        name = self.executor_id
+        while True:
+            taken = await self.take_over()  # runs of `tether run` processes that died here
+            if taken:
+                say(
+                    f"tether worker {name}: took over {len(taken)} runs whose process died: "
+                    f"{', '.join(taken)}"
+                )
+            dead = await self.ledger.call(self.ledger.beat, name, dead_after)
+            if dead:
+                recovered = await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
+                say(
+                    f"tether worker {name}: executors {', '.join(dead)} stopped beating; "
+                    f"recovered {len(recovered)} runs"
+                )
+            await asyncio.sleep(beat)
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class StoredRun:
+    """A durable run as this process sees it: its status and live events, and what can be
+    asked of it (the same surface as a `Run` in memory). Messages go to the store's inbox,
+    approvals travel as the run's durable messages, a cancel stops it in the store and here."""
+
+    def __init__(self, owner: DurableRuns, run_id: str) -> None:
+        self.owner = owner
+        self.id = run_id
+        self.status = "queued"
+        self.result: RunResult | None = None
+        self.pending: dict[str, ApprovalRequest] = {}
+        self.ended = asyncio.Event()
+        self.summary: dict[str, Any] | None = None  # its run_finished, once seen here
+        self.kept: list[Message] = []  # the transcript of a run cancelled here
+        self.tally = Tally()
+
+    @property
+    def alive(self) -> bool:
+        return not self.ended.is_set()
+
+    @property
+    def desk(self) -> StoredRun:  # the page asks `run.desk.waiting()`
+        return self
+
+    def waiting(self) -> list[ApprovalRequest]:
+        return list(self.pending.values())
+
+    @property
+    def transcript(self) -> list[Message]:
+        if self.result is not None and self.result.messages:
+            return list(self.result.messages)
+        try:
+            return messages_of(client(self.owner.url), self.id)
+        except ConfigError:
+            return []
+
+    def track(self, event: Event) -> None:
+        d = event.data
+        self.tally(event)
+        if event.type == "approval_requested":
+            call = ToolCall(d["id"], d["name"], d["arguments"], "")
+            self.pending[d["approval_id"]] = ApprovalRequest(
+                d["approval_id"], call, arguments_hash(d["name"], d["arguments"]), None
+            )
+        elif event.type == "approval_decided":
+            self.pending.pop(d["approval_id"], None)
+        elif event.type == "run_finished":
+            self.summary = dict(event.data)
+
+    def send(self, text: str) -> None:
+        if self.ended.is_set():
+            raise RunEnded(f"run {self.id} has ended ({self.status}); start a new one")
+        self.owner.ledger.send(self.id, text)
+        self.owner.emitter_for(self.id).emit("user_message", text=text)
+
+    def approve(self, approval_id: str, args_hash: str | None = None) -> None:
+        self.answer(approval_id, True, "approved by the user", args_hash)
+
+    def deny(self, approval_id: str, reason: str = "denied by the user") -> None:
+        self.answer(approval_id, False, reason, None)
+
+    def answer(self, approval_id: str, approved: bool, reason: str, args_hash: str | None) -> None:
+        request = self.pending.pop(approval_id, None)
+        if request is None:
+            raise ApprovalError(f"no approval {approval_id!r} is waiting (decided or expired)")
+        if args_hash is not None and args_hash != request.args_hash:
+            self.pending[approval_id] = request
+            raise ApprovalError(f"approval {approval_id!r} was shown other arguments")
+        from dbos import DBOS
+
+        reply = {"approved": approved, "reason": reason}
+        self.owner.spawn(DBOS.send_async(self.id, reply, topic=approval_id))
+
+    def cancel(self) -> bool:
+        if self.ended.is_set():
+            return False
+        self.owner.spawn(self.owner.cancel(self.id))
+        return True
+
+    async def wait(self) -> RunResult:
+        await self.ended.wait()
+        assert self.result is not None
+        return self.result
+
+
+class Tally:
+    """Counts what a run's live events show, for the end of a run cut short elsewhere."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.steps = 0
+        self.cost = 0.0
+        self.price: Price | None = None
+
+    def __call__(self, event: Event) -> None:
+        if event.type == "run_started":
+            self.price = price_for(str(event.data.get("model", "")))
+        elif event.type == "model_response":
+            usage = Usage.from_dict(event.data.get("usage") or {})
+            self.usage = self.usage + usage
+            self.cost += self.price.cost(usage) if self.price else 0.0
+            self.steps += 1
+
+    def fill(self, result: RunResult) -> RunResult:
+        """`result` with the figures seen, where the store had none (a cancelled run)."""
+        if result.steps == 0 and self.steps:
+            result.usage, result.steps, result.cost_usd = self.usage, self.steps, self.cost
+        return result
 
 
 # -- the workflow and its steps ----------------------------------------------------------------
-
-
-def spec_of(args: argparse.Namespace) -> dict[str, Any]:
-    """What a worker needs to rebuild the agent: the run's command-line options."""
-    keep = (
-        "provider",
-        "model",
-        "base_url",
-        "script",
-        "no_stream",
-        "max_retries",
-        "connect_timeout",
-        "read_timeout",
-        "tools",
-        "tools_from",
-        "tool_timeout",
-        "workspace",
-        "max_steps",
-        "max_tokens",
-        "max_input_tokens",
-        "max_output_tokens",
-        "max_cost",
-        "prices",
-        "timeout",
-        "system",
-        "approve",
-        "mcp",
-        "context_window",
-        "profile",
-    )
-    spec = {k: getattr(args, k, None) for k in keep}
-    spec["store"] = None
-    # a worker elsewhere must find the same files
-    spec["workspace"] = str(Path(args.workspace).resolve())
-    spec["tools_from"] = [
-        str(Path(s).resolve()) if s.endswith(".py") or Path(s).is_file() else s
-        for s in (args.tools_from or [])
-    ]
-    return spec
-
-
-async def agent_for(
-    run_id: str, spec: dict[str, Any]
-) -> tuple[Agent, RunContext, argparse.Namespace]:
-    """The run's agent in this process. Runs with the same options share one agent (and so one
-    HTTP connection pool to the model, and the same MCP connections); each run has its own
-    context."""
-    key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS).decode()
-    if key not in _agents:
-        from .cli import build_agent, select_tools
-
-        args = argparse.Namespace(**spec)
-        tools = select_tools(args)
-        if spec.get("mcp"):
-            tools += await mcp_tools_for(spec["mcp"])
-        if spec.get("only") is not None:  # a subset chosen in the web page
-            tools = [t for t in tools if t.name in spec["only"]]
-        _agents[key] = (build_agent(args, tools), args)
-    agent, args = _agents[key]
-    return agent, RunContext(run_id=run_id, workspace=Path(args.workspace)), args  # resolved
-
-
-_mcp: dict[str, asyncio.Future[list[Any]]] = {}
-
-
-async def mcp_tools_for(servers: list[str]) -> list[Any]:
-    """The tools of these MCP servers, connected once per process and kept open by a task of
-    their own (a connection belongs to the task that opened it; a run's task ends)."""
-    from .tools.mcp import mcp_tools
-
-    key = "\n".join(servers)
-    if key not in _mcp:
-        found: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        _mcp[key] = found
-
-        async def hold() -> None:
-            try:
-                async with mcp_tools(servers) as tools:
-                    found.set_result(tools)
-                    await asyncio.Event().wait()
-            except Exception as e:  # reported to whoever waits for the tools
-                if not found.done():
-                    found.set_exception(e)
-                    del _mcp[key]
-
-        detached(hold())  # not part of the run that happened to open the connection
-    return await asyncio.shield(_mcp[key])
-
-
-_detached: set[asyncio.Task[Any]] = set()
-
-
-def detached(work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-    """Run `work` as a task of its own, in a fresh context: inside a workflow's, DBOS would
-    take what it does for part of that workflow, and the replay would no longer match."""
-    task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
-    _detached.add(task)
-    task.add_done_callback(_detached.discard)
-    return task
-
-
-def finished(result: dict[str, Any]) -> dict[str, Any]:
-    """A `run_finished` event's data from a run's result (all of it but the transcript)."""
-    return {k: v for k, v in result.items() if k != "messages"}
-
-
-def forget(run_id: str) -> None:
-    """Drop what this process kept for a run while executing it (it serves many runs)."""
-    _tasks.pop(run_id, None)
-    _stepped.discard(run_id)
-    _shown.pop(run_id, None)
-    emitter = _live.get(run_id)
-    if emitter is not None and not emitter.active:  # nobody here watches it
-        del _live[run_id]
-
-
-def unwatch(run_id: str) -> None:
-    """A watcher is done with a run (see `watch`): its emitter can go."""
-    _live.pop(run_id, None)
-
-
-def announce(run_id: str, calls: list[ToolCall]) -> None:
-    """Emit `tool_call` for the calls not yet announced by this process."""
-    emitter = emitter_for(run_id)
-    shown = _shown.setdefault(run_id, set())
-    for c in calls:
-        if c.id not in shown:
-            shown.add(c.id)
-            emitter.emit("tool_call", id=c.id, name=c.name, arguments=c.arguments or {})
-
-
-def emitter_for(run_id: str) -> Emitter:
-    """The run's live emitter in this process: one numbering across all its steps."""
-    emitter = _live.get(run_id)
-    if emitter is None:
-        emitter = _live[run_id] = Emitter(run_id)
-    return emitter
-
 
 UNKNOWN_OUTCOME = (
     "Outcome unknown: this call started before a crash and may or may not have taken effect. "
@@ -294,216 +572,62 @@ UNKNOWN_OUTCOME = (
 )
 
 
-def register() -> Any:
-    from dbos import DBOS
+class RecordedEffects:
+    """The driver's effects in a durable run (see `agent.Effects`): each a DBOS step whose
+    output is recorded, so a replay after a crash gets the same answers without the work. The
+    clock is the recorded time of the last step, so reading it costs no step of its own."""
 
-    @DBOS.step(name="tether.model_step")
-    async def model_step(
-        run_id: str, spec: dict[str, Any], request: ModelRequest, seen: int
-    ) -> tuple[ModelResponse, float, float, list[tuple[int, str]], list[tuple[int, str]]]:
-        """One model call, with the user messages that arrived since message `seen`: the
-        recorded output says which went in, so a replay delivers the same ones."""
-        _stepped.add(run_id)
-        agent, _, _ = await agent_for(run_id, spec)
-        emitter = emitter_for(run_id)
-        arrived = await ledger().call(ledger().messages_after, run_id, seen)
-        if arrived:
-            extra = tuple(Message.user(text) for _, text in arrived)
-            request = dataclasses.replace(request, messages=request.messages + extra)
-            for _, text in arrived:
-                emitter.emit("user_message", text=text)
-        if emitter.active:
-            emitter.emit("model_request", messages=len(request.messages))
-        on_text = (lambda t: emitter.emit("text_delta", text=t)) if emitter.active else None
-
-        def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
-            emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
-
-        began = time.time()
-        response = await agent.model.respond(request, on_text, on_retry)
-        if emitter.active:
-            emitter.emit("model_response", **model_response_data(response))
-        late: list[tuple[int, str]] = []
-        if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
-            late = await ledger().call(
-                ledger().messages_after, run_id, max([seen, *(n for n, _ in arrived)])
-            )
-            for _, text in late:
-                emitter.emit("user_message", text=text)
-        return response, began, time.time(), arrived, late
-
-    @DBOS.step(name="tether.context_step")
-    async def context_step(
-        run_id: str, spec: dict[str, Any], messages: list[Message], force: bool
-    ) -> tuple[list[Message], Usage, list[tuple[str, dict[str, Any]]]]:
-        """Fit the conversation to the model's window (`context.fit`): the new messages, the
-        summary call's usage, and what was replaced, recorded as one step."""
-        _stepped.add(run_id)
-        agent, _, _ = await agent_for(run_id, spec)
-        assert agent.context is not None
-        live = emitter_for(run_id)
-        happened: list[tuple[str, dict[str, Any]]] = []
-
-        def keep(event: Event) -> None:
-            happened.append((event.type, event.data))
-            live.emit(event.type, **event.data)
-
-        usage = await fit(
-            agent.model, messages, agent.system, agent.context, Emitter(run_id, [keep]), force
-        )
-        return messages, usage, happened
-
-    @DBOS.step(name="tether.tools_step")
-    async def tools_step(
-        run_id: str, spec: dict[str, Any], calls: list[ToolCall], decisions: list[Decision | None]
-    ) -> tuple[list[ToolResult], float]:
-        """The calls of one reply, at the same time, in one recorded step; each call is
-        journaled on its own (see `ledger.py`), so a retried step repeats no finished call."""
-        _stepped.add(run_id)
-        announce(run_id, calls)  # those a replay passed over silently
-        started = await ledger().call(ledger().start_calls, run_id, [c.id for c in calls])
-        results = await asyncio.gather(
-            *(
-                one_call(run_id, spec, c, d, *started[c.id])
-                for c, d in zip(calls, decisions, strict=True)
-            )
-        )
-        return list(results), time.time()
-
-    async def one_call(
-        run_id: str,
-        spec: dict[str, Any],
-        call: ToolCall,
-        decision: Decision | None,
-        state: str,
-        recorded: ToolResult | None,
-    ) -> ToolResult:
-        agent, ctx, _ = await agent_for(run_id, spec)
-        emitter = emitter_for(run_id)
-        tool = agent.toolbox.tools.get(call.name)
-        if recorded is not None:
-            result = recorded
-        elif state == "interrupted" and tool is not None and not tool.idempotent:
-            result = ToolResult(call.id, call.name, UNKNOWN_OUTCOME, is_error=True)
-        else:
-            call_ctx = dataclasses.replace(ctx, idempotency_key=f"{run_id}:{call.id}")
-            approver = None
-            if decision is not None:
-
-                async def decided(request: Any) -> Decision:
-                    return decision
-
-                approver = decided
-            # decided in the workflow (`decide`), which told the watchers already
-            result = await agent.toolbox.run(call, call_ctx, approver)
-        if recorded is None:
-            await ledger().call(ledger().finish_call, run_id, result)
-        if emitter.active:
-            emitter.emit("tool_result", **tool_result_data(result))
-        return result
-
-    @DBOS.workflow(name=WORKFLOW)
-    async def durable_run(
-        run_id: str, spec: dict[str, Any], task: str, history: list[Message] | None = None
-    ) -> dict[str, Any]:
-        """`history`: the conversation before `task` (a turn of `tether ask`)."""
-        task_ = asyncio.current_task()
-        if task_ is not None:  # so that a cancel here can stop the run at once
-            _tasks[run_id] = task_
-        try:
-            return await drive(run_id, spec, task, history)
-        finally:
-            forget(run_id)
-
-    async def drive(
-        run_id: str, spec: dict[str, Any], task: str, history: list[Message] | None
-    ) -> dict[str, Any]:
-        agent, _, args = await agent_for(run_id, spec)
-        state = LoopState([*(history or []), Message.user(task)], agent.system, agent.toolbox.specs)
-        # the clock starts with the first model call (its recorded start), so that reading it
-        # costs no step of its own; until then no time has passed
-        now = state.started_at = 0.0
-        seen = 0  # the last inbox message delivered
-        happened: Happening = Started()
-        error: dict[str, Any] | None = None
-        while True:
-            action = step(state, happened, agent.budget, agent.price, now)
-            if isinstance(action, Finish):
-                finish = action
-                break
-            if isinstance(action, CallModel):
-                policy = agent.context
-                if policy is not None and estimate(state.messages, state.system) > policy.limit:
-                    await refit(run_id, spec, agent, state, False)
-                try:
-                    try:
-                        response, began, now, arrived, late = await model_step(
-                            run_id, spec, request_of(agent, state), seen
-                        )
-                    except ProviderError as e:
-                        if policy is None or not is_context_error(e):
-                            raise
-                        await refit(run_id, spec, agent, state, True)  # shrink, retry once
-                        response, began, now, arrived, late = await model_step(
-                            run_id, spec, request_of(agent, state), seen
-                        )
-                except ProviderError as e:
-                    error = e.to_dict()
-                    finish = Finish("failed", last_answer(state.messages), str(e))
-                    break
-                if state.steps == 0:
-                    state.started_at = began
-                # the messages went in before the reply: the transcript says so too
-                state.messages.extend(Message.user(text) for _, text in arrived)
-                state.inbox.extend(text for _, text in late)  # after the answer
-                seen = max([seen, *(n for n, _ in arrived + late)])
-                happened = ModelReplied(response)
-            elif isinstance(action, RunTools):
-                if run_id in _stepped:  # while DBOS replays, its watchers saw these already
-                    announce(run_id, list(action.calls))
-                decisions = await decide(run_id, args, agent, list(action.calls))
-                results, now = await tools_step(run_id, spec, list(action.calls), decisions)
-                happened = ToolsDone(results)
-        result = {
-            "outcome": finish.outcome,
-            "answer": finish.answer,
-            "reason": finish.reason,
-            "usage": state.usage.to_dict(),
-            "cost_usd": round(state.cost_usd, 6),
-            "steps": state.steps,
-            "messages": state.messages,
-        }
-        if error is not None:
-            result["error"] = error
-        return result
-
-    def request_of(agent: Agent, state: LoopState) -> ModelRequest:
-        return ModelRequest(
-            tuple(state.messages), state.tools, state.system, agent.max_output_tokens
-        )
-
-    async def refit(
-        run_id: str, spec: dict[str, Any], agent: Agent, state: LoopState, force: bool
+    def __init__(
+        self, owner: DurableRuns, run_id: str, record: dict[str, Any], agent: Agent
     ) -> None:
-        messages, usage, _ = await context_step(run_id, spec, list(state.messages), force)
-        state.messages[:] = messages
-        agent.charge(state, usage)
+        self.owner, self.run_id, self.record, self.agent = owner, run_id, record, agent
+        self.clock = 0.0  # until the first model call (its recorded start), no time has passed
+        self.seen = 0  # the last inbox message delivered
 
-    async def decide(
-        run_id: str, args: argparse.Namespace, agent: Agent, calls: list[ToolCall]
-    ) -> list[Decision | None]:
+    def now(self) -> float:
+        return self.clock
+
+    async def fit(self, state: LoopState, force: bool) -> None:
+        messages, usage, _ = await steps().context_step(self.run_id, list(state.messages), force)
+        state.messages[:] = messages
+        self.agent.charge(state, usage)
+
+    async def call_model(self, state: LoopState) -> ModelResponse:
+        request = self.agent.request(state)
+        out = await steps().model_step(self.run_id, request, self.seen)
+        response, began, self.clock, arrived, late = out
+        if state.steps == 0:
+            state.started_at = began
+        # the messages went in before the reply: the transcript says so too
+        state.messages.extend(Message.user(text) for _, text in arrived)
+        state.inbox.extend(text for _, text in late)  # after the answer
+        self.seen = max([self.seen, *(n for n, _ in arrived + late)])
+        reply: ModelResponse = response
+        return reply
+
+    async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
+        if self.run_id in self.owner.stepped:  # while DBOS replays, its watchers saw these
+            self.owner.announce(self.run_id, calls)
+        decisions = await self.decide(calls)
+        results, self.clock = await steps().tools_step(self.run_id, calls, decisions)
+        return list(results)
+
+    async def decide(self, calls: list[ToolCall]) -> list[Decision | None]:
         """Approvals are decided in the workflow, durably: a waiting call survives restarts.
         Every call of the reply is put to the user at once and each is decided on its own; the
         answers are taken in the order of the calls (they wait as messages until then)."""
-        emitter = emitter_for(run_id)
+        from dbos import DBOS
+
+        emitter = self.owner.emitter_for(self.run_id)
+        policy = self.record.get("approvals", "wait")
         decisions: list[Decision | None] = [None] * len(calls)
         waiting: list[tuple[int, ToolCall, str]] = []
         for i, call in enumerate(calls):
-            tool = agent.toolbox.tools.get(call.name)
+            tool = self.agent.toolbox.tools.get(call.name)
             if tool is None or not needs_approval(tool.approval, call.arguments):
                 continue
             approval_id = f"ap_{call.id}"
-            if args.approve not in ("auto", "deny"):
+            if policy == "wait":
                 await DBOS.set_event_async(
                     approval_id, {"name": call.name, "arguments": call.arguments}
                 )
@@ -514,10 +638,11 @@ def register() -> Any:
                 name=call.name,
                 arguments=call.arguments or {},
                 args_hash=arguments_hash(call.name, call.arguments),
+                expires_at=None,
             )
-            if args.approve == "auto":
+            if policy == "auto":
                 decisions[i] = Decision(True, "approved by policy (--approve auto)")
-            elif args.approve == "deny":
+            elif policy == "deny":
                 decisions[i] = Decision(False, "denied by policy (--approve deny)")
             else:
                 waiting.append((i, call, approval_id))
@@ -532,45 +657,167 @@ def register() -> Any:
             decided(emitter, approval_id, call, decisions[i])
         return decisions
 
-    def decided(
-        emitter: Emitter, approval_id: str, call: ToolCall, decision: Decision | None
-    ) -> None:
-        assert decision is not None
-        emitter.emit(
-            "approval_decided",
-            approval_id=approval_id,
-            id=call.id,
-            approved=decision.approved,
-            reason=decision.reason,
+
+def decided(emitter: Emitter, approval_id: str, call: ToolCall, decision: Decision | None) -> None:
+    assert decision is not None
+    emitter.emit(
+        "approval_decided",
+        approval_id=approval_id,
+        id=call.id,
+        approved=decision.approved,
+        reason=decision.reason,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Steps:
+    """The workflow and its steps, registered with DBOS once per process."""
+
+    durable_run: Any
+    model_step: Any
+    context_step: Any
+    tools_step: Any
+
+
+def register() -> Steps:
+    from dbos import DBOS
+
+    @DBOS.step(name="tether.model_step")
+    async def model_step(
+        run_id: str, request: ModelRequest, seen: int
+    ) -> tuple[ModelResponse, float, float, list[tuple[int, str]], list[tuple[int, str]]]:
+        """One model call, with the user messages that arrived since message `seen`: the
+        recorded output says which went in, so a replay delivers the same ones."""
+        owner = active()
+        owner.stepped.add(run_id)
+        agent, ledger = owner.agents[run_id], owner.ledger
+        emitter = owner.emitter_for(run_id)
+        arrived = await ledger.call(ledger.messages_after, run_id, seen)
+        if arrived:
+            extra = tuple(Message.user(text) for _, text in arrived)
+            request = dataclasses.replace(request, messages=request.messages + extra)
+        emitter.emit("model_request", messages=len(request.messages))
+
+        def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
+            emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
+
+        def on_text(text: str) -> None:
+            emitter.emit("text_delta", text=text)
+
+        began = time.time()
+        response = await agent.model.respond(request, on_text, on_retry)
+        emitter.emit("model_response", **model_response_data(response))
+        late: list[tuple[int, str]] = []
+        if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
+            late = await ledger.call(
+                ledger.messages_after, run_id, max([seen, *(n for n, _ in arrived)])
+            )
+        return response, began, time.time(), arrived, late
+
+    @DBOS.step(name="tether.context_step")
+    async def context_step(
+        run_id: str, messages: list[Message], force: bool
+    ) -> tuple[list[Message], Usage, list[tuple[str, dict[str, Any]]]]:
+        """Fit the conversation to the model's window (`context.fit`): the new messages, the
+        summary call's usage, and what was replaced, recorded as one step."""
+        owner = active()
+        owner.stepped.add(run_id)
+        agent = owner.agents[run_id]
+        assert agent.context is not None
+        live = owner.emitter_for(run_id)
+        happened: list[tuple[str, dict[str, Any]]] = []
+
+        def keep(event: Event) -> None:
+            happened.append((event.type, event.data))
+            live.emit(event.type, **event.data)
+
+        usage = await fit(
+            agent.model, messages, agent.system, agent.context, Emitter(run_id, [keep]), force
         )
+        return messages, usage, happened
 
-    return durable_run
+    @DBOS.step(name="tether.tools_step")
+    async def tools_step(
+        run_id: str, calls: list[ToolCall], decisions: list[Decision | None]
+    ) -> tuple[list[ToolResult], float]:
+        """The calls of one reply, at the same time, in one recorded step; each call is
+        journaled on its own (see `ledger.py`), so a retried step repeats no finished call."""
+        owner = active()
+        owner.stepped.add(run_id)
+        owner.announce(run_id, calls)  # those a replay passed over silently
+        ledger = owner.ledger
+        started = await ledger.call(ledger.start_calls, run_id, [c.id for c in calls])
+        results = await asyncio.gather(
+            *(
+                one_call(owner, run_id, c, d, *started[c.id])
+                for c, d in zip(calls, decisions, strict=True)
+            )
+        )
+        return list(results), time.time()
+
+    @DBOS.workflow(name=WORKFLOW)
+    async def durable_run(
+        run_id: str, record: dict[str, Any], task: str, history: list[Message] | None = None
+    ) -> dict[str, Any]:
+        """`history`: the conversation before `task` (a turn of `tether ask`)."""
+        return await active().execute(run_id, record, task, history)
+
+    return Steps(durable_run, model_step, context_step, tools_step)
 
 
-_workflow: Any = None
+async def one_call(
+    owner: DurableRuns,
+    run_id: str,
+    call: ToolCall,
+    decision: Decision | None,
+    state: str,
+    recorded: ToolResult | None,
+) -> ToolResult:
+    agent = owner.agents[run_id]
+    emitter = owner.emitter_for(run_id)
+    tool = agent.toolbox.tools.get(call.name)
+    if recorded is not None:
+        result = recorded
+    elif state == "interrupted" and tool is not None and not tool.idempotent:
+        result = ToolResult(call.id, call.name, UNKNOWN_OUTCOME, is_error=True)
+    else:
+        ctx = dataclasses.replace(owner.contexts[run_id])
+        ctx.idempotency_key = f"{run_id}:{call.id}"
+        approver = None
+        if decision is not None:
+
+            async def given(request: Any) -> Decision:
+                return decision
+
+            approver = given
+        # decided in the workflow (`decide`), which told the watchers already
+        result = await agent.toolbox.run(call, ctx, approver)
+    if recorded is None:
+        await owner.ledger.call(owner.ledger.finish_call, run_id, result)
+    emitter.emit("tool_result", **tool_result_data(result))
+    return result
+
+
+_steps: Steps | None = None
+
+
+def steps() -> Steps:
+    global _steps
+    if _steps is None:
+        _steps = register()
+    return _steps
 
 
 def workflow() -> Any:
-    global _workflow
-    if _workflow is None:
-        _workflow = register()
-    return _workflow
+    return steps().durable_run
 
 
-# -- what the CLI calls ---------------------------------------------------------------------
+_launched: str | None = None
 
 
-def prepare(url: str) -> Any:
-    """Register the workflow, then open the store (DBOS wants workflows before launch).
-
-    Each process is an executor of its own (`cli-HOST-PID`): DBOS recovers an executor's
-    pending runs when it launches, and under one shared id a second `tether run` would take
-    over the run of a first one that is still going."""
-    if url.startswith("sqlite"):
-        use_modern_sqlite()
-    wf = workflow()
-    open_store(url, executor_id=process_executor_id())
-    return wf
+def check_url(url: str) -> None:
+    if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        raise ConfigError(f"--store: {url!r} is not sqlite:///PATH or postgresql://...")
 
 
 def process_executor_id() -> str:
@@ -612,72 +859,6 @@ async def orphans(run_ids: list[str] | None = None) -> dict[str, str]:
     }
 
 
-async def recover_orphans(run_ids: list[str] | None = None) -> list[str]:
-    """Take over the orphans (see `orphans`) in this process; the run ids taken."""
-    from dbos import DBOS
-
-    found = await orphans(run_ids)
-    for executor in sorted(set(found.values())):
-        await asyncio.to_thread(DBOS._recover_pending_workflows, [executor])
-    return sorted(found)
-
-
-async def resume(url: str, run_id: str, force: bool = False) -> Any:
-    """Continue a run in this process: one whose process died (still PENDING in the store) is
-    recovered; one cancelled or failed is resumed. Returns its workflow handle."""
-    from dbos import DBOS
-
-    prepare(url)
-    status = await asyncio.to_thread(status_of, client(url), run_id)
-    if status.status == "PENDING":
-        owner = status.executor_id or "local"
-        if owner != process_executor_id() and executor_alive(owner) and not force:
-            raise ConfigError(
-                f"run {run_id} is being executed by {owner}; it is not lost, so not resumed "
-                "(--force takes it over if that process is gone)"
-            )
-        await asyncio.to_thread(DBOS._recover_pending_workflows, [owner])
-    elif status.status != "SUCCESS":
-        await DBOS.resume_workflow_async(run_id)
-    return await DBOS.retrieve_workflow_async(run_id)
-
-
-async def start(
-    url: str,
-    run_id: str,
-    args: argparse.Namespace,
-    task: str,
-    history: list[Message] | None = None,
-) -> Any:
-    return await start_spec(url, run_id, spec_of(args), task, history)
-
-
-async def start_spec(
-    url: str,
-    run_id: str,
-    spec: dict[str, Any],
-    task: str,
-    history: list[Message] | None = None,
-) -> Any:
-    """Start a run in this process; returns its handle once the run is recorded."""
-    from dbos import DBOS, SetWorkflowID
-
-    wf = prepare(url)
-    with SetWorkflowID(run_id):
-        return await DBOS.start_workflow_async(wf, run_id, spec, task, history)
-
-
-async def cancel(run_id: str) -> None:
-    """Cancel a run in the store and, if this process executes it, stop it now (DBOS itself
-    stops a cancelled run only at its next step)."""
-    from dbos import DBOS
-
-    await DBOS.cancel_workflow_async(run_id)
-    task = _tasks.pop(run_id, None)
-    if task is not None and not task.done():
-        task.cancel()
-
-
 def messages_of(store: Any, run_id: str) -> list[Message]:
     """A run's conversation as far as its store has it: the history and task it started with,
     then each recorded reply and tool result; calls left open are closed as cancelled."""
@@ -702,17 +883,10 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
     return messages
 
 
-def watch(run_id: str, sinks: list[Sink]) -> Emitter:
-    """Show this run's live events to `sinks` (numbered from 0 in this process)."""
-    emitter = _live[run_id] = Emitter(run_id, list(sinks))
-    return emitter
-
-
 def client(url: str) -> Any:
     """A DBOS client for reading and messaging runs without executing any (a process that only
     lists or approves must not pick up pending runs and then exit in the middle of them)."""
-    if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
-        raise ConfigError(f"--store: {url!r} is not sqlite:///PATH or postgresql://...")
+    check_url(url)
     if url.startswith("sqlite"):
         if not Path(url.removeprefix("sqlite:///")).exists():
             raise ConfigError(f"no store at {url.removeprefix('sqlite:///')}")
@@ -746,7 +920,7 @@ def events_of(store: Any, run_id: str) -> list[Any]:
     inputs = status.input.get("args") if isinstance(status.input, dict) else None
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
     steps = store.list_workflow_steps(run_id)
-    spec = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else {}
+    record = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else {}
     first = next(
         (
             s["output"][0]
@@ -760,7 +934,7 @@ def events_of(store: Any, run_id: str) -> list[Any]:
         "run_started",
         (status.created_at or 0) / 1000,
         task=task,
-        provider=spec.get("provider") if isinstance(spec, dict) else None,
+        provider=record.get("provider") if isinstance(record, dict) else None,
         model=first.model if first is not None else None,
     )
     for s in steps:
@@ -783,15 +957,15 @@ def events_of(store: Any, run_id: str) -> list[Any]:
             for result in results:
                 add("tool_result", ts, **tool_result_data(result))
     if status.status == "SUCCESS" and isinstance(status.output, dict):
-        data = finished(status.output)
+        data = {k: v for k, v in status.output.items() if k != "messages"}
         add("run_finished", (status.updated_at or 0) / 1000, **data)
     return out
 
 
-# -- workers --------------------------------------------------------------------------------
+# -- the queue --------------------------------------------------------------------------------
 
 
-def enqueue(url: str, run_id: str, args: argparse.Namespace, task: str) -> Any:
+def enqueue(url: str, run_id: str, record: dict[str, Any], task: str) -> Any:
     """Put a run on the shared queue for whichever worker is free; returns once it is recorded."""
     store = client(url)
     options: Any = {
@@ -800,43 +974,7 @@ def enqueue(url: str, run_id: str, args: argparse.Namespace, task: str) -> Any:
         "workflow_id": run_id,
         "app_version": VERSION,
     }
-    return store.enqueue(options, run_id, spec_of(args), task)
-
-
-async def work(
-    url: str,
-    executor_id: str,
-    concurrency: int,
-    beat: float,
-    dead_after: float,
-) -> None:
-    """Run queued runs until cancelled. Every `beat` seconds this worker records that it is
-    alive, and recovers the runs of any worker silent for `dead_after` seconds (DBOS's open
-    source edition does not move a dead executor's runs by itself)."""
-    from dbos import DBOS
-
-    workflow()
-    open_store(url, executor_id=executor_id)
-    await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
-    while True:
-        taken = await recover_orphans()  # runs of `tether run` processes that died here
-        if taken:
-            print(
-                f"tether worker {executor_id}: took over {len(taken)} runs whose process "
-                f"died: {', '.join(taken)}",
-                file=sys.stderr,
-                flush=True,
-            )
-        dead = await ledger().call(ledger().beat, executor_id, dead_after)
-        if dead:
-            recovered = await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
-            print(
-                f"tether worker {executor_id}: executors {', '.join(dead)} stopped beating; "
-                f"recovered {len(recovered)} runs",
-                file=sys.stderr,
-                flush=True,
-            )
-        await asyncio.sleep(beat)
+    return store.enqueue(options, run_id, record, task)
 
 
 def ledger_for(url: str) -> Ledger:

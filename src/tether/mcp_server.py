@@ -12,14 +12,20 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .agent import Agent
+from .agent import RunResult
 from .approvals import Approver
 from .messages import ToolCall
+from .options import CLI_AGENT
+from .runtime import Runtime
 from .tools.tool import RunContext, Tool, tool
 from .tools.toolbox import Toolbox
 
 
-def agent_tool(agent: Agent, workspace: Path, approver: Approver) -> Tool:
+def agent_tool(
+    runtime: Runtime, options: dict[str, Any], workspace: Path, approver: Approver
+) -> Tool:
+    """`run_agent`: a run of the options' agent on the runtime (open while the server is)."""
+
     @tool(name="run_agent", timeout=3600)
     async def run_agent(task: str) -> str:
         """Give a task to a Tether agent, which works on it with its own tools, and get its
@@ -28,8 +34,16 @@ def agent_tool(agent: Agent, workspace: Path, approver: Approver) -> Tool:
         Args:
             task: What the agent should do, in plain words.
         """
-        ctx = RunContext(run_id=uuid.uuid4().hex[:12], workspace=workspace)
-        result = await agent.run(task, context=ctx, approver=approver)
+        run = await runtime.start(
+            CLI_AGENT,
+            task,
+            options=options,
+            context=RunContext(workspace=workspace),
+            approver=approver,
+        )
+        result: RunResult | None = await run.wait()
+        if result is None:
+            raise RuntimeError("the agent run did not start")
         if result.outcome != "done":
             raise RuntimeError(f"the agent run {result.outcome}: {result.reason}")
         return result.answer
@@ -37,7 +51,9 @@ def agent_tool(agent: Agent, workspace: Path, approver: Approver) -> Tool:
     return run_agent
 
 
-async def serve_stdio(tools: list[Tool], workspace: Path, approver: Approver) -> None:
+async def serve_stdio(
+    runtime: Runtime, tools: list[Tool], workspace: Path, approver: Approver
+) -> None:
     from mcp import types
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
@@ -63,5 +79,5 @@ async def serve_stdio(tools: list[Tool], workspace: Path, approver: Approver) ->
     server: Server[Any] = Server(
         "tether", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool
     )
-    async with stdio_server() as (read, write):
+    async with runtime, stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())

@@ -14,7 +14,7 @@ from typing import Literal
 
 from .admission import Limiter
 from .agent import Agent, RunResult
-from .approvals import ApprovalDesk, Approver
+from .approvals import ApprovalDesk, ApprovalRequest, Approver
 from .bus import EventLog
 from .errors import RunEnded
 from .events import Emitter
@@ -50,6 +50,7 @@ class Run:
         approver: Approver | None = None,
         approval_ttl: float | None = None,
         restart: RestartPolicy | None = None,
+        transcript: list[Message] | None = None,
     ) -> None:
         self.id = run_id
         self.agent = agent
@@ -62,7 +63,7 @@ class Run:
         self.desk = ApprovalDesk(approval_ttl)
         self.approver: Approver = approver or self.desk
         self.restart = restart or RestartPolicy()
-        self.transcript: list[Message] = []
+        self.transcript: list[Message] = transcript if transcript is not None else []
         self.inbox: list[str] = []
         self.mail = asyncio.Event()
         self.status: Status = "queued"
@@ -94,6 +95,10 @@ class Run:
 
     def deny(self, approval_id: str, reason: str = "denied by the user") -> None:
         self.desk.decide(approval_id, False, reason)
+
+    def waiting(self) -> list[ApprovalRequest]:
+        """The approval requests this run waits on."""
+        return self.desk.waiting()
 
     async def wait(self) -> RunResult | None:
         """Wait for the run to end; its last result (None if it never got to run)."""

@@ -16,17 +16,19 @@ key wait likewise (both emit `queued` and `admitted`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import time
 import uuid
 from collections import deque
 
 from .admission import Limiter
-from .agent import Agent
+from .agent import Agent, RunResult
 from .approvals import Approver
 from .bus import Bus
 from .errors import NoSuchRun, RunError, RunExists
-from .events import Sink, usage_from_dict
+from .events import Sink
+from .messages import Message, Usage
 from .run import RestartPolicy, Run
 from .tools.tool import RunContext
 
@@ -82,6 +84,7 @@ class Supervisor:
         restart: RestartPolicy | None = None,
         approver: Approver | None = None,
         sinks: list[Sink] | None = None,
+        transcript: list[Message] | None = None,
     ) -> Run:
         """Start a run now (or queue it, over `max_runs`) and return it at once. `sinks` see
         every event as it is emitted (a journal, a tracer), before any subscriber does."""
@@ -100,6 +103,7 @@ class Supervisor:
             approver=approver,
             approval_ttl=self.approval_ttl,
             restart=restart,
+            transcript=transcript,
         )
         run.emitter.sinks.extend(sinks or ())
         self.runs[run_id] = run
@@ -171,15 +175,9 @@ class Supervisor:
             # cancelled while queued or idle: no attempt was running to report it
             if run.status in ("queued", "idle"):
                 run.status = "cancelled"
-                run.emitter.emit(
-                    "run_finished",
-                    outcome="cancelled",
-                    answer=run.result.answer if run.result else "",
-                    reason="cancelled",
-                    usage=(run.result.usage if run.result else usage_from_dict({})).to_dict(),
-                    cost_usd=run.result.cost_usd if run.result else 0.0,
-                    steps=run.result.steps if run.result else 0,
-                )
+                last = run.result or RunResult(run.id, "cancelled", "", "", Usage(), 0.0, 0, [])
+                ended = dataclasses.replace(last, outcome="cancelled", reason="cancelled")
+                run.emitter.emit("run_finished", **ended.summary())
         except Exception as e:  # a bug in the runtime itself: this run fails, no other
             run.status = "failed"
             run.emitter.emit("run_crashed", error=f"{type(e).__name__}: {e}")

@@ -20,6 +20,7 @@ after every model reply and tool result, not at the end.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from ..messages import Usage
 from ..pricing import price_for
 from ..providers import Model, ScriptedModel, make_model
 from ..providers.scripted import read_script
+from ..runtime import Runtime
 from ..terminal import TERMINAL_SYSTEM
 from ..tools.tool import RunContext
 from ..transcript import atif
@@ -99,12 +101,20 @@ class TetherAgent(BaseAgent):
         )
         record = Record(self.logs_dir / TRAJECTORY, context, model.name)
         try:
-            await agent.run(
-                instruction,
-                context=RunContext(workspace=Path(workdir), deps=environment),
-                sinks=[record],
-                approver=approve_all,  # the environment is the sandbox; no one is there to ask
-            )
+            async with Runtime(agents=[agent], gc_tuning=False) as rt:
+                run = await rt.start(
+                    agent,
+                    instruction,
+                    context=RunContext(workspace=Path(workdir), deps=environment),
+                    sinks=[record],
+                    approver=approve_all,  # the environment is the sandbox; no one to ask
+                )
+                try:
+                    await run.wait()
+                except asyncio.CancelledError:  # Harbor's timeout: keep what was done
+                    run.cancel()
+                    await run.wait()
+                    raise
         finally:
             await model.aclose()
 

@@ -1,6 +1,7 @@
 """`tether serve`: the live web page and the JSON API behind it.
 
-The runs live in the server's Supervisor; the browser is only a viewer. Closing a tab never stops
+The runs live in the server's Runtime (in memory, or recorded in a store, the same surface
+either way); the browser is only a viewer. Closing a tab never stops
 a run, and reopening it never starts another: the page replays the run's events from offset 0
 over Server-Sent Events, then follows them live.
 
@@ -24,7 +25,6 @@ produced is inserted as text, never as HTML.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import html
@@ -35,22 +35,22 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..agent import Agent
 from ..approvals import ApprovalError
-from ..errors import ConfigError, NoSuchRun, RunEnded
+from ..errors import ConfigError, NoSuchRun, RunEnded, RunExists
 from ..events import Event, Sink
 from ..journal import Journal
 from ..messages import Message, TextPart, ToolCall, ToolResult
-from ..supervisor import Supervisor
+from ..options import CLI_AGENT
+from ..runtime import Runtime
 from ..tools.tool import RunContext
 from .pages import INDEX_PAGE, RUN_PAGE, fill
-from .stored import StoredRuns
 
 COOKIE = "tether_token"
 HEARTBEAT_S = 15.0
 
-AgentFactory = Callable[[dict[str, Any]], Agent]
-"""Builds the agent for a new run from the form's overrides (model, tools, budgets)."""
+OptionsFor = Callable[[dict[str, Any]], dict[str, Any]]
+"""The run options (`options.RunOptions` as a dict) for a new run from the form's overrides
+(model, tools, budgets); raises ConfigError or ValueError for a bad choice."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -58,29 +58,38 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class WebApp:
     def __init__(
         self,
-        factory: AgentFactory,
+        runtime: Runtime,
         token: str,
         *,
-        supervisor: Supervisor | StoredRuns | None = None,
+        agent: str = CLI_AGENT,
+        options_for: OptionsFor | None = None,
         journal: Journal | None = None,
         defaults: dict[str, Any] | None = None,
         workspace: Path | None = None,
     ) -> None:
-        self.factory = factory
+        """Runs started from the page are runs of `agent` on `runtime`, built from
+        `options_for(form)` when it is given (else the registered agent, as it is)."""
+        self.runtime = runtime
+        self.agent = agent
+        self.options_for = options_for
         self.token = token
         self.csrf = hmac.new(token.encode(), b"csrf", hashlib.sha256).hexdigest()
-        self.supervisor: Supervisor | StoredRuns = supervisor or Supervisor()
         self.journal = journal
         self.defaults = defaults or {}
         self.workspace = workspace or Path.cwd()
         self.archived: dict[str, list[Event]] = {}
-        self.background: set[asyncio.Task[None]] = set()
-        if journal is not None:
-            for run_id, events in journal.runs().items():
-                log = self.supervisor.bus.log(run_id)
-                log.events.extend(events)
-                log.close()
-                self.archived[run_id] = events
+
+    def load_journal(self) -> None:
+        """Runs journaled before this server started: their pages replay them."""
+        if self.journal is None:
+            return
+        for run_id, events in self.journal.runs().items():
+            if run_id in self.runtime.bus.logs:
+                continue
+            log = self.runtime.bus.log(run_id)
+            log.events.extend(events)
+            log.close()
+            self.archived[run_id] = events
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.auth])
@@ -99,13 +108,18 @@ class WebApp:
         return app
 
     async def adopt(self, app: web.Application) -> None:
-        """With a store: finish the runs a crashed server left (see `StoredRuns.adopt`)."""
-        if isinstance(self.supervisor, StoredRuns):
+        """Open the runtime; with a store, finish the runs of this page that a server here was
+        executing when it died, so that they end and their pages go on."""
+        await self.runtime.open()
+        self.load_journal()
+        if self.runtime.durable is not None and self.archived:
             sinks: list[Sink] = [self.journal.write] if self.journal else []
-            await self.supervisor.adopt(self.archived, sinks)
+            taken = await self.runtime.durable.take_over(list(self.archived), sinks, self.archived)
+            for run_id in taken:
+                self.archived.pop(run_id, None)
 
     async def shutdown(self, app: web.Application) -> None:
-        await self.supervisor.shutdown(deadline=2.0)
+        await self.runtime.close(deadline=2.0)
         if self.journal is not None:
             self.journal.close()
 
@@ -167,7 +181,7 @@ class WebApp:
 
     async def run_page(self, request: web.Request) -> web.Response:
         run_id = request.match_info["id"]
-        if run_id not in self.supervisor.bus.logs:
+        if run_id not in self.runtime.bus.logs:
             return web.Response(status=404, text="no such run", content_type="text/plain")
         page = fill(RUN_PAGE, csrf=self.csrf, run_id=esc(run_id), run_id_json=js_string(run_id))
         return web.Response(text=page, content_type="text/html")
@@ -178,31 +192,24 @@ class WebApp:
         task = body.get("task")
         if not isinstance(task, str) or not task.strip():
             return json_error(400, "task: a non-empty string is required")
+        run_id = body.get("run_id") or None
+        if run_id is not None and (not isinstance(run_id, str) or run_id in self.archived):
+            return json_error(400, f"run_id: {run_id!r} is taken")
+        sinks: list[Sink] = [self.journal.write] if self.journal else []
         try:
-            agent = self.factory(body)
+            options = self.options_for(body) if self.options_for else None
+            run = await self.runtime.start(
+                self.agent,
+                task.strip(),
+                run_id=run_id,
+                options=options,
+                context=RunContext(workspace=self.workspace),
+                sinks=sinks,
+            )
+        except RunExists as e:
+            return json_error(409, str(e))
         except (ConfigError, ValueError, TypeError) as e:
             return json_error(400, str(e))
-        run: Any
-        sinks: list[Sink] = [self.journal.write] if self.journal else []
-        if isinstance(self.supervisor, StoredRuns):
-            await agent.model.aclose()  # the stored run builds its own from the form
-            try:
-                run = await self.supervisor.start_form(
-                    body, task.strip(), body.get("run_id") or None, sinks
-                )
-            except (ConfigError, ValueError, TypeError) as e:
-                return json_error(400, str(e))
-            return web.json_response({"id": run.id, "status": run.status}, status=201)
-        run = self.supervisor.start(
-            agent,
-            task.strip(),
-            run_id=body.get("run_id") or None,
-            context=RunContext(workspace=self.workspace),
-            sinks=sinks,
-        )
-        closer = asyncio.create_task(close_when_done(run.wait(), agent))
-        self.background.add(closer)
-        closer.add_done_callback(self.background.discard)
         return web.json_response({"id": run.id, "status": run.status}, status=201)
 
     async def list_runs(self, request: web.Request) -> web.Response:
@@ -210,17 +217,17 @@ class WebApp:
 
     async def get_run(self, request: web.Request) -> web.Response:
         run_id = request.match_info["id"]
-        if run_id not in self.supervisor.bus.logs:
+        if run_id not in self.runtime.bus.logs:
             return json_error(404, f"no run {run_id!r}")
         summary = self.summary(run_id)
-        run = self.supervisor.runs.get(run_id)
+        run = self.runtime.runs.get(run_id)
         summary["transcript"] = [message_dict(m) for m in run.transcript] if run else None
-        summary["approvals"] = [r.to_dict() for r in run.desk.waiting()] if run else []
+        summary["approvals"] = [r.to_dict() for r in run.waiting()] if run else []
         return web.json_response(summary, dumps=dumps)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["id"]
-        if run_id not in self.supervisor.bus.logs:
+        if run_id not in self.runtime.bus.logs:
             return json_error(404, f"no run {run_id!r}")
         try:
             offset = int(request.query.get("offset", "-1"))
@@ -238,7 +245,7 @@ class WebApp:
         await response.prepare(request)
         position = max(0, offset)
         while True:
-            subscription = self.supervisor.bus.subscribe(run_id, position)
+            subscription = self.runtime.bus.subscribe(run_id, position)
             try:
                 while True:
                     async with asyncio.timeout(HEARTBEAT_S):
@@ -300,18 +307,18 @@ class WebApp:
     def live(self, request: web.Request) -> Any:
         run_id = request.match_info["id"]
         try:
-            return self.supervisor.get(run_id)
+            return self.runtime.get(run_id)
         except NoSuchRun:
             status = 409 if run_id in self.archived else 404
             raise json_http_error(status, f"run {run_id!r} is not running here") from None
 
     # -- summaries ------------------------------------------------------------------------------
     def summaries(self) -> list[dict[str, Any]]:
-        return [self.summary(run_id) for run_id in self.supervisor.bus.logs]
+        return [self.summary(run_id) for run_id in self.runtime.bus.logs]
 
     def summary(self, run_id: str) -> dict[str, Any]:
-        run = self.supervisor.runs.get(run_id)
-        s = summarize(self.supervisor.bus.logs[run_id].events)
+        run = self.runtime.runs.get(run_id)
+        s = summarize(self.runtime.bus.logs[run_id].events)
         s["id"] = run_id
         if run is not None:
             s["status"] = run.status
@@ -371,12 +378,6 @@ def message_dict(m: Message) -> dict[str, Any]:
                 }
             )
     return {"role": m.role, "parts": parts}
-
-
-async def close_when_done(done: Awaitable[Any], agent: Agent) -> None:
-    with contextlib.suppress(Exception):
-        await done
-    await agent.model.aclose()
 
 
 async def json_body(request: web.Request) -> dict[str, Any]:

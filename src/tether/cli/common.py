@@ -1,0 +1,250 @@
+"""What the commands share: where things are kept, how events are shown, and the runtime they
+run on (its factory builds agents from the recorded `RunOptions`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from ..agent import RunResult
+from ..approvals import ApprovalRequest, Decision
+from ..errors import ConfigError
+from ..events import Event, Sink
+from ..messages import ToolCall
+from ..options import CLI_AGENT, RunOptions, build_agent, select_tools
+from ..redact import redactor, scrub
+from ..runtime import Runtime
+
+STORE_HELP = "a SQLite file in the data directory"
+
+
+def data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tether"
+
+
+def default_store() -> str:
+    """$TETHER_STORE, else a SQLite file in the data directory."""
+    store = os.environ.get("TETHER_STORE") or ""
+    if not store:
+        path = data_dir() / "runs.sqlite"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = f"sqlite:///{path}"
+    return store
+
+
+def error(message: str) -> int:
+    print(f"tether: error: {message}", file=sys.stderr)
+    return 2
+
+
+# -- the runtime --------------------------------------------------------------------------------
+
+
+def cli_runtime(store: str | None, **settings: Any) -> Runtime:
+    """A runtime whose factory builds agents from `RunOptions` (with their MCP servers'
+    tools, connected once per runtime): the CLI's, the page's, and a worker's."""
+
+    async def factory(name: str, recorded: dict[str, Any]) -> Any:
+        if name != CLI_AGENT:
+            raise ConfigError(f"no agent named {name!r} here (this process builds {CLI_AGENT!r})")
+        options = RunOptions.from_dict(recorded)
+        tools = select_tools(options)
+        if options.mcp:
+            extra = await rt.mcp_tools(options.mcp)
+            tools += [t for t in extra if options.only is None or t.name in options.only]
+        return build_agent(options, tools)
+
+    rt = Runtime(store, factory=factory, **settings)
+    return rt
+
+
+async def until_end(run: Any) -> RunResult:
+    """Wait for a run's end (its events go to the sinks it was started with, as they are
+    emitted, so what is shown happened before the next thing the run does). A cancel of this
+    task (Ctrl-C) cancels the run, which still reports its end."""
+    try:
+        result: RunResult | None = await run.wait()
+    except asyncio.CancelledError:
+        run.cancel()
+        result = await run.wait()
+        asyncio.current_task().uncancel()  # type: ignore[union-attr]
+    assert result is not None
+    return result
+
+
+# -- approvals at the terminal ----------------------------------------------------------------
+
+
+class TerminalApprover:
+    """Asks at the terminal, one call at a time: `? allow bash({"command": "ls"})? [y/N]`."""
+
+    def __init__(self, err: TextIO, can_ask: bool) -> None:
+        self.err, self.can_ask = err, can_ask
+        self.lock: asyncio.Lock | None = None
+
+    async def __call__(self, request: ApprovalRequest) -> Decision:
+        if not self.can_ask:
+            return Decision(False, "no one at a terminal to approve it (--approve auto allows it)")
+        self.lock = self.lock or asyncio.Lock()
+        async with self.lock:
+            args = orjson.dumps(request.call.arguments or {}).decode()
+            self.err.write(f"  ? allow {request.call.name}({short(args, 500)})? [y/N] ")
+            self.err.flush()
+            answer = await asyncio.to_thread(sys.stdin.readline)
+        if answer.strip().lower() in ("y", "yes"):
+            return Decision(True, "approved at the terminal")
+        return Decision(False, "the user said no")
+
+
+def inline_approvals(rt: Runtime, run_id: str) -> Sink:
+    """Ask at this terminal for each call the run waits on and give the runtime the answer;
+    for a durable run, `tether approve` from elsewhere works as well (the first answer counts)."""
+    ask = TerminalApprover(sys.stderr, can_ask=True)
+
+    async def answer(d: dict[str, Any]) -> None:
+        raw = orjson.dumps(d["arguments"]).decode()
+        call = ToolCall(d["id"], d["name"], d["arguments"], raw)
+        request = ApprovalRequest(d["approval_id"], call, d["args_hash"])
+        decision = await ask(request)
+        run = rt.get(run_id)
+        if not any(r.id == request.id for r in run.waiting()):
+            return  # decided elsewhere meanwhile
+        if decision.approved:
+            run.approve(request.id, request.args_hash)
+        else:
+            run.deny(request.id, decision.reason)
+
+    def sink(event: Event) -> None:
+        if event.type == "approval_requested":
+            rt.spawn(answer(event.data))
+
+    return sink
+
+
+def waiting(run_id: str) -> Sink:
+    """With no terminal to ask on, say how to answer from elsewhere; the run waits (durably)."""
+
+    def sink(event: Event) -> None:
+        if event.type == "approval_requested":
+            a = event.data["approval_id"]
+            print(
+                f"tether: {run_id} waits for approval of {event.data['name']}: "
+                f"tether approve {run_id} {a}   (or tether deny {run_id} {a})",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return sink
+
+
+# -- showing events -----------------------------------------------------------------------------
+
+
+def json_sink(out: TextIO) -> Sink:
+    scrubber = redactor()
+
+    def write(event: Event) -> None:
+        out.write(scrubber.scrub_bytes(event.to_json()).decode() + "\n")
+        out.flush()
+
+    return write
+
+
+class HumanOutput:
+    """Streams text to stdout and shows tool calls and short results on stderr."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out, self.err = out, err
+        self.streamed = False
+
+    def __call__(self, event: Event) -> None:
+        d = event.data
+        if event.type == "text_delta":
+            self.out.write(scrub(d["text"]))
+            self.out.flush()
+            self.streamed = True
+        elif event.type == "model_response":
+            if self.streamed:
+                self.out.write("\n")
+            elif d["text"]:
+                self.out.write(d["text"] + "\n")
+            self.out.flush()
+            self.streamed = False
+        elif event.type == "tool_call":
+            args = orjson.dumps(d["arguments"]).decode()
+            self.err.write(f"  → {d['name']}({short(args, 200)})\n")
+        elif event.type == "tool_result":
+            mark = "✗" if d["is_error"] else "←"
+            self.err.write(f"  {mark} {d['name']}: {short(d['output'], 160)}\n")
+        elif event.type == "approval_decided" and not d["approved"]:
+            self.err.write(f"  ✗ not approved: {d['reason']}\n")
+        elif event.type == "retry":
+            self.err.write(
+                f"  … retry {d['attempt']} in {d['delay']:.1f} s: {d['error']['message']}\n"
+            )
+        self.err.flush()
+
+
+def output_sink(as_json: bool) -> Sink:
+    return json_sink(sys.stdout) if as_json else HumanOutput(sys.stdout, sys.stderr)
+
+
+def short(text: str, limit: int) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[: limit - 1] + "…"
+
+
+def exit_status(result: RunResult, as_json: bool) -> int:
+    """The end of a run on the terminal (unless --json) and the command's exit status."""
+    if result.outcome == "cancelled":
+        if not as_json:
+            print("\n[cancelled]", file=sys.stderr)
+        return 130
+    if not as_json:
+        report(result, sys.stderr)
+    return result.exit_status
+
+
+def report(result: RunResult, err: TextIO, quiet_done: bool = False) -> None:
+    u = result.usage
+    figures = f"{result.steps} steps, {u.total_tokens} tokens, ${result.cost_usd:.4f}"
+    if result.outcome == "done":
+        if not quiet_done:
+            err.write(f"[done] {figures}\n")
+    elif result.outcome == "halted":
+        err.write(f"[halted] {result.reason} ({figures})\n")
+    elif result.outcome == "failed":
+        err.write(f"tether: run failed: {result.reason}\n")
+    err.flush()
+
+
+def journal_sinks(data_dir: str, log: str | None, journal: bool = True) -> list[Sink]:
+    """The journal (for tether show) and, with --log, the structured log."""
+    from ..journal import Journal
+
+    sinks: list[Sink] = []
+    try:
+        if journal:
+            sinks.append(Journal(Path(data_dir) / "events").write)
+    except OSError as e:
+        print(f"tether: warning: no journal in {data_dir}: {e}", file=sys.stderr)
+    if log:
+        out = open(log, "ab")  # noqa: SIM115 - lives as long as the process
+        scrubber = redactor()
+
+        def write_log(event: Event) -> None:
+            if event.type == "text_delta":
+                return
+            level = "error" if event.type == "run_finished" and event.data.get("error") else "info"
+            record = {"ts": event.ts, "level": level, "event": event.to_dict()}
+            out.write(scrubber.scrub_bytes(orjson.dumps(record)) + b"\n")
+            out.flush()
+
+        sinks.append(write_log)
+    return sinks

@@ -1,0 +1,324 @@
+"""The `tether` command: it parses the command line into typed options once and calls the
+commands, which run on a `Runtime`; nothing below this package sees argparse.
+
+    tether run TASK        one task to its end          (run.py)
+    tether ask             a conversation               (run.py)
+    tether serve           the web page                 (serve.py)
+    tether mcp-serve       tools for MCP clients        (serve.py)
+    tether resume|runs|send|cancel|approve|deny|worker|show    a store's runs (store.py)
+
+Exit status: 0 done, 1 failed, 2 bad usage or configuration, 3 halted by a budget, 130 cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import ConfigError
+from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS, RunOptions
+from ..providers import PROVIDERS
+from ..tools import BUILTINS
+from .common import STORE_HELP, data_dir, default_store, error
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tether",
+        description="Tether: a supervised runtime for LLM agents.",
+        epilog="Exit status: 0 done, 1 failed, 2 bad usage, 3 halted by a budget, 130 cancelled.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run = sub.add_parser("run", help="run one task to its end", description="Run one task.")
+    run.add_argument("task", metavar="TASK", help="what the agent should do")
+    ask = sub.add_parser(
+        "ask",
+        help="an interactive conversation",
+        description="An interactive conversation. Ctrl-C cancels the current turn; "
+        "Ctrl-D or /exit ends the session.",
+    )
+    serve = sub.add_parser(
+        "serve",
+        help="the live web page: watch, approve, cancel",
+        description="Serve the web page and its JSON API. The model and tool options are the "
+        "defaults for runs started from the page.",
+    )
+    w = serve.add_argument_group("server")
+    w.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    w.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    w.add_argument(
+        "--token",
+        default=os.environ.get("TETHER_TOKEN"),
+        help="access token (default: $TETHER_TOKEN, else a new one, printed)",
+    )
+    w.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow binding to an address other than loopback",
+    )
+    mcp = sub.add_parser(
+        "mcp-serve",
+        help="serve Tether's tools, and an agent as a tool, to MCP clients (stdio)",
+        description="An MCP server over stdio: the selected tools, and run_agent, which gives a "
+        "task to a Tether agent built from the model options (left out without a model key).",
+    )
+    for p in (run, ask, serve, mcp):
+        add_run_options(p)
+    resume = sub.add_parser(
+        "resume",
+        help="resume a durable run after a crash (no completed step repeats)",
+        description="Resume a durable run from its store and follow it to its end.",
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    resume.add_argument(
+        "--force",
+        action="store_true",
+        help="take the run over even though its process may still run it (on another machine, "
+        "where Tether cannot see whether it died)",
+    )
+    worker = sub.add_parser(
+        "worker",
+        help="execute queued durable runs (several workers can share one Postgres store)",
+        description="Execute the runs queued with tether run --store URL --queue. Workers beat "
+        "every --beat seconds; a worker silent for --dead-after seconds has its runs resumed "
+        "by a live one.",
+    )
+    worker.add_argument("--executor-id", help="this worker's name (default: host-pid)")
+    worker.add_argument("--concurrency", type=int, default=16, help="runs at once (default 16)")
+    worker.add_argument("--beat", type=float, default=2.0, help="seconds between heartbeats")
+    worker.add_argument(
+        "--dead-after",
+        type=float,
+        default=10.0,
+        help="seconds of silence after which a worker counts as dead",
+    )
+    runs = sub.add_parser("runs", help="list the runs of a durable store")
+    send = sub.add_parser("send", help="send a message to a durable run (kept until it is read)")
+    send.add_argument("run_id", metavar="RUN_ID")
+    send.add_argument("text", metavar="TEXT")
+    cancel = sub.add_parser("cancel", help="cancel a durable run")
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    approve = sub.add_parser("approve", help="approve a durable run's waiting tool call")
+    deny = sub.add_parser("deny", help="deny a durable run's waiting tool call")
+    for p in (approve, deny):
+        p.add_argument("run_id", metavar="RUN_ID")
+        p.add_argument("approval_id", metavar="APPROVAL_ID")
+    deny.add_argument("--reason", default="denied by the user")
+    for p in (resume, runs, send, cancel, approve, deny, worker):
+        p.add_argument(
+            "--store",
+            metavar="URL",
+            help=f"sqlite:///PATH or postgresql://... (default: $TETHER_STORE, else {STORE_HELP})",
+        )
+        p.add_argument("--json", action="store_true", help="print JSON")
+    show = sub.add_parser(
+        "show",
+        help="a past run: its transcript, events or ATIF trajectory",
+        description="Show a run from its journal (tether run, ask and serve keep one).",
+    )
+    show.add_argument("run_id", metavar="RUN_ID")
+    form = show.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="the events, one JSON object a line")
+    form.add_argument("--atif", action="store_true", help="the ATIF trajectory (Harbor)")
+    show.add_argument("--data-dir", default=str(data_dir()), help="where the journals are")
+    show.add_argument("--store", metavar="URL", help="read a durable run from its store")
+    return parser
+
+
+STORE_COMMANDS = ("resume", "runs", "send", "cancel", "approve", "deny", "worker")
+DURABLE_BY_DEFAULT = ("run", "ask", "serve", *STORE_COMMANDS)
+
+
+def resolve_store(args: argparse.Namespace) -> None:
+    """Fill in `args.store`: the option, else $TETHER_STORE, else the default SQLite file;
+    `memory` (None after this) keeps a run in this process only."""
+    store = args.store or ""
+    if not store and args.command in DURABLE_BY_DEFAULT:
+        store = default_store()
+    args.store = None if store in ("", "memory") else store
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    m = p.add_argument_group("model")
+    m.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default=os.environ.get("TETHER_PROVIDER"),
+        help="wire protocol of the model (default: $TETHER_PROVIDER, else openai-chat; with no "
+        "API key and the local extra installed, the bundled offline model)",
+    )
+    m.add_argument("--model", help="model name (default depends on the provider)")
+    m.add_argument("--base-url", help="any compatible server, e.g. http://127.0.0.1:11434/v1")
+    m.add_argument("--script", metavar="FILE", help="replies for --provider scripted (JSON list)")
+    m.add_argument("--no-stream", action="store_true", help="ask for whole replies, not streams")
+    m.add_argument(
+        "--max-retries",
+        type=int,
+        default=2,
+        metavar="N",
+        help="retries of a failed model call (429, 5xx, connection) (default: 2)",
+    )
+    m.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
+    m.add_argument(
+        "--read-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="longest silence from the model server (default: 120)",
+    )
+    t = p.add_argument_group("tools")
+    t.add_argument(
+        "--tools",
+        metavar="NAME,NAME|none",
+        help=f"built-in tools to enable: {', '.join(BUILTINS)} "
+        f"(default: {DEFAULT_TOOLS}; none when --tools-from is given)",
+    )
+    t.add_argument(
+        "--tools-from",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        help="load @tool functions from a Python file or module (repeatable)",
+    )
+    t.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="COMMAND_OR_URL",
+        help="use the tools of an MCP server: a command (stdio) or a streamable HTTP URL "
+        "(repeatable)",
+    )
+    t.add_argument(
+        "--tool-timeout",
+        type=float,
+        metavar="S",
+        help="time limit for every tool call (default: each tool's own, 60 s)",
+    )
+    t.add_argument(
+        "--workspace",
+        default=".",
+        metavar="DIR",
+        help="directory the tools work in (default: the current one)",
+    )
+    b = p.add_argument_group("budgets (checked before every model call)")
+    b.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        metavar="N",
+        help=f"at most N model calls (default: {DEFAULT_MAX_STEPS})",
+    )
+    b.add_argument("--max-tokens", type=int, metavar="N", help="input plus output tokens")
+    b.add_argument("--max-input-tokens", type=int, metavar="N")
+    b.add_argument("--max-output-tokens", type=int, metavar="N")
+    b.add_argument("--max-cost", type=float, metavar="USD", help="cost from the price table")
+    b.add_argument("--prices", metavar="FILE", help="JSON price table laid over the defaults")
+    b.add_argument("--timeout", type=float, metavar="SECONDS", help="wall-clock limit for a run")
+    b.add_argument(
+        "--context-window",
+        type=int,
+        metavar="TOKENS",
+        help="trim old tool outputs, then summarise older turns, to fit this window "
+        "(default: the model's, where it is known; 0 turns it off)",
+    )
+    t.add_argument(
+        "--approve",
+        choices=("ask", "auto", "deny"),
+        default="ask",
+        help="calls that need approval (bash, tools marked so): ask at the terminal, "
+        "approve all, or deny all (default: ask; with no terminal to ask on, deny)",
+    )
+    t.add_argument(
+        "--yolo",
+        dest="approve",
+        action="store_const",
+        const="auto",
+        help="run every tool call without asking (the same as --approve auto)",
+    )
+    t.add_argument(
+        "--profile",
+        choices=("default", "terminal"),
+        default="default",
+        help="terminal: a terminal agent (bash and the file tools, a system prompt for shell "
+        "work); bash still asks for approval unless --yolo",
+    )
+    o = p.add_argument_group("run")
+    o.add_argument("--system", metavar="TEXT", help="system prompt")
+    o.add_argument("--json", action="store_true", help="print events as JSON lines")
+    o.add_argument(
+        "--otel",
+        action="store_true",
+        help="emit OpenTelemetry spans (needs the otel extra; exporter from the "
+        "OTEL_* environment, else printed to stderr)",
+    )
+    o.add_argument("--run-id", metavar="ID", help="id of the run (default: generated)")
+    o.add_argument(
+        "--store",
+        metavar="URL",
+        help="where durable runs are recorded: sqlite:///PATH or postgresql://..., or memory "
+        f"for a run that is not recorded (default: $TETHER_STORE, else {STORE_HELP})",
+    )
+    o.add_argument(
+        "--queue",
+        action="store_true",
+        help="with --store: queue the run for tether worker instead of running it here",
+    )
+    o.add_argument(
+        "--data-dir",
+        default=str(data_dir()),
+        help=f"where run journals are kept, for tether show (default: {data_dir()})",
+    )
+    o.add_argument(
+        "--log",
+        metavar="FILE",
+        help="append a structured log (JSON lines, secrets redacted) to FILE",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "show":
+        from .store import command_show
+
+        return command_show(args)
+    resolve_store(args)
+    if args.command in STORE_COMMANDS and not args.store:
+        return error(f"{args.command} needs a store (--store URL)")
+    if args.command in STORE_COMMANDS:
+        from .store import command_store
+
+        return command_store(args)
+    try:
+        options = options_of(args)
+    except ConfigError as e:
+        return error(str(e))
+    if args.command == "mcp-serve":
+        from .serve import command_mcp_serve
+
+        return command_mcp_serve(args, options)
+    if args.command == "serve":
+        from .serve import command_serve
+
+        return command_serve(args, options)
+    from .run import command_ask, command_run
+
+    if args.command == "run":
+        return command_run(args, options)
+    return command_ask(args, options)
+
+
+def options_of(args: argparse.Namespace) -> RunOptions:
+    """The run options of the command line (paths made absolute, the provider chosen)."""
+    if getattr(args, "queue", False) and not args.store:
+        raise ConfigError("--queue needs --store (the store whose workers will take the run)")
+    options = RunOptions.from_namespace(args).resolved()
+    if args.provider is None and options.provider == "local":
+        print(
+            "tether: no OPENAI_API_KEY, so the bundled offline model SmolLM2-135M answers "
+            "(small, for trying Tether); export OPENAI_API_KEY, or ANTHROPIC_API_KEY with "
+            "--provider anthropic, for a real model",
+            file=sys.stderr,
+        )
+    return options

@@ -1,0 +1,115 @@
+"""The server commands: `serve` (the web page) and `mcp-serve` (tools for MCP clients)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import ipaddress
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..approvals import Approver, approve_all, deny_all
+from ..errors import ConfigError, MissingAPIKey
+from ..options import RunOptions, build_agent, select_tools
+from ..tools import BUILTINS
+from .common import cli_runtime, error
+
+
+def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
+    from aiohttp import web
+
+    from ..journal import Journal
+    from ..web import WebApp
+
+    if not is_loopback(args.host) and not args.allow_remote:
+        return error(
+            f"--host {args.host} is not a loopback address; add --allow-remote to serve "
+            "other machines"
+        )
+    token = args.token or secrets.token_urlsafe(24)
+    try:
+        default_tools = [t.name for t in select_tools(options)]
+        agent = build_agent(options)  # a bad option is an error before the server starts
+        asyncio.run(agent.model.aclose())
+    except ConfigError as e:
+        return error(str(e))
+    loaded = [t.name for t in select_tools(dataclasses.replace(options, tools="none"))]
+    available = [*BUILTINS, *(n for n in loaded if n not in BUILTINS)]
+
+    def options_for(form: dict[str, Any]) -> dict[str, Any]:
+        """The server's options with the form's choices laid over them."""
+        o = dataclasses.replace(options)
+        if form.get("model"):
+            o.model = str(form["model"])
+        if form.get("max_steps") is not None:
+            o.max_steps = int(form["max_steps"])
+        if form.get("max_cost") is not None:
+            o.max_cost = float(form["max_cost"])
+        chosen = form.get("tools")
+        if isinstance(chosen, list):
+            unknown = [str(n) for n in chosen if n not in available]
+            if unknown:
+                raise ConfigError(f"tools: unknown {', '.join(unknown)}")
+            # every tool the server offers, narrowed to the form's choice
+            o.tools = ",".join(n for n in BUILTINS if n in available)
+            o.only = [str(n) for n in chosen]
+        build_agent(o)  # a bad choice is the form's error, before anything is recorded
+        return o.to_dict()
+
+    defaults = {
+        "model": agent.model.name,
+        "tools": default_tools,
+        "available_tools": available,
+        "max_steps": options.max_steps,
+    }
+    journal = Journal(Path(args.data_dir) / "events")
+    runtime = cli_runtime(args.store, take_over=False)
+    app = WebApp(
+        runtime,
+        token,
+        options_for=options_for,
+        journal=journal,
+        defaults=defaults,
+        workspace=Path(options.workspace),
+    ).app()
+    shown_host = f"[{args.host}]" if ":" in args.host else args.host
+    print(
+        f"tether serve: open http://{shown_host}:{args.port}/?token={token}",
+        file=sys.stderr,
+        flush=True,
+    )
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    return 0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def command_mcp_serve(args: argparse.Namespace, options: RunOptions) -> int:
+    from ..mcp_server import agent_tool, serve_stdio
+
+    try:
+        tools = select_tools(options)
+        workspace = Path(options.workspace)
+        approver: Approver = approve_all if options.approve == "auto" else deny_all
+        runtime = cli_runtime(None)
+        try:
+            build_agent(options)
+            tools.append(agent_tool(runtime, options.to_dict(), workspace, approver))
+        except MissingAPIKey as e:
+            print(f"tether mcp-serve: no run_agent tool: {e}", file=sys.stderr)
+        asyncio.run(serve_stdio(runtime, tools, workspace, approver))
+    except ConfigError as e:
+        return error(str(e))
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,129 @@
+"""The commands on a store's runs: `resume` and `worker` execute runs (on a Runtime); `runs`,
+`send`, `cancel`, `approve`, `deny` and `show` only read or message the store (a process that
+only lists or approves must not pick up pending runs and then exit in the middle of them)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+from pathlib import Path
+
+import orjson
+
+from ..agent import RunResult
+from ..errors import ConfigError, RunError
+from .common import cli_runtime, default_store, error, exit_status, output_sink, until_end
+
+
+def command_store(args: argparse.Namespace) -> int:
+    if args.command == "resume":
+        return command_resume(args)
+    if args.command == "worker":
+        return command_worker(args)
+    from .. import durable
+
+    try:
+        store = durable.client(args.store)
+        if args.command == "runs":
+            for w in store.list_workflows():
+                line = {
+                    "id": w.workflow_id,
+                    "status": w.status,
+                    "created_at": w.created_at,
+                    "executor": w.executor_id,
+                }
+                print(orjson.dumps(line).decode() if args.json else f"{w.workflow_id}\t{w.status}")
+        elif args.command == "cancel":
+            store.cancel_workflow(args.run_id)
+        elif args.command == "send":
+            status = durable.status_of(store, args.run_id)
+            if status.status in ("SUCCESS", "ERROR", "CANCELLED"):
+                raise ConfigError(f"run {args.run_id} has ended ({status.status.lower()})")
+            durable.ledger_for(args.store).send(args.run_id, args.text)
+        else:
+            approved = args.command == "approve"
+            reason = "approved by the user" if approved else args.reason
+            store.send(args.run_id, {"approved": approved, "reason": reason}, args.approval_id)
+    except ConfigError as e:
+        return error(str(e))
+    return 0
+
+
+def command_resume(args: argparse.Namespace) -> int:
+    """Execute a run of the store in this process to its end (no completed step repeats)."""
+    sinks = [output_sink(args.json)]
+
+    async def go() -> RunResult:
+        async with cli_runtime(args.store, take_over=False) as rt:
+            run = await rt.resume(args.run_id, sinks=sinks, force=args.force)
+            return await until_end(run)
+
+    try:
+        result = asyncio.run(go())
+    except (ConfigError, RunError) as e:
+        return error(str(e))
+    except KeyboardInterrupt:
+        print("\n[cancelled]", file=sys.stderr)
+        return 130
+    except Exception as e:  # the workflow failed inside DBOS
+        print(f"tether: run {args.run_id} did not finish: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    return exit_status(result, args.json)
+
+
+def command_worker(args: argparse.Namespace) -> int:
+    executor_id = args.executor_id or f"{socket.gethostname()}-{os.getpid()}"
+    print(
+        f"tether worker {executor_id}: taking queued runs from the store",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    async def go() -> None:
+        async with cli_runtime(args.store, executor_id=executor_id, take_over=False) as rt:
+            await rt.work(args.concurrency, args.beat, args.dead_after)
+
+    try:
+        asyncio.run(go())
+    except ConfigError as e:
+        return error(str(e))
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def command_show(args: argparse.Namespace) -> int:
+    from ..journal import Journal
+    from ..transcript import atif, readable
+
+    journal = Journal(Path(args.data_dir) / "events")
+    try:
+        path = journal.path(args.run_id)
+    except ValueError as e:
+        return error(str(e))
+    default = not args.store
+    store = args.store
+    if default and not path.exists():  # not journaled: a durable run, in the store
+        store = default_store()
+    if store:
+        from .. import durable
+
+        try:
+            events = durable.events_of(durable.client(store), args.run_id)
+        except ConfigError as e:
+            return error(
+                f"no run {args.run_id} in {journal.directory} or {store}" if default else str(e)
+            )
+    else:
+        events = journal.load(path)
+    if args.json:
+        for event in events:
+            sys.stdout.write(event.to_json().decode() + "\n")
+    elif args.atif:
+        sys.stdout.write(orjson.dumps(atif(events), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(readable(events) + "\n")
+    return 0

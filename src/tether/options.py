@@ -1,0 +1,184 @@
+"""Typed run options: what the command line, the web page's form and a worker build agents from.
+
+The CLI turns its flags into a `RunOptions` once; below the CLI nothing sees argparse. A store
+records `RunOptions.to_dict()` with a run (under these field names, whatever the flags are
+called), and any process rebuilds the same agent from it with `build_agent`.
+
+    options = RunOptions(provider="anthropic", tools="bash", max_steps=10)
+    agent = build_agent(options)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .agent import Agent
+from .context import ContextPolicy, window_for
+from .errors import ConfigError
+from .loop import Budget
+from .pricing import load_prices, price_for
+from .providers import HTTPSettings, make_model
+from .terminal import TERMINAL_SYSTEM, TERMINAL_TOOLS
+from .tools import BUILTINS, Tool
+from .tools.loading import load_tools
+
+DEFAULT_TOOLS = "read_file,write_file,edit_file,list_files"
+DEFAULT_MAX_STEPS = 50
+DEFAULT_SYSTEM = (
+    "You are a capable assistant. Use the tools when they help; "
+    "when you have the answer, reply with it directly."
+)
+CLI_AGENT = "tether"
+"""The name of agents built from options (by the CLI, the page, a worker)."""
+
+
+@dataclass
+class RunOptions:
+    """How to build a run's agent. Every field has the meaning of the CLI option of the same
+    name (`tether run --help`); `only` narrows the tools to a subset (the page's checkboxes)."""
+
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    script: str | None = None
+    no_stream: bool = False
+    max_retries: int = 2
+    connect_timeout: float = 10.0
+    read_timeout: float = 120.0
+    tools: str | None = None
+    tools_from: list[str] = field(default_factory=list)
+    mcp: list[str] = field(default_factory=list)
+    only: list[str] | None = None
+    tool_timeout: float | None = None
+    workspace: str = "."
+    max_steps: int | None = DEFAULT_MAX_STEPS
+    max_tokens: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_cost: float | None = None
+    prices: str | None = None
+    timeout: float | None = None
+    context_window: int | None = None
+    system: str | None = None
+    profile: str = "default"
+    approve: str = "ask"
+
+    @classmethod
+    def from_namespace(cls, ns: Any) -> RunOptions:
+        """The options among an argparse namespace's attributes (the CLI calls this once)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in vars(ns).items() if k in names})
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunOptions:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"unknown run options: {', '.join(unknown)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def resolved(self) -> RunOptions:
+        """The same options with paths made absolute, so that a worker elsewhere (or a later
+        resume from another directory) finds the same files."""
+        return dataclasses.replace(
+            self,
+            provider=self.provider or default_provider(self),
+            workspace=str(Path(self.workspace).resolve()),
+            tools_from=[
+                str(Path(s).resolve()) if s.endswith(".py") or Path(s).is_file() else s
+                for s in self.tools_from
+            ],
+            script=str(Path(self.script).resolve()) if self.script else None,
+            prices=str(Path(self.prices).resolve()) if self.prices else None,
+        )
+
+
+def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
+    """The agent these options describe (MCP tools are the caller's: they need a connection).
+    A bad option is a ConfigError that names it."""
+    for name in ("max_steps", "max_tokens", "max_input_tokens", "max_output_tokens", "max_retries"):
+        value = getattr(o, name)
+        if value is not None and value < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must not be negative")
+    if not Path(o.workspace).is_dir():
+        raise ConfigError(f"--workspace: {o.workspace} is not a directory")
+    if tools is None:
+        tools = select_tools(o)
+    settings = HTTPSettings(
+        connect_timeout=o.connect_timeout,
+        read_timeout=o.read_timeout,
+        max_retries=o.max_retries,
+    )
+    model = make_model(
+        o.provider or default_provider(o),
+        o.model,
+        base_url=o.base_url,
+        stream=not o.no_stream,
+        settings=settings,
+        script=o.script,
+    )
+    prices = load_prices(o.prices) if o.prices else None
+    if o.max_cost is not None and price_for(model.name, prices) is None:
+        raise ConfigError(
+            f"--max-cost: no price is known for model {model.name!r}; give one with --prices FILE"
+        )
+    budget = Budget(
+        max_steps=o.max_steps,
+        max_input_tokens=o.max_input_tokens,
+        max_output_tokens=o.max_output_tokens,
+        max_tokens=o.max_tokens,
+        max_cost_usd=o.max_cost,
+        max_seconds=o.timeout,
+    )
+    window = o.context_window
+    if window is None:
+        window = window_for(model.name)
+    if window is not None and window < 0:
+        raise ConfigError("--context-window must not be negative")
+    context = ContextPolicy(window, reserve=min(4096, window // 4)) if window else None
+    return Agent(
+        model,
+        tools,
+        system=o.system or (TERMINAL_SYSTEM if o.profile == "terminal" else DEFAULT_SYSTEM),
+        budget=budget,
+        prices=prices,
+        context=context,
+        name=CLI_AGENT,
+    )
+
+
+def select_tools(o: RunOptions) -> list[Tool]:
+    """The built-ins named by `tools` and those loaded by `tools_from`, narrowed to `only`."""
+    default = TERMINAL_TOOLS if o.profile == "terminal" else DEFAULT_TOOLS
+    spec = o.tools if o.tools is not None else ("none" if o.tools_from else default)
+    tools: list[Tool] = []
+    if spec.strip() != "none":
+        for name in (n.strip() for n in spec.split(",") if n.strip()):
+            if name not in BUILTINS:
+                raise ConfigError(
+                    f"--tools: no built-in tool {name!r}; known: {', '.join(BUILTINS)}"
+                )
+            tools.append(BUILTINS[name])
+    for source in o.tools_from:
+        tools.extend(load_tools(source))
+    if o.tool_timeout is not None:
+        tools = [dataclasses.replace(t, timeout=o.tool_timeout) for t in tools]
+    if o.only is not None:
+        tools = [t for t in tools if t.name in o.only]
+    return tools
+
+
+def default_provider(o: RunOptions) -> str:
+    """openai-chat, unless there is no key to use it with and the offline model is installed."""
+    from .providers import local
+
+    if os.environ.get("OPENAI_API_KEY") or o.base_url or not local.available():
+        return "openai-chat"
+    return "local"

@@ -1,0 +1,389 @@
+"""The Runtime: the one object that runs agents, in memory or durably, with the same features.
+
+    agent = Agent(model, [charge_card], name="billing", budget=Budget(max_steps=20))
+    async with Runtime(store="sqlite:///runs.sqlite", agents=[agent]) as rt:   # None: memory
+        run = await rt.start("billing", "Charge order A-7", run_id="a-7")  # once it is recorded
+        result = await run.wait()
+    # after a crash, in a process that registers the same agents:
+    async with Runtime(store="sqlite:///runs.sqlite", agents=[agent]) as rt:
+        result = await (await rt.resume("a-7")).wait()      # no completed call repeats
+
+Agents are found by name. A store records the name, the task and the run's context (never a
+Python object), so any process that registers the same agents can execute, resume or take
+over the run. Agents built from options (the CLI's flags, the page's form) are recorded with
+their options, and `factory` rebuilds them in whichever process executes the run.
+
+What the runtime owns: the runs (a `Supervisor` in memory, `durable.DurableRuns` on a store),
+the agents it built (their HTTP pools are closed when it closes) and the connections they
+hold (MCP servers, kept open by tasks of the runtime's own). Entering a runtime on a store
+also takes over the runs that dead processes on this machine had been executing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from types import TracebackType
+from typing import Any, Protocol
+
+import orjson
+
+from .agent import Agent, RunResult
+from .approvals import ApprovalRequest, Approver, approve_all, deny_all
+from .bus import Bus, EventLog
+from .errors import ConfigError, NoSuchRun
+from .events import Event, Sink
+from .messages import Message
+from .run import RestartPolicy, Status
+from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
+from .tools.tool import RunContext, Tool
+
+Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
+"""Builds the agent a run was recorded with from its name and options (see `Runtime`)."""
+
+
+class RunHandle(Protocol):
+    """What a runtime gives back for a run, in memory (`run.Run`) or on a store
+    (`durable.StoredRun`): the same surface either way."""
+
+    id: str
+
+    @property
+    def status(self) -> Status | str: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def transcript(self) -> list[Message]: ...
+
+    def send(self, text: str) -> None: ...
+
+    def cancel(self) -> bool: ...
+
+    def approve(self, approval_id: str, args_hash: str | None = None) -> None: ...
+
+    def deny(self, approval_id: str, reason: str = "denied by the user") -> None: ...
+
+    def waiting(self) -> list[ApprovalRequest]: ...
+
+    async def wait(self) -> RunResult | None: ...
+
+
+class Runtime:
+    def __init__(
+        self,
+        store: str | None = None,
+        agents: Iterable[Agent] = (),
+        *,
+        factory: Factory | None = None,
+        executor_id: str | None = None,
+        max_runs: int | None = None,
+        max_model_calls: int | None = DEFAULT_MAX_MODEL_CALLS,
+        approval_ttl: float | None = None,
+        keep_finished: int | None = 10_000,
+        gc_tuning: bool = True,
+        take_over: bool = True,
+    ) -> None:
+        """`store`: None (or "memory") runs in memory; `sqlite:///PATH` or `postgresql://...`
+        makes every run durable. `agents` are found by their names; `factory` builds agents
+        from options (`start(..., options=...)`) here and in any process that executes the run.
+        `executor_id` names this process to the store (default: host and pid). `take_over`:
+        on entering, execute the runs that dead processes on this machine left. The rest
+        bounds the runs in memory (see `Supervisor`)."""
+        self.store = None if store in (None, "", "memory") else store
+        self.agents: dict[str, Agent] = {}
+        for agent in agents:
+            self.register(agent)
+        self.factory = factory
+        self.executor_id = executor_id
+        self.take_over_on_enter = take_over
+        self.supervisor = Supervisor(
+            max_runs=max_runs,
+            max_model_calls=max_model_calls,
+            approval_ttl=approval_ttl,
+            gc_tuning=gc_tuning,
+            keep_finished=keep_finished,
+        )
+        self.built: dict[str, asyncio.Future[Agent]] = {}  # by name and options
+        self.held: dict[str, asyncio.Future[list[Tool]]] = {}  # MCP tools by server list
+        self.background: set[asyncio.Task[Any]] = set()
+        self.durable: Any = None  # durable.DurableRuns once entered with a store
+        self.entered = False
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Runtime:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        if self.entered:
+            return
+        if self.store is not None:
+            from .durable import DurableRuns
+
+            self.durable = DurableRuns(self.store, self.agent_for, self.executor_id)
+            self.durable.open()
+            if self.take_over_on_enter:
+                await self.durable.take_over(sinks=[])
+        self.entered = True
+
+    async def close(self, deadline: float = 10.0) -> None:
+        """In memory: give live runs `deadline` seconds, then cancel them. On a store: stop
+        following runs (they stay recorded). Then close what the runtime built."""
+        if self.durable is not None:
+            await self.durable.close()
+        await self.supervisor.shutdown(deadline=deadline)
+        for task in list(self.background):
+            task.cancel()
+        if self.background:
+            await asyncio.wait(self.background, timeout=5.0)
+        for future in self.built.values():
+            if future.done() and future.exception() is None:
+                await future.result().model.aclose()
+        self.entered = False
+
+    def spawn(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
+        """A task of the runtime's own (not part of any run), cancelled when it closes."""
+
+        async def go() -> Any:
+            return await work
+
+        task = asyncio.get_running_loop().create_task(go(), context=contextvars.Context())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+        return task
+
+    # -- agents -----------------------------------------------------------------------------
+
+    def register(self, agent: Agent) -> None:
+        old = self.agents.get(agent.name)
+        if old is not None and old is not agent:
+            raise ConfigError(f"two agents are named {agent.name!r}")
+        self.agents[agent.name] = agent
+
+    async def agent_for(self, name: str, options: dict[str, Any] | None = None) -> Agent:
+        """The agent `name`, or the one the factory builds from `options` (built once per
+        name and options: runs with the same options share its HTTP pool)."""
+        if options is None:
+            agent = self.agents.get(name)
+            if agent is None:
+                known = ", ".join(sorted(self.agents)) or "none"
+                raise ConfigError(f"no agent named {name!r} is registered here (known: {known})")
+            return agent
+        if self.factory is None:
+            raise ConfigError(
+                f"agent {name!r} is built from options, and this runtime has no factory"
+            )
+        key = name + "\n" + orjson.dumps(options, option=orjson.OPT_SORT_KEYS).decode()
+        found = self.built.get(key)
+        if found is None:
+            found = self.built[key] = asyncio.get_running_loop().create_future()
+            try:
+                found.set_result(await self.factory(name, options))
+            except BaseException as e:
+                del self.built[key]
+                found.set_exception(e)
+                found.exception()  # retrieved: the caller gets it below
+        return await asyncio.shield(found)
+
+    async def mcp_tools(self, servers: list[str]) -> list[Tool]:
+        """The tools of these MCP servers, connected once per runtime and kept open by a task
+        of its own (a connection belongs to the task that opened it, and a run's task ends)."""
+        key = "\n".join(servers)
+        if key not in self.held:
+            found: asyncio.Future[list[Tool]] = asyncio.get_running_loop().create_future()
+            self.held[key] = found
+
+            async def hold() -> None:
+                from .tools.mcp import mcp_tools
+
+                try:
+                    async with mcp_tools(servers) as tools:
+                        found.set_result(tools)
+                        await asyncio.Event().wait()
+                except Exception as e:  # reported to whoever waits for the tools
+                    if not found.done():
+                        found.set_exception(e)
+                        del self.held[key]
+
+            self.spawn(hold())
+        return await asyncio.shield(self.held[key])
+
+    # -- runs -------------------------------------------------------------------------------
+
+    async def start(
+        self,
+        agent: str | Agent,
+        task: str,
+        *,
+        run_id: str | None = None,
+        options: dict[str, Any] | None = None,
+        context: RunContext | None = None,
+        history: list[Message] | None = None,
+        restart: RestartPolicy | None = None,
+        approver: Approver | None = None,
+        sinks: list[Sink] | None = None,
+    ) -> Any:
+        """Start a run of `agent` (a registered agent, by name or itself) on `task`; returns
+        its handle once the run is recorded (on a store) or started (in memory).
+
+        `options`: build the agent with the factory from these instead (recorded with the
+        run). `context`: the tools' workspace, account and config (on a store its JSON
+        parts are recorded; `deps` stay in this process). `history`: the conversation before
+        the task. `approver`: who decides calls that need approval; by default they wait for
+        `approve`/`deny` (on a store, across restarts); `approve_all` and `deny_all` decide
+        at once. `sinks` see every event as it is emitted, before any subscriber."""
+        self.check_open()
+        name = agent if isinstance(agent, str) else agent.name
+        if isinstance(agent, Agent):
+            self.register(agent)
+        found = await self.agent_for(name, options)
+        run_id = run_id or uuid.uuid4().hex[:12]
+        context = context or RunContext()
+        if self.durable is None:
+            return self.supervisor.start(
+                found,
+                task,
+                run_id=run_id,
+                context=context,
+                restart=restart,
+                approver=approver,
+                sinks=sinks,
+                transcript=list(history or []),
+            )
+        from .durable import record_of
+
+        if restart is not None and restart.mode != "temporary":
+            raise ConfigError(
+                f"restart={restart.mode!r}: runs on a store are not restarted yet; "
+                "resume a failed one with resume()"
+            )
+        record = record_of(found, options, context, approvals_of(approver))
+        return await self.durable.start(record, task, run_id, list(sinks or []), history)
+
+    def enqueue(
+        self,
+        agent: str | Agent,
+        task: str,
+        *,
+        run_id: str | None = None,
+        options: dict[str, Any] | None = None,
+        context: RunContext | None = None,
+        approver: Approver | None = None,
+    ) -> str:
+        """Put a run on the store's queue for whichever worker (`tether worker`) is free;
+        returns its id once it is recorded. The run is not executed here."""
+        from .durable import enqueue, record_of
+
+        if self.store is None:
+            raise ConfigError("a queue needs a store (the store whose workers take the run)")
+        name = agent if isinstance(agent, str) else agent.name
+        found = agent if isinstance(agent, Agent) else self.agents.get(name)
+        if found is None:
+            raise ConfigError(f"no agent named {name!r} is registered here")
+        run_id = run_id or uuid.uuid4().hex[:12]
+        record = record_of(found, options, context or RunContext(), approvals_of(approver))
+        enqueue(self.store, run_id, record, task)
+        return run_id
+
+    async def resume(
+        self, run_id: str, *, sinks: list[Sink] | None = None, force: bool = False
+    ) -> Any:
+        """Continue a durable run here: one whose process died is recovered (no completed
+        model or tool call repeats), one cancelled or failed goes on from where it stopped.
+        A run whose process still runs it is refused (`force` takes it over regardless)."""
+        self.check_open()
+        if self.durable is None:
+            raise ConfigError("resume needs a store: runs in memory end with their process")
+        return await self.durable.resume(run_id, list(sinks or []), force)
+
+    def get(self, run_id: str) -> Any:
+        """A run of this runtime by id (NoSuchRun if there is none here)."""
+        if self.durable is not None and run_id in self.durable.runs:
+            return self.durable.get(run_id)
+        return self.supervisor.get(run_id)
+
+    def send(self, run_id: str, text: str) -> None:
+        """A user message, delivered before the run's next model call."""
+        self.get(run_id).send(text)
+
+    def cancel(self, run_id: str) -> bool:
+        """Stop the run now (inside a model stream or a tool call too); False if it had ended."""
+        return bool(self.get(run_id).cancel())
+
+    def approve(self, run_id: str, approval_id: str, args_hash: str | None = None) -> None:
+        """Approve a waiting call (with `args_hash`, only for the arguments it showed)."""
+        self.get(run_id).approve(approval_id, args_hash)
+
+    def deny(self, run_id: str, approval_id: str, reason: str = "denied by the user") -> None:
+        self.get(run_id).deny(approval_id, reason)
+
+    async def work(
+        self, concurrency: int = 16, beat: float = 2.0, dead_after: float = 10.0
+    ) -> None:
+        """Execute the store's queued runs until cancelled (`tether worker`), beating every
+        `beat` seconds and recovering the runs of workers silent for `dead_after` seconds."""
+        self.check_open()
+        if self.durable is None:
+            raise ConfigError("a worker needs a store")
+        await self.durable.work(concurrency, beat, dead_after)
+
+    @property
+    def bus(self) -> Bus:
+        return self.supervisor.bus if self.durable is None else self.durable.bus
+
+    @property
+    def runs(self) -> dict[str, Any]:
+        return self.supervisor.runs if self.durable is None else self.durable.runs
+
+    def events(self, run_id: str, offset: int = 0) -> AsyncIterator[Event]:
+        """The run's events from `offset`: replayed, then live, ending after `run_finished`.
+        A durable run that is not live here is read from its store."""
+        log = self.bus.logs.get(run_id)
+        if log is None:
+            log = self.stored_log(run_id)
+        return log.follow(offset)
+
+    def stored_log(self, run_id: str) -> EventLog:
+        if self.durable is None:
+            raise NoSuchRun(f"no run {run_id!r}")
+        from . import durable
+
+        try:
+            events = durable.events_of(durable.client(self.store or ""), run_id)
+        except ConfigError:
+            raise NoSuchRun(f"no run {run_id!r}") from None
+        log = EventLog(run_id)
+        log.events.extend(events)
+        log.close()
+        return log
+
+    def check_open(self) -> None:
+        if not self.entered:
+            raise ConfigError("enter the runtime first: async with Runtime(...) as rt")
+
+
+def approvals_of(approver: Approver | None) -> str:
+    """How a durable run decides approvals: a store can keep a policy, not a Python callable."""
+    if approver is None:
+        return "wait"
+    if approver is approve_all:
+        return "auto"
+    if approver is deny_all:
+        return "deny"
+    raise ConfigError(
+        "a run on a store decides approvals by approve()/deny() (the default), approve_all or "
+        "deny_all; another approver cannot be recorded"
+    )

@@ -1,0 +1,99 @@
+"""A Python program's own durable agent: killed with SIGKILL in the middle of a tool call, it is
+started again and the run finishes without repeating a completed model call or tool call."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, cli_env
+from test_durable import postgres  # noqa: F401 - a fixture
+from wire_server import WireServer
+
+PROGRAM = [sys.executable, str(FIXTURES / "billing.py")]
+
+
+def events(stdout: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def crash_and_resume(wire: WireServer, store: str, tmp_path: Path) -> None:
+    wire.add(calls=[("charge_card", {"order": "A-7", "amount_cents": 4200})])
+    wire.add(calls=[("send_receipt", {"order": "A-7"})])
+    wire.add(text="Charged A-7 and sent the receipt.")
+    env = cli_env(OPENAI_BASE_URL=wire.url, BILLING_DIR=str(tmp_path))
+    first = subprocess.Popen(
+        [*PROGRAM, store, "start", "a-7"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**env, "HOLD_RECEIPT": "1"},
+    )
+    assert first.stdout is not None
+    seen = []
+    for line in first.stdout:
+        event = json.loads(line)
+        seen.append(event["type"])
+        if event["type"] == "receipt_started":  # in the middle of the second tool call
+            first.send_signal(signal.SIGKILL)
+            break
+    first.wait()
+    assert first.returncode == -signal.SIGKILL, seen
+    assert len(wire.requests) == 2
+    assert (tmp_path / "charges.txt").read_text().count("A-7") == 1
+
+    again = subprocess.run(
+        [*PROGRAM, store, "resume", "a-7"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert again.returncode == 0, again.stderr
+    end = events(again.stdout)[-1]
+    assert end["type"] == "run_finished" and end["outcome"] == "done"
+    assert end["answer"] == "Charged A-7 and sent the receipt."
+    assert end["steps"] == 3 and end["usage"]["input_tokens"] > 0  # type: ignore[index]
+    # no completed model call was made again: one request per reply
+    assert len(wire.requests) == 3
+    # the payment was made once; the interrupted idempotent call ran again, once
+    charges = (tmp_path / "charges.txt").read_text().splitlines()
+    assert len(charges) == 1 and charges[0].startswith("a-7:")
+    receipts = (tmp_path / "receipts.txt").read_text().splitlines()
+    assert len(receipts) == 1 and receipts[0].endswith(" A-7")
+    # what the last request carried: both tool results, the charge's the recorded one
+    sent = wire.requests[-1]["messages"]
+    results = [m["content"] for m in sent if m["role"] == "tool"]
+    assert results == ["charged 4200 cents for A-7", "receipt for A-7 sent"]
+
+
+def test_a_python_programs_durable_run_survives_sigkill_on_sqlite(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    crash_and_resume(wire, f"sqlite:///{tmp_path}/runs.sqlite", tmp_path)
+
+
+def test_a_python_programs_durable_run_survives_sigkill_on_postgres(
+    wire: WireServer,
+    tmp_path: Path,
+    postgres: str,  # noqa: F811
+) -> None:
+    crash_and_resume(wire, postgres, tmp_path)
+
+
+def test_resume_without_a_store_is_a_clear_error() -> None:
+    import asyncio
+
+    from tether import ConfigError, Runtime
+
+    async def go() -> None:
+        async with Runtime() as rt:
+            await rt.resume("a-7")
+
+    with pytest.raises(ConfigError, match="needs a store"):
+        asyncio.run(go())
