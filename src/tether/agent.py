@@ -42,6 +42,7 @@ from .loop import (
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .pricing import Price, price_for
 from .providers.base import Model, TextHook
+from .providers.http import RetryHook
 from .tools.tool import RunContext, Tool
 from .tools.toolbox import Toolbox
 
@@ -363,18 +364,32 @@ class LocalEffects:
         return response
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
-        model, limiter = self.agent.model, self.limiter
-        if limiter is None:
-            return await model.respond(request, self.on_text, self.on_retry)
-
-        def on_queued(position: int) -> None:
-            self.emitter.emit("queued", what="model_call", position=position)
-
-        async with limiter.slot(on_queued) as waited:
-            if waited:
-                self.emitter.emit("admitted", what="model_call")
-            return await model.respond(request, self.on_text, self.on_retry)
+        return await respond(
+            self.agent.model, request, self.emitter, self.limiter, self.on_text, self.on_retry
+        )
 
     async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
         toolbox = self.agent.toolbox
         return await toolbox.run_all(calls, self.ctx, self.emitter, self.approver, state.finished)
+
+
+async def respond(
+    model: Model,
+    request: ModelRequest,
+    emitter: Emitter,
+    limiter: Limiter | None,
+    on_text: TextHook | None,
+    on_retry: RetryHook,
+) -> ModelResponse:
+    """A model call in a slot of the endpoint's limiter (a wait for one shows as `queued`,
+    then `admitted`)."""
+    if limiter is None:
+        return await model.respond(request, on_text, on_retry)
+
+    def on_queued(position: int) -> None:
+        emitter.emit("queued", what="model_call", position=position)
+
+    async with limiter.slot(on_queued) as waited:
+        if waited:
+            emitter.emit("admitted", what="model_call")
+        return await model.respond(request, on_text, on_retry)

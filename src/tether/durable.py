@@ -39,11 +39,13 @@ import os
 import socket
 import sys
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from .agent import Agent, RunResult, execute
+from .admission import Limiter
+from .agent import Agent, RunResult, execute, respond
 from .approvals import ApprovalError, ApprovalRequest, Decision, arguments_hash, needs_approval
 from .bus import Bus, EventLog
 from .context import fit
@@ -53,6 +55,7 @@ from .ledger import Ledger
 from .loop import LoopState, close_open_calls
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .pricing import Price, price_for
+from .run import RestartPolicy, after_attempt, forget_old
 from .tools.tool import RunContext
 
 APP = "tether"
@@ -109,6 +112,9 @@ Resolver = Callable[[str, "dict[str, Any] | None"], Awaitable[Agent]]
 (`options.RunOptions`, as the CLI and the page record them) by the runtime's factory."""
 
 APPROVALS = ("wait", "auto", "deny")
+MAIL = "tether.mail"
+"""The topic of the DBOS message that wakes an idle (permanent) run when its inbox gets one."""
+IDLE_WAIT_S = 24 * 3600.0
 
 
 def record_of(
@@ -116,6 +122,7 @@ def record_of(
     options: dict[str, Any] | None,
     context: RunContext,
     approvals: str = "wait",
+    restart: RestartPolicy | None = None,
 ) -> dict[str, Any]:
     """What the store keeps of a run besides its task: the agent's name (and the options it
     was built from, if it was), the JSON parts of its context, and how approvals are decided.
@@ -127,6 +134,7 @@ def record_of(
         "agent": agent.name,
         "options": options,
         "approvals": approvals,
+        "restart": dataclasses.asdict(restart or RestartPolicy()),
         "workspace": str(Path(context.workspace).resolve()),
         "account_id": context.account_id,
         "config": context.config,
@@ -166,8 +174,24 @@ class DurableRuns:
     announced, and the background tasks (followers, MCP holders, approvals sent), which are
     cancelled when it closes. One per process, for one store (DBOS's own rule)."""
 
-    def __init__(self, url: str, resolve: Resolver, executor_id: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        resolve: Resolver,
+        executor_id: str | None = None,
+        *,
+        run_slots: Limiter | None = None,
+        limiter_for: Callable[[Agent], Limiter | None] | None = None,
+        keep_finished: int | None = 10_000,
+    ) -> None:
+        """`run_slots` bounds the runs this process executes at once (the rest wait, visibly);
+        `limiter_for` gives the bound on concurrent calls to an agent's model endpoint;
+        `keep_finished`: how many ended runs keep their handle and events here."""
         check_url(url)
+        self.run_slots = run_slots
+        self.limiter_for = limiter_for or (lambda agent: None)
+        self.keep_finished = keep_finished
+        self.finished: deque[str] = deque()
         self.url = url
         self.resolve = resolve
         self.executor_id = executor_id or process_executor_id()
@@ -250,8 +274,8 @@ class DurableRuns:
         """Start a run executed by this process; returns once the run is recorded."""
         from dbos import DBOS, SetWorkflowID
 
-        if run_id in self.runs:
-            raise RunExists(f"run {run_id!r} was started here already; resume it or use another id")
+        if run_id in self.runs or await DBOS.get_workflow_status_async(run_id) is not None:
+            raise RunExists(f"the store has a run {run_id!r} already; resume it or use another id")
         run = self.attach(run_id, sinks)
         with SetWorkflowID(run_id):
             handle = await DBOS.start_workflow_async(workflow(), run_id, record, task, history)
@@ -299,6 +323,7 @@ class DurableRuns:
         run.status = result.outcome
         self.bus.log(run.id).close()
         run.ended.set()
+        forget_old(self.finished, self.keep_finished, self.runs, self.bus.logs, run.id)
 
     async def resume(self, run_id: str, sinks: list[Sink], force: bool = False) -> StoredRun:
         """Continue a run here: one whose process died (still PENDING in the store) is
@@ -382,18 +407,71 @@ class DurableRuns:
         try:
             agent = self.agents[run_id] = await self.resolve(record["agent"], record["options"])
             self.contexts[run_id] = context_of(run_id, record)
-            state = agent.new_state([*(history or []), Message.user(task)])
-            effects = RecordedEffects(self, run_id, record, agent)
-            try:
-                result = await execute(agent, state, task, self.emitter_for(run_id), effects)
-            except asyncio.CancelledError:
-                followed = self.runs.get(run_id)
-                if followed is not None:  # what it completed, for its handle here
-                    followed.kept = list(state.messages)
-                raise
-            return result.to_dict()
+            if self.run_slots is None:
+                return await self.attempts(run_id, record, agent, task, history)
+            emitter = self.emitter_for(run_id)
+
+            def queued(position: int) -> None:
+                emitter.emit("queued", what="run", position=position)
+
+            async with self.run_slots.slot(queued) as waited:
+                if waited:
+                    emitter.emit("admitted", what="run")
+                return await self.attempts(run_id, record, agent, task, history)
         finally:
             self.forget(run_id)
+
+    async def attempts(
+        self,
+        run_id: str,
+        record: dict[str, Any],
+        agent: Agent,
+        task: str,
+        history: list[Message] | None,
+    ) -> dict[str, Any]:
+        """One attempt after another, as the run's restart policy says (`run.after_attempt`,
+        on the recorded clock); a permanent run idles between answers for the next message.
+        Each attempt goes on with the conversation so far."""
+        policy = RestartPolicy(**(record.get("restart") or {}))
+        emitter = self.emitter_for(run_id)
+        effects = RecordedEffects(self, run_id, record, agent)
+        messages = [*(history or []), Message.user(task)]
+        restarts: deque[float] = deque()
+        first: str | None = task
+        attempt = 1
+        while True:
+            state = agent.new_state(messages)
+            try:
+                result = await execute(agent, state, first, emitter, effects)
+            except asyncio.CancelledError:
+                self.keep(run_id, messages)
+                raise
+            first = None
+            after = after_attempt(policy, result.outcome, restarts, effects.now())
+            if after == "end":
+                return result.to_dict()
+            if after == "give_up":
+                emitter.emit(
+                    "gave_up", restarts=len(restarts), within=policy.within, reason=result.reason
+                )
+                return result.to_dict()
+            if after == "restart":
+                attempt += 1
+                emitter.emit("restarting", attempt=attempt, reason=result.reason)
+                continue
+            try:
+                await effects.next_message()
+            except asyncio.CancelledError:  # cancelled while idle: no attempt reports it
+                ended = dataclasses.replace(result, outcome="cancelled", reason="cancelled")
+                emitter.emit("run_finished", **ended.summary())
+                self.keep(run_id, messages)
+                raise
+
+    def keep(self, run_id: str, messages: list[Message]) -> None:
+        """What a run cancelled here had completed, for its handle."""
+        followed = self.runs.get(run_id)
+        if followed is not None:
+            followed.kept = list(messages)
 
     def emitter_for(self, run_id: str) -> Emitter:
         """The run's live emitter here: one numbering across all its steps. A run nobody here
@@ -502,12 +580,18 @@ class StoredRun:
             self.pending.pop(d["approval_id"], None)
         elif event.type == "run_finished":
             self.summary = dict(event.data)
+        elif event.type == "idle":
+            self.status = "idle"
+        elif event.type == "run_started":
+            self.status = "running"
 
     def send(self, text: str) -> None:
         if self.ended.is_set():
             raise RunEnded(f"run {self.id} has ended ({self.status}); start a new one")
-        self.owner.ledger.send(self.id, text)
-        self.owner.emitter_for(self.id).emit("user_message", text=text)
+        from dbos import DBOS
+
+        seq = self.owner.ledger.send(self.id, text)  # announced when the run takes it
+        self.owner.spawn(DBOS.send_async(self.id, seq, topic=MAIL))  # wakes it if idle
 
     def approve(self, approval_id: str, args_hash: str | None = None) -> None:
         self.answer(approval_id, True, "approved by the user", args_hash)
@@ -612,6 +696,20 @@ class RecordedEffects:
         results, self.clock = await steps().tools_step(self.run_id, calls, decisions)
         return list(results)
 
+    async def next_message(self) -> None:
+        """Idle (a permanent run between answers; `idle` is announced) until the inbox has a
+        message the run has not seen; the next model call takes it. A wake-up is a DBOS
+        message, so the wait survives restarts; the inbox is read in a step, so a replay sees
+        what the run saw."""
+        from dbos import DBOS
+
+        idle = False
+        while not await steps().inbox_step(self.run_id, self.seen):
+            if not idle:
+                self.owner.emitter_for(self.run_id).emit("idle")
+                idle = True
+            await DBOS.recv_async(MAIL, timeout_seconds=IDLE_WAIT_S)
+
     async def decide(self, calls: list[ToolCall]) -> list[Decision | None]:
         """Approvals are decided in the workflow, durably: a waiting call survives restarts.
         Every call of the reply is put to the user at once and each is decided on its own; the
@@ -677,6 +775,7 @@ class Steps:
     model_step: Any
     context_step: Any
     tools_step: Any
+    inbox_step: Any
 
 
 def register() -> Steps:
@@ -696,6 +795,8 @@ def register() -> Steps:
         if arrived:
             extra = tuple(Message.user(text) for _, text in arrived)
             request = dataclasses.replace(request, messages=request.messages + extra)
+            for _, text in arrived:
+                emitter.emit("user_message", text=text)
         emitter.emit("model_request", messages=len(request.messages))
 
         def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
@@ -705,13 +806,16 @@ def register() -> Steps:
             emitter.emit("text_delta", text=text)
 
         began = time.time()
-        response = await agent.model.respond(request, on_text, on_retry)
+        limiter = owner.limiter_for(agent)
+        response = await respond(agent.model, request, emitter, limiter, on_text, on_retry)
         emitter.emit("model_response", **model_response_data(response))
         late: list[tuple[int, str]] = []
         if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
             late = await ledger.call(
                 ledger.messages_after, run_id, max([seen, *(n for n, _ in arrived)])
             )
+            for _, text in late:
+                emitter.emit("user_message", text=text)
         return response, began, time.time(), arrived, late
 
     @DBOS.step(name="tether.context_step")
@@ -755,6 +859,14 @@ def register() -> Steps:
         )
         return list(results), time.time()
 
+    @DBOS.step(name="tether.inbox_step")
+    async def inbox_step(run_id: str, seen: int) -> bool:
+        """Whether the run's inbox has a message after message `seen`."""
+        owner = active()
+        owner.stepped.add(run_id)
+        ledger = owner.ledger
+        return bool(await ledger.call(ledger.messages_after, run_id, seen))
+
     @DBOS.workflow(name=WORKFLOW)
     async def durable_run(
         run_id: str, record: dict[str, Any], task: str, history: list[Message] | None = None
@@ -762,7 +874,7 @@ def register() -> Steps:
         """`history`: the conversation before `task` (a turn of `tether ask`)."""
         return await active().execute(run_id, record, task, history)
 
-    return Steps(durable_run, model_step, context_step, tools_step)
+    return Steps(durable_run, model_step, context_step, tools_step, inbox_step)
 
 
 async def one_call(

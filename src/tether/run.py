@@ -9,8 +9,9 @@ log, numbered from 0, which any number of subscribers follow (see `bus`).
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .admission import Limiter
 from .agent import Agent, RunResult
@@ -36,6 +37,47 @@ class RestartPolicy:
     mode: Literal["temporary", "transient", "permanent"] = "temporary"
     max_restarts: int = 3
     within: float = 60.0
+
+
+After = Literal["end", "idle", "restart", "give_up"]
+
+
+def after_attempt(policy: RestartPolicy, outcome: str, restarts: deque[float], now: float) -> After:
+    """What to do when a run's attempt ends with `outcome` (OTP's restart strategy as a pure
+    decision; the same for runs in memory and in a store). `restarts` holds the times of the
+    recent restarts and is updated; `now` is the run's clock."""
+    if outcome == "cancelled":
+        return "end"
+    if outcome != "failed":
+        return "idle" if policy.mode == "permanent" else "end"
+    if policy.mode == "temporary":
+        return "end"
+    while restarts and now - restarts[0] > policy.within:
+        restarts.popleft()
+    if len(restarts) >= policy.max_restarts:
+        return "give_up"
+    restarts.append(now)
+    return "restart"
+
+
+def forget_old(
+    finished: deque[str],
+    keep: int | None,
+    runs: dict[str, Any],
+    logs: dict[str, EventLog],
+    run_id: str,
+) -> None:
+    """Remember `run_id` as ended, and forget the oldest ended runs past `keep` (their handles
+    and event logs); None keeps them all."""
+    if keep is None:
+        return
+    finished.append(run_id)
+    while len(finished) > keep:
+        old = finished.popleft()
+        run = runs.get(old)
+        if run is not None and not run.alive:  # the id may have been reused since
+            del runs[old]
+            logs.pop(old, None)
 
 
 class Run:

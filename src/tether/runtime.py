@@ -133,7 +133,15 @@ class Runtime:
         if self.store is not None:
             from .durable import DurableRuns
 
-            self.durable = DurableRuns(self.store, self.agent_for, self.executor_id)
+            sup = self.supervisor
+            self.durable = DurableRuns(
+                self.store,
+                self.agent_for,
+                self.executor_id,
+                run_slots=sup.run_slots,
+                limiter_for=sup.limiter_for,
+                keep_finished=sup.keep_finished,
+            )
             self.durable.open()
             if self.take_over_on_enter:
                 await self.durable.take_over(sinks=[])
@@ -265,12 +273,7 @@ class Runtime:
             )
         from .durable import record_of
 
-        if restart is not None and restart.mode != "temporary":
-            raise ConfigError(
-                f"restart={restart.mode!r}: runs on a store are not restarted yet; "
-                "resume a failed one with resume()"
-            )
-        record = record_of(found, options, context, approvals_of(approver))
+        record = record_of(found, options, context, approvals_of(approver), restart)
         return await self.durable.start(record, task, run_id, list(sinks or []), history)
 
     def enqueue(

@@ -29,7 +29,7 @@ from .bus import Bus
 from .errors import NoSuchRun, RunError, RunExists
 from .events import Sink
 from .messages import Message, Usage
-from .run import RestartPolicy, Run
+from .run import RestartPolicy, Run, after_attempt, forget_old
 from .tools.tool import RunContext
 
 DEFAULT_MAX_MODEL_CALLS = 256
@@ -124,15 +124,7 @@ class Supervisor:
 
     def forget_old(self, run_id: str) -> None:
         """Remember `run_id` as ended, and forget the oldest ended runs past the limit."""
-        if self.keep_finished is None:
-            return
-        self.finished.append(run_id)
-        while len(self.finished) > self.keep_finished:
-            old = self.finished.popleft()
-            run = self.runs.get(old)
-            if run is not None and not run.alive:  # the id may have been reused since
-                del self.runs[old]
-                self.bus.logs.pop(old, None)
+        forget_old(self.finished, self.keep_finished, self.runs, self.bus.logs, run_id)
 
     def limiter_for(self, agent: Agent) -> Limiter | None:
         if not self.max_model_calls:
@@ -187,32 +179,24 @@ class Supervisor:
                 self.forget_old(run.id)
 
     async def _attempts(self, run: Run) -> None:
-        policy = run.restart
         restarts: deque[float] = deque()
         task: str | None = run.task
         limiter = self.limiter_for(run.agent)
         while True:
             result = await run.attempt(task, limiter)
             task = None  # later attempts continue the transcript
-            if result.outcome == "cancelled":
+            after = after_attempt(run.restart, result.outcome, restarts, time.monotonic())
+            if after == "end":
                 return
-            if result.outcome != "failed":
-                if policy.mode != "permanent":
-                    return
+            if after == "idle":
                 await run.next_message()
-                continue
-            if policy.mode == "temporary":
-                return
-            now = time.monotonic()
-            while restarts and now - restarts[0] > policy.within:
-                restarts.popleft()
-            if len(restarts) >= policy.max_restarts:
+            elif after == "give_up":
                 run.emitter.emit(
                     "gave_up",
                     restarts=len(restarts),
-                    within=policy.within,
+                    within=run.restart.within,
                     reason=result.reason,
                 )
                 return
-            restarts.append(now)
-            run.emitter.emit("restarting", attempt=run.attempts + 1, reason=result.reason)
+            else:
+                run.emitter.emit("restarting", attempt=run.attempts + 1, reason=result.reason)

@@ -42,7 +42,8 @@ def command_store(args: argparse.Namespace) -> int:
             status = durable.status_of(store, args.run_id)
             if status.status in ("SUCCESS", "ERROR", "CANCELLED"):
                 raise ConfigError(f"run {args.run_id} has ended ({status.status.lower()})")
-            durable.ledger_for(args.store).send(args.run_id, args.text)
+            seq = durable.ledger_for(args.store).send(args.run_id, args.text)
+            store.send(args.run_id, seq, durable.MAIL)  # wakes the run if it idles
         else:
             approved = args.command == "approve"
             reason = "approved by the user" if approved else args.reason
