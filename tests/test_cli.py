@@ -424,3 +424,20 @@ def test_terminal_profile_asks_before_bash_unless_yolo(
     assert system["role"] == "system" and "terminal agent" in system["content"]
     names = {t["function"]["name"] for t in first["tools"]}
     assert names == {"bash", "read_file", "write_file", "edit_file", "list_files"}
+
+
+def test_data_dir_holds_the_default_store_too(wire: WireServer, tmp_path: Path) -> None:
+    wire.add(text="Stored.")
+    data = tmp_path / "data"
+    p = tether("run", "hi", "--base-url", wire.url, "--data-dir", str(data), "--run-id", "dd-1")
+    assert p.returncode == 0, p.stderr
+    assert (data / "runs.sqlite").exists()
+    listed = tether("runs", "--data-dir", str(data), "--json")
+    assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == ["dd-1"]
+
+
+def test_version() -> None:
+    import tether as package
+
+    p = tether("--version")
+    assert p.returncode == 0 and p.stdout.strip() == f"tether {package.__version__}"

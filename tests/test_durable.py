@@ -441,3 +441,36 @@ def test_resume_refuses_a_run_whose_process_still_runs_it(wire: WireServer, tmp_
     assert running.returncode == 0
     assert json.loads(out.splitlines()[-1])["answer"] == "Noted."
     assert (tmp_path / "notes").read_text().count("slow") == 1
+
+
+def test_an_approval_applies_only_to_a_waiting_request_for_its_arguments(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    wire.add(calls=[("bash", {"command": "echo ok > proof.txt"})]).add(text="Done.")
+    env = cli_env(OPENAI_API_KEY="sk-durable")
+    request = kill_at(
+        env,
+        "approval_requested",
+        *("run", "make proof", "--base-url", wire.url, "--tools", "bash"),
+        *("--store", store, "--run-id", "appr-2", "--workspace", str(tmp_path)),
+    )
+    approval = request["approval_id"]
+
+    def approve(*extra: str) -> subprocess.CompletedProcess[str]:
+        return tether(env, "approve", "appr-2", *extra, "--store", store)
+
+    early = approve("ap_not_asked_yet")  # a call the model has not asked for (yet)
+    assert early.returncode == 2 and "not waiting" in early.stderr, early.stderr
+    other = approve(approval, "--args-hash", "0" * 64)
+    assert other.returncode == 2 and "other arguments" in other.stderr, other.stderr
+    unknown = tether(env, "approve", "no-such-run", approval, "--store", store)
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+    assert not (tmp_path / "proof.txt").exists()
+    right = approve(approval, "--args-hash", request["args_hash"])
+    assert right.returncode == 0, right.stderr
+    resumed = tether(env, "resume", "appr-2", "--store", store, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "proof.txt").read_text() == "ok\n"
+    again = approve(approval)  # decided, and the run has ended
+    assert again.returncode == 2 and "ended" in again.stderr

@@ -106,3 +106,24 @@ def test_a_cancel_reports_what_the_run_used(wire: WireServer, tmp_path: Path, ki
     assert end["type"] == "run_finished" and end["outcome"] == "cancelled"
     assert end["steps"] == 1 and end["usage"]["input_tokens"] > 0
     assert [e["type"] for e in events].count("run_finished") == 1
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_reused_call_id_never_returns_an_earlier_calls_result(
+    wire: WireServer, tmp_path: Path, kind: str
+) -> None:
+    """A server that gives a later call the id of an earlier one (or no ids at all) gets the
+    new call run: its id is made unique, and the journal never takes it for the old one."""
+    wire.add(calls=[("slow_echo", {"text": "one", "ms": 10}, "c0")])
+    wire.add(calls=[("slow_echo", {"text": "two", "ms": 10}, "c0")])
+    wire.add(text="Both echoed.")
+    status, events = run(wire, store_for(kind, tmp_path))
+    assert status == 0
+    results = [e for e in events if e["type"] == "tool_result"]
+    assert [r["output"] for r in results] == ["echo: one", "echo: two"]
+    calls = [e for e in events if e["type"] == "tool_call"]
+    assert len({c["id"] for c in calls}) == 2
+    sent = wire.requests[-1]["messages"]
+    ids = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+    asked = [c["id"] for m in sent if m["role"] == "assistant" for c in m["tool_calls"]]
+    assert ids == asked and len(set(ids)) == 2

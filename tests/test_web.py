@@ -295,7 +295,7 @@ def test_a_run_the_server_lost_is_finished_by_tether_resume(server: Server) -> N
     server.proc.kill()
     server.proc.wait()
     p = subprocess.run(
-        [*TETHER, "resume", run["id"], "--json"],
+        [*TETHER, "resume", run["id"], "--json", "--data-dir", str(server.data)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -322,3 +322,30 @@ def test_a_restarted_server_finishes_the_runs_it_lost(server: Server) -> None:
         time.sleep(0.2)
     shown = server.api("GET", f"/api/runs/{run['id']}")
     assert shown["answer"].startswith("word0 word1")
+
+
+def test_a_bad_start_request_is_refused_and_registers_nothing(server: Server) -> None:
+    bad = [
+        {"task": "t", "run_id": 5},
+        {"task": "t", "run_id": "../escape"},
+        {"task": "t", "max_cost": float("nan")},
+        {"task": "t", "max_cost": -1},
+        {"task": "t", "max_steps": 0},
+        {"task": "t", "max_steps": True},
+        {"task": "t", "model": ["a"]},
+    ]
+    for body in bad:
+        request = urllib.request.Request(
+            server.url + "/api/runs",
+            method="POST",
+            data=json.dumps(body).encode(),  # NaN goes out as the bare token NaN
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 400, body
+        assert "error" in json.loads(refused.value.read())
+    assert server.api("GET", "/api/runs") == []
+    index = urllib.request.Request(server.url + "/", headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(index, timeout=10) as r:
+        assert r.status == 200

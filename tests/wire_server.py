@@ -9,6 +9,7 @@ every request. A reply is protocol-neutral; the route decides how it is written:
 
     server.add(text="hi")                                    # a text answer
     server.add(text="", calls=[("add", {"a": 1})])           # tool calls (argument fragments)
+    server.add(calls=[("add", {"a": 1}, "c0")])              # ... with the id the server gives
     server.add(status=429, headers={"Retry-After": "0"})     # an error reply
     server.add(fault="reset" | "stall" | "no_done" | "garbage" | "stream_error")
 
@@ -195,7 +196,8 @@ class Writer:
         self.calls = []
         for i, c in enumerate(reply.get("calls") or ()):
             raw = c[1] if isinstance(c[1], str) else orjson.dumps(c[1]).decode()
-            self.calls.append((f"call_{n}_{i}", c[0], raw))
+            cid = c[2] if len(c) > 2 else f"call_{n}_{i}"  # (name, arguments[, id])
+            self.calls.append((cid, c[0], raw))
         u = reply.get("usage") or {}
         self.prompt, self.completion = u.get("prompt", 50), u.get("completion", 10)
         self.cached, self.reasoning = u.get("cached", 0), u.get("reasoning", 0)

@@ -38,6 +38,7 @@ from .loop import (
     close_open_calls,
     last_answer,
     step,
+    unique_calls,
 )
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .pricing import Price, price_for
@@ -358,7 +359,7 @@ class LocalEffects:
         request, emitter = self.agent.request(state), self.emitter
         if emitter.active:
             emitter.emit("model_request", messages=len(request.messages))
-        response = await self.respond(request)
+        response = unique_calls(await self.respond(request), state.messages)
         if emitter.active:
             emitter.emit("model_response", **model_response_data(response))
         return response

@@ -52,7 +52,7 @@ from .context import fit
 from .errors import ConfigError, NoSuchRun, ProviderError, RunEnded, RunExists
 from .events import Emitter, Event, Sink, call_dict, model_response_data, tool_result_data
 from .ledger import Ledger
-from .loop import LoopState, close_open_calls
+from .loop import LoopState, close_open_calls, unique_calls
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .pricing import Price, price_for
 from .run import RestartPolicy, after_attempt, forget_old
@@ -725,17 +725,20 @@ class RecordedEffects:
             if tool is None or not needs_approval(tool.approval, call.arguments):
                 continue
             approval_id = f"ap_{call.id}"
-            if policy == "wait":
-                await DBOS.set_event_async(
-                    approval_id, {"name": call.name, "arguments": call.arguments}
-                )
+            shown = {
+                "name": call.name,
+                "arguments": call.arguments,
+                "args_hash": arguments_hash(call.name, call.arguments),
+            }
+            if policy == "wait":  # what `tether approve` checks an answer against
+                await DBOS.set_event_async(approval_id, {**shown, "state": "waiting"})
             emitter.emit(
                 "approval_requested",
                 approval_id=approval_id,
                 id=call.id,
                 name=call.name,
                 arguments=call.arguments or {},
-                args_hash=arguments_hash(call.name, call.arguments),
+                args_hash=shown["args_hash"],
                 expires_at=None,
             )
             if policy == "auto":
@@ -752,6 +755,7 @@ class RecordedEffects:
                 decisions[i] = Decision(False, "the approval expired")
             else:
                 decisions[i] = Decision(bool(answer.get("approved")), str(answer.get("reason", "")))
+            await DBOS.set_event_async(approval_id, {"state": "decided"})
             decided(emitter, approval_id, call, decisions[i])
         return decisions
 
@@ -808,6 +812,7 @@ def register() -> Steps:
         began = time.time()
         limiter = owner.limiter_for(agent)
         response = await respond(agent.model, request, emitter, limiter, on_text, on_retry)
+        response = unique_calls(response, request.messages)  # recorded so: a replay agrees
         emitter.emit("model_response", **model_response_data(response))
         late: list[tuple[int, str]] = []
         if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
@@ -1072,6 +1077,25 @@ def events_of(store: Any, run_id: str) -> list[Any]:
         data = {k: v for k, v in status.output.items() if k != "messages"}
         add("run_finished", (status.updated_at or 0) / 1000, **data)
     return out
+
+
+def answer_approval(
+    store: Any, run_id: str, approval_id: str, reply: dict[str, Any], args_hash: str | None
+) -> None:
+    """Answer a durable run's approval request from outside (`tether approve`): only one
+    that is waiting now, and with `args_hash`, only for the arguments it showed."""
+    status = status_of(store, run_id)
+    if status.status in ("SUCCESS", "ERROR", "CANCELLED"):
+        raise ConfigError(f"run {run_id} has ended ({status.status.lower()})")
+    request = store.get_event(run_id, approval_id, timeout_seconds=0)
+    if not isinstance(request, dict) or request.get("state") != "waiting":
+        raise ConfigError(
+            f"run {run_id} is not waiting for approval {approval_id} (decided already, or "
+            "never requested)"
+        )
+    if args_hash is not None and args_hash != request.get("args_hash"):
+        raise ConfigError(f"approval {approval_id} was shown other arguments")
+    store.send(run_id, reply, approval_id)
 
 
 # -- the queue --------------------------------------------------------------------------------

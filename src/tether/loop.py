@@ -10,10 +10,12 @@ is tested without a network and replayed from a journal.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .messages import Message, ModelResponse, ToolCall, ToolResult, ToolSpec, Usage
+from .messages import Message, ModelResponse, Part, ToolCall, ToolResult, ToolSpec, Usage
 from .pricing import Price
 
 Outcome = Literal["done", "halted", "cancelled", "failed"]
@@ -181,6 +183,32 @@ def message_chars(m: Message) -> int:
         else:
             n += len(p.text)
     return n + 4
+
+
+def unique_calls(response: ModelResponse, messages: Sequence[Message]) -> ModelResponse:
+    """The reply with every tool call's id unique in the conversation. A server may reuse an
+    id in a later turn, or within one reply, or leave ids out (and get `call_0` each turn):
+    then a record keyed by call id (the durable journal, an approval, an idempotency key)
+    would take a new call for an old one. A repeated or empty id gets a suffix; the model sees
+    the new id in the history and in the result, so the conversation stays consistent."""
+    calls = response.message.tool_calls
+    if not calls:
+        return response
+    seen = {c.id for m in messages if m.role == "assistant" for c in m.tool_calls}
+    if all(c.id and c.id not in seen for c in calls) and len({c.id for c in calls}) == len(calls):
+        return response
+    parts: list[Part] = []
+    for p in response.message.parts:
+        if isinstance(p, ToolCall):
+            if not p.id or p.id in seen:
+                base, n = p.id or "call", 2
+                while f"{base}_{n}" in seen:
+                    n += 1
+                p = dataclasses.replace(p, id=f"{base}_{n}")
+            seen.add(p.id)
+        parts.append(p)
+    message = dataclasses.replace(response.message, parts=tuple(parts))
+    return dataclasses.replace(response, message=message)
 
 
 def last_answer(messages: list[Message]) -> str:

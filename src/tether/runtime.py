@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from types import TracebackType
@@ -258,7 +259,7 @@ class Runtime:
         if isinstance(agent, Agent):
             self.register(agent)
         found = await self.agent_for(name, options)
-        run_id = run_id or uuid.uuid4().hex[:12]
+        run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
         context = context or RunContext()
         if self.durable is None:
             return self.supervisor.start(
@@ -296,7 +297,7 @@ class Runtime:
         found = agent if isinstance(agent, Agent) else self.agents.get(name)
         if found is None:
             raise ConfigError(f"no agent named {name!r} is registered here")
-        run_id = run_id or uuid.uuid4().hex[:12]
+        run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
         record = record_of(found, options, context or RunContext(), approvals_of(approver))
         enqueue(self.store, run_id, record, task)
         return run_id
@@ -376,6 +377,20 @@ class Runtime:
     def check_open(self) -> None:
         if not self.entered:
             raise ConfigError("enter the runtime first: async with Runtime(...) as rt")
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def check_run_id(run_id: Any) -> str:
+    """A run id names a file (the journal) and a record: letters, digits and `._:-`, up to
+    128 characters, starting with a letter or digit."""
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
+        raise ConfigError(
+            f"run id {run_id!r}: use letters, digits and . _ : - (up to 128, starting with a "
+            "letter or digit)"
+        )
+    return run_id
 
 
 def approvals_of(approver: Approver | None) -> str:

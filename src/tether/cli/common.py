@@ -28,11 +28,12 @@ def data_dir() -> Path:
     return Path(base) / "tether"
 
 
-def default_store() -> str:
-    """$TETHER_STORE, else a SQLite file in the data directory."""
+def default_store(directory: str | Path | None = None) -> str:
+    """$TETHER_STORE, else a SQLite file in the data directory (`--data-dir`, else the
+    default one)."""
     store = os.environ.get("TETHER_STORE") or ""
     if not store:
-        path = data_dir() / "runs.sqlite"
+        path = Path(directory or data_dir()) / "runs.sqlite"
         path.parent.mkdir(parents=True, exist_ok=True)
         store = f"sqlite:///{path}"
     return store

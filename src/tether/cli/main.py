@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 
+from .. import __version__
 from ..errors import ConfigError
 from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS, RunOptions
 from ..providers import PROVIDERS
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tether: a supervised runtime for LLM agents.",
         epilog="Exit status: 0 done, 1 failed, 2 bad usage, 3 halted by a budget, 130 cancelled.",
     )
+    parser.add_argument("--version", action="version", version=f"tether {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run = sub.add_parser("run", help="run one task to its end", description="Run one task.")
     run.add_argument("task", metavar="TASK", help="what the agent should do")
@@ -105,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("run_id", metavar="RUN_ID")
         p.add_argument("approval_id", metavar="APPROVAL_ID")
     deny.add_argument("--reason", default="denied by the user")
+    approve.add_argument(
+        "--args-hash",
+        metavar="SHA256",
+        help="approve only if the call waiting is for these arguments (the args_hash of its "
+        "approval_requested event)",
+    )
     for p in (resume, runs, send, cancel, approve, deny, worker):
         p.add_argument(
             "--store",
@@ -112,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"sqlite:///PATH or postgresql://... (default: $TETHER_STORE, else {STORE_HELP})",
         )
         p.add_argument("--json", action="store_true", help="print JSON")
+        p.add_argument(
+            "--data-dir", default=str(data_dir()), help="where the default store is kept"
+        )
     show = sub.add_parser(
         "show",
         help="a past run: its transcript, events or ATIF trajectory",
@@ -135,7 +146,7 @@ def resolve_store(args: argparse.Namespace) -> None:
     `memory` (None after this) keeps a run in this process only."""
     store = args.store or ""
     if not store and args.command in DURABLE_BY_DEFAULT:
-        store = default_store()
+        store = default_store(args.data_dir)
     args.store = None if store in ("", "memory") else store
 
 
@@ -267,7 +278,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     o.add_argument(
         "--data-dir",
         default=str(data_dir()),
-        help=f"where run journals are kept, for tether show (default: {data_dir()})",
+        help="where run journals and the default store are kept, for tether show and runs "
+        f"(default: {data_dir()})",
     )
     o.add_argument(
         "--log",

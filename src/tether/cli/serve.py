@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import ipaddress
+import math
 import secrets
 import sys
 from pathlib import Path
@@ -43,11 +44,13 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
         """The server's options with the form's choices laid over them."""
         o = dataclasses.replace(options)
         if form.get("model"):
-            o.model = str(form["model"])
+            if not isinstance(form["model"], str):
+                raise ConfigError("model: a string is required")
+            o.model = form["model"]
         if form.get("max_steps") is not None:
-            o.max_steps = int(form["max_steps"])
+            o.max_steps = whole(form["max_steps"], "max_steps", 1, 100_000)
         if form.get("max_cost") is not None:
-            o.max_cost = float(form["max_cost"])
+            o.max_cost = dollars(form["max_cost"], "max_cost")
         chosen = form.get("tools")
         if isinstance(chosen, list):
             unknown = [str(n) for n in chosen if n not in available]
@@ -83,6 +86,22 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
     )
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
     return 0
+
+
+def whole(value: Any, name: str, low: int, high: int) -> int:
+    """A whole number from the form, within bounds (a bad one is the form's error)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{name}: a whole number from {low} to {high} is required")
+    return value
+
+
+def dollars(value: Any, name: str) -> float:
+    """An amount of money from the form: finite and not negative (NaN would turn a budget
+    off)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name}: a finite amount in USD, 0 or more, is required")
+    return float(value)
 
 
 def is_loopback(host: str) -> bool:

@@ -47,7 +47,9 @@ def command_store(args: argparse.Namespace) -> int:
         else:
             approved = args.command == "approve"
             reason = "approved by the user" if approved else args.reason
-            store.send(args.run_id, {"approved": approved, "reason": reason}, args.approval_id)
+            reply = {"approved": approved, "reason": reason}
+            given = getattr(args, "args_hash", None)
+            durable.answer_approval(store, args.run_id, args.approval_id, reply, given)
     except ConfigError as e:
         return error(str(e))
     return 0
@@ -108,7 +110,7 @@ def command_show(args: argparse.Namespace) -> int:
     default = not args.store
     store = args.store
     if default and not path.exists():  # not journaled: a durable run, in the store
-        store = default_store()
+        store = default_store(args.data_dir)
     if store:
         from .. import durable
 

@@ -193,7 +193,9 @@ class WebApp:
         if not isinstance(task, str) or not task.strip():
             return json_error(400, "task: a non-empty string is required")
         run_id = body.get("run_id") or None
-        if run_id is not None and (not isinstance(run_id, str) or run_id in self.archived):
+        if run_id is not None and not isinstance(run_id, str):
+            return json_error(400, "run_id: a string is required")
+        if run_id in self.archived:
             return json_error(400, f"run_id: {run_id!r} is taken")
         sinks: list[Sink] = [self.journal.write] if self.journal else []
         try:
