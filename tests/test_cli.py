@@ -436,8 +436,45 @@ def test_data_dir_holds_the_default_store_too(wire: WireServer, tmp_path: Path) 
     assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == ["dd-1"]
 
 
+def test_runs_shows_what_each_run_was_asked_and_how_it_ended(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    wire.add(text="Stored.")
+    data = tmp_path / "data"
+    p = tether("run", "say hi", "--base-url", wire.url, "--data-dir", str(data), "--run-id", "r-1")
+    assert p.returncode == 0, p.stderr
+    row = json.loads(tether("runs", "--data-dir", str(data), "--json").stdout)
+    assert (row["id"], row["state"], row["task"], row["steps"]) == ("r-1", "done", "say hi", 1)
+    assert row["answer"] == "Stored." and row["ended_at"] >= row["started_at"] > 0
+    line = tether("runs", "--data-dir", str(data)).stdout.strip().split("\t")
+    assert line[0] == "r-1" and line[2:] == ["done", "1 steps", "$0.0000", "say hi"]
+
+
 def test_version() -> None:
     import tether as package
 
     p = tether("--version")
     assert p.returncode == 0 and p.stdout.strip() == f"tether {package.__version__}"
+
+
+def test_stores_journals_and_logs_are_private(wire: WireServer, tmp_path: Path) -> None:
+    """They hold transcripts: files 0600, in directories 0700 (when Tether creates them)."""
+    wire.add(text="Kept.").add(text="Journaled.")
+    data = tmp_path / "data"
+    durable = tether("run", "hi", "--base-url", wire.url, "--data-dir", str(data))
+    assert durable.returncode == 0, durable.stderr
+    log = tmp_path / "run.log"
+    memory = tether(
+        "run", "hi", "--base-url", wire.url, "--data-dir", str(data), "--store", "memory",
+        "--run-id", "private-1", "--log", str(log),
+    )  # fmt: skip
+    assert memory.returncode == 0, memory.stderr
+    modes = {
+        p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777
+        for p in [data, *data.rglob("*"), log]
+    }
+    assert modes["data"] == 0o700 and modes["data/events"] == 0o700
+    assert modes["data/runs.sqlite"] == 0o600 and modes["data/runs.sqlite-effects"] == 0o600
+    assert modes["data/events/private-1.jsonl"] == 0o600 and modes["run.log"] == 0o600
+    others = {name: mode for name, mode in modes.items() if mode & 0o077}
+    assert others == {}

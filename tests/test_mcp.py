@@ -151,3 +151,39 @@ def test_a_durable_run_uses_an_mcp_servers_tools(wire: WireServer, tmp_path: Pat
     result = next(e for e in events if e["type"] == "tool_result")
     assert (result["output"], result["is_error"]) == ("12 apples in stock", False)
     assert events[-1]["type"] == "run_finished" and events[-1]["answer"] == "12 apples."
+
+
+def test_a_tool_name_clash_is_a_clear_error_and_stops_the_server(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    server = tmp_path / "clashing_mcp_server.py"  # a name no other process has
+    server.write_text((FIXTURES / "mcp_server.py").read_text())
+    mine = tmp_path / "my_tools.py"
+    mine.write_text(
+        "from tether import tool\n\n\n@tool\ndef stock(item: str) -> str:\n"
+        '    """Mine."""\n    return item\n'
+    )
+    mcp = f"{sys.executable} {server}"
+    p = subprocess.run(
+        [*TETHER, "run", "x", "--base-url", wire.url, "--tools-from", str(mine), "--mcp", mcp],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(OPENAI_API_KEY="sk-test"),
+    )
+    assert p.returncode == 2, p.stderr
+    assert "two tools are named 'stock'" in p.stderr and "Traceback" not in p.stderr
+    left = [
+        d.name
+        for d in Path("/proc").iterdir()
+        if d.name.isdigit() and str(server) in read_cmdline(d)
+    ]
+    assert left == []
+    assert wire.requests == []
+
+
+def read_cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""

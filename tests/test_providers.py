@@ -200,6 +200,21 @@ async def test_429_with_retry_after_is_retried(
 
 
 @every
+async def test_a_retry_after_beyond_the_longest_wait_fails_at_once(
+    wire: WireServer, protocol: str
+) -> None:
+    """`Retry-After: 3600` is not an hour's sleep, nor a capped sleep and a request sent again
+    only to be refused: the call fails now and says when the server takes requests again."""
+    wire.add(status=429, type="rate_limit_error", headers={"Retry-After": "3600"})
+    wire.add(text="too early")
+    with pytest.raises(RateLimited) as info:
+        await respond(client(wire, protocol, True))
+    assert len(wire.requests) == 1
+    assert "3600 s" in info.value.message and "UTC" in info.value.message
+    assert not info.value.retryable
+
+
+@every
 async def test_5xx_then_success(wire: WireServer, protocol: str) -> None:
     wire.add(status=500).add(status=529, type="overloaded_error").add(text="third time")
     r = await respond(client(wire, protocol, True))

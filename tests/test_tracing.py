@@ -104,3 +104,17 @@ def test_cli_otel_prints_spans(wire: WireServer) -> None:
     )
     assert p.returncode == 0
     assert '"name": "invoke_agent tether"' in p.stderr and '"name": "chat ' in p.stderr
+
+
+async def test_chat_spans_use_the_genai_names_for_cached_and_reasoning_tokens() -> None:
+    from tether import Usage
+
+    exporter, sink = exporter_and_sink()
+    usage = Usage(input_tokens=100, cached_input_tokens=60, output_tokens=20, reasoning_tokens=12)
+    model = ScriptedModel([reply("hi", usage=usage)], name="gpt-4.1-mini")
+    await Agent(model).run("hi", sinks=[sink])
+    chat = next(s for s in exporter.get_finished_spans() if s.name.startswith("chat"))
+    assert chat.attributes is not None
+    assert chat.attributes["gen_ai.usage.cache_read.input_tokens"] == 60
+    assert chat.attributes["gen_ai.usage.reasoning.output_tokens"] == 12
+    assert "gen_ai.usage.cached_input_tokens" not in chat.attributes

@@ -51,6 +51,7 @@ from .bus import Bus, EventLog
 from .context import fit
 from .errors import ConfigError, NoSuchRun, ProviderError, RunEnded, RunExists
 from .events import Emitter, Event, Sink, call_dict, model_response_data, tool_result_data
+from .journal import private_file
 from .ledger import Ledger
 from .loop import LoopState, close_open_calls, unique_calls
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
@@ -216,6 +217,7 @@ class DurableRuns:
             raise ConfigError("one durable store per process is open already")
         if self.url.startswith("sqlite"):
             use_modern_sqlite()
+            private_file(self.url.removeprefix("sqlite:///"))  # transcripts: this user's only
         workflow()
         self._ledger = Ledger(self.url)
         _active = self
@@ -1077,6 +1079,31 @@ def events_of(store: Any, run_id: str) -> list[Any]:
         data = {k: v for k, v in status.output.items() if k != "messages"}
         add("run_finished", (status.updated_at or 0) / 1000, **data)
     return out
+
+
+STATES = {"ENQUEUED": "queued", "PENDING": "running", "ERROR": "failed", "CANCELLED": "cancelled"}
+
+
+def listing(w: Any) -> dict[str, Any]:
+    """One run of a store as `tether runs` shows it: what it was asked, where it stands
+    (queued, running, then its outcome), when, and what it used."""
+    inputs = w.input.get("args") if isinstance(w.input, dict) else None
+    task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
+    out = w.output if isinstance(w.output, dict) else {}
+    state = out.get("outcome", "done") if w.status == "SUCCESS" else STATES.get(w.status)
+    ended = w.status in ("SUCCESS", "ERROR", "CANCELLED")
+    return {
+        "id": w.workflow_id,
+        "state": state or str(w.status).lower(),
+        "task": task if isinstance(task, str) else "",
+        "started_at": (w.created_at or 0) / 1000,
+        "ended_at": (w.updated_at or 0) / 1000 if ended else None,
+        "steps": out.get("steps"),
+        "cost_usd": out.get("cost_usd"),
+        "answer": out.get("answer"),
+        "status": w.status,
+        "executor": w.executor_id,
+    }
 
 
 def answer_approval(

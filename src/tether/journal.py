@@ -7,6 +7,7 @@ store's job.)
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import IO
 
@@ -16,10 +17,32 @@ from .events import Event
 from .redact import redactor
 
 
+def private_dir(directory: str | Path) -> Path:
+    """Create `directory` (and its parents) for this user only (0700): journals and stores
+    hold transcripts. A directory that exists already keeps its mode."""
+    path = Path(directory)
+    if not path.exists():
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o700)
+    return path
+
+
+def private_file(path: str | Path) -> Path:
+    """Create `path` empty for this user only (0600) unless it exists; SQLite gives its
+    write-ahead log the same mode as the database."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.close(fd)
+    return Path(path)
+
+
+def append_private(path: str | Path) -> IO[bytes]:
+    """`path` opened for appending, created 0600."""
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+
+
 class Journal:
     def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = private_dir(directory)
         self.files: dict[str, IO[bytes]] = {}
 
     def path(self, run_id: str) -> Path:
@@ -30,7 +53,7 @@ class Journal:
     def write(self, event: Event) -> None:
         f = self.files.get(event.run_id)
         if f is None:
-            f = self.files[event.run_id] = self.path(event.run_id).open("ab")
+            f = self.files[event.run_id] = append_private(self.path(event.run_id))
         f.write(redactor().scrub_bytes(event.to_json()) + b"\n")
         f.flush()
 

@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 
+from .journal import private_file
 from .messages import ToolResult
 
 TABLES = (
@@ -62,6 +63,7 @@ class Ledger:
         self.engine: Any = None
         if store.startswith("sqlite:///"):
             path = store.removeprefix("sqlite:///") + "-effects"
+            private_file(path)
             self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")  # see durable.tune_sqlite

@@ -143,15 +143,21 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
     if window is not None and window < 0:
         raise ConfigError("--context-window must not be negative")
     context = ContextPolicy(window, reserve=min(4096, window // 4)) if window else None
-    return Agent(
-        model,
-        tools,
-        system=o.system or (TERMINAL_SYSTEM if o.profile == "terminal" else DEFAULT_SYSTEM),
-        budget=budget,
-        prices=prices,
-        context=context,
-        name=CLI_AGENT,
-    )
+    try:
+        return Agent(
+            model,
+            tools,
+            system=o.system or (TERMINAL_SYSTEM if o.profile == "terminal" else DEFAULT_SYSTEM),
+            budget=budget,
+            prices=prices,
+            context=context,
+            name=CLI_AGENT,
+        )
+    except ValueError as e:  # two tools of one name: the model could not tell them apart
+        raise ConfigError(
+            f"tools: {e}; a built-in, a --tools-from tool and an MCP server's tool must not "
+            "share a name"
+        ) from None
 
 
 def select_tools(o: RunOptions) -> list[Tool]:

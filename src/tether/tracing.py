@@ -106,7 +106,8 @@ class SpanSink:
             {
                 "gen_ai.usage.input_tokens": usage.get("input_tokens", 0),
                 "gen_ai.usage.output_tokens": usage.get("output_tokens", 0),
-                "gen_ai.usage.cached_input_tokens": usage.get("cached_input_tokens", 0),
+                "gen_ai.usage.cache_read.input_tokens": usage.get("cached_input_tokens", 0),
+                "gen_ai.usage.reasoning.output_tokens": usage.get("reasoning_tokens", 0),
                 "gen_ai.response.finish_reasons": [d.get("stop_reason", "")],
             }
         )

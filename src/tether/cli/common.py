@@ -15,6 +15,7 @@ from ..agent import RunResult
 from ..approvals import ApprovalRequest, Decision
 from ..errors import ConfigError
 from ..events import Event, Sink
+from ..journal import append_private, private_dir
 from ..messages import ToolCall
 from ..options import CLI_AGENT, RunOptions, build_agent, select_tools
 from ..redact import redactor, scrub
@@ -33,8 +34,7 @@ def default_store(directory: str | Path | None = None) -> str:
     default one)."""
     store = os.environ.get("TETHER_STORE") or ""
     if not store:
-        path = Path(directory or data_dir()) / "runs.sqlite"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = private_dir(directory or data_dir()) / "runs.sqlite"
         store = f"sqlite:///{path}"
     return store
 
@@ -236,7 +236,7 @@ def journal_sinks(data_dir: str, log: str | None, journal: bool = True) -> list[
     except OSError as e:
         print(f"tether: warning: no journal in {data_dir}: {e}", file=sys.stderr)
     if log:
-        out = open(log, "ab")  # noqa: SIM115 - lives as long as the process
+        out = append_private(log)  # lives as long as the process
         scrubber = redactor()
 
         def write_log(event: Event) -> None:

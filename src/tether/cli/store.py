@@ -9,12 +9,15 @@ import asyncio
 import os
 import socket
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from ..agent import RunResult
 from ..errors import ConfigError, RunError
+from ..redact import scrub
 from .common import cli_runtime, default_store, error, exit_status, output_sink, until_end
 
 
@@ -29,13 +32,8 @@ def command_store(args: argparse.Namespace) -> int:
         store = durable.client(args.store)
         if args.command == "runs":
             for w in store.list_workflows():
-                line = {
-                    "id": w.workflow_id,
-                    "status": w.status,
-                    "created_at": w.created_at,
-                    "executor": w.executor_id,
-                }
-                print(orjson.dumps(line).decode() if args.json else f"{w.workflow_id}\t{w.status}")
+                line = durable.listing(w)
+                print(orjson.dumps(line).decode() if args.json else runs_line(line))
         elif args.command == "cancel":
             store.cancel_workflow(args.run_id)
         elif args.command == "send":
@@ -53,6 +51,16 @@ def command_store(args: argparse.Namespace) -> int:
     except ConfigError as e:
         return error(str(e))
     return 0
+
+
+def runs_line(r: dict[str, Any]) -> str:
+    """id, start time, state, steps, cost and task, a tab between each."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"]))
+    steps = "" if r["steps"] is None else f"{r['steps']} steps"
+    cost = "" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
+    task = " ".join(r["task"].split())
+    task = task if len(task) <= 60 else task[:59] + "…"
+    return "\t".join([r["id"], started, r["state"], steps, cost, scrub(task)])
 
 
 def command_resume(args: argparse.Namespace) -> int:

@@ -92,16 +92,38 @@ class HTTPClient:
             except ProviderError as e:
                 if not e.retryable or progress.emitted or attempt >= self.settings.max_retries:
                     raise
+                if e.retry_after is not None and e.retry_after > self.longest_wait():
+                    raise self.not_before(e) from e
                 delay = self.backoff(attempt, e.retry_after)
                 attempt += 1
                 if on_retry is not None:
                     on_retry(attempt, delay, e)
                 await asyncio.sleep(delay)
 
+    def longest_wait(self) -> float:
+        """The longest `Retry-After` worth waiting for: beyond it the call fails at once
+        (sleeping a capped time and asking again would only be refused again)."""
+        return max(self.settings.backoff_max, 60.0)
+
+    def not_before(self, e: ProviderError) -> ProviderError:
+        wait = e.retry_after or 0.0
+        when = time.strftime("%H:%M:%S UTC", time.gmtime(time.time() + wait))
+        message = (
+            f"{e.message} (the server takes requests again in {wait:.0f} s, at {when}; "
+            f"not retried, as that is over {self.longest_wait():.0f} s)"
+        )
+        return type(e)(
+            message,
+            status=e.status,
+            error_type=e.error_type,
+            retryable=False,
+            retry_after=e.retry_after,
+        )
+
     def backoff(self, attempt: int, retry_after: float | None) -> float:
         s = self.settings
         if retry_after is not None:
-            return float(min(max(retry_after, 0.0), max(s.backoff_max, 60.0)))
+            return float(min(max(retry_after, 0.0), self.longest_wait()))
         delay: float = min(s.backoff_max, s.backoff_base * 2.0**attempt)
         return delay * random.uniform(0.5, 1.0)
 
