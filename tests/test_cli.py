@@ -395,7 +395,7 @@ def test_ask_asks_inline_before_running_bash(wire: WireServer, tmp_path: Path) -
         stdin="make a\ny\nmake b\nn\n",
     )
     assert p.returncode == 0, p.stderr
-    assert p.stderr.count('? allow bash({"command":') == 2
+    assert p.stderr.count("? allow bash(") == 2
     assert (tmp_path / "a.txt").exists() and not (tmp_path / "b.txt").exists()
     assert "not approved: the user said no" in p.stderr
 
@@ -417,7 +417,7 @@ def test_terminal_profile_asks_before_bash_unless_yolo(
         stdin="make a file\nn\n",  # the "n" refuses bash where it is asked
     )
     assert p.returncode == 0, p.stderr
-    assert ('? allow bash({"command":' in p.stderr) is not yolo
+    assert ("? allow bash(" in p.stderr) is not yolo
     assert (tmp_path / "made.txt").exists() is yolo
     first = wire.requests[0]
     system = first["messages"][0]
@@ -478,3 +478,32 @@ def test_stores_journals_and_logs_are_private(wire: WireServer, tmp_path: Path) 
     assert modes["data/events/private-1.jsonl"] == 0o600 and modes["run.log"] == 0o600
     others = {name: mode for name, mode in modes.items() if mode & 0o077}
     assert others == {}
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_escape_sequences_never_reach_the_terminal(wire: WireServer, stream: bool) -> None:
+    """What a model or a tool writes cannot clear the screen, move the cursor or set a title."""
+    wire.add(
+        text="\x1b[2J\x1b]0;owned\x07Looking\x1b[31m.",
+        calls=[("slow_echo", {"text": "\x1b[1Ax", "ms": 1})],
+    )
+    wire.add(text="All \x1b[8mclean\x1b[0m.")
+    extra = [] if stream else ["--no-stream"]
+    p = tether("run", "x", "--base-url", wire.url, "--tools-from", TOOLS, *extra)
+    assert p.returncode == 0, p.stderr
+    assert "\x1b" not in p.stdout and "\x1b" not in p.stderr and "\x07" not in p.stdout
+    assert "Looking." in p.stdout and "All clean." in p.stdout
+    assert "echo: x" in p.stderr
+
+
+def test_the_approval_prompt_shows_the_whole_call(wire: WireServer, tmp_path: Path) -> None:
+    command = "echo hi #" + "x" * 600 + "\ntouch pwned"  # a long comment, then the real work
+    wire.add(calls=[("bash", {"command": command})]).add(text="Not run, then.")
+    p = tether(
+        "ask", "--base-url", wire.url, "--tools", "bash", "--workspace", str(tmp_path),
+        "--store", "memory", stdin="go\nn\n",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    prompt = p.stderr[p.stderr.index("? allow bash(") :]
+    assert "touch pwned" in prompt.split("[y/N]")[0]
+    assert not (tmp_path / "pwned").exists()

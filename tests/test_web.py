@@ -70,8 +70,9 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, wire: WireServer, data: Path, workspace: Path) -> None:
+    def __init__(self, wire: WireServer, data: Path, workspace: Path, *extra: str) -> None:
         self.wire, self.data, self.workspace = wire, data, workspace
+        self.extra = extra
         self.port = free_port()
         self.proc: subprocess.Popen[str] | None = None
 
@@ -98,6 +99,7 @@ class Server:
                 str(self.workspace),
                 "--data-dir",
                 str(self.data),
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -349,3 +351,40 @@ def test_a_bad_start_request_is_refused_and_registers_nothing(server: Server) ->
     index = urllib.request.Request(server.url + "/", headers={"Authorization": f"Bearer {TOKEN}"})
     with urllib.request.urlopen(index, timeout=10) as r:
         assert r.status == 200
+
+
+def test_the_server_holds_no_file_for_a_run_that_ended(server: Server) -> None:
+    ids = [server.api("POST", "/api/runs", {"task": f"chat {i}"})["id"] for i in range(30)]
+    deadline = time.monotonic() + 60
+    while any(r["status"] in ("queued", "running") for r in server.api("GET", "/api/runs")):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert {r["id"] for r in server.api("GET", "/api/runs")} == set(ids)
+    assert server.proc is not None
+    fds = Path(f"/proc/{server.proc.pid}/fd")
+    journals = [
+        target
+        for fd in fds.iterdir()
+        if (target := os.path.realpath(fd)).startswith(str(server.data.resolve()))
+        and target.endswith(".jsonl")
+    ]
+    assert journals == []
+
+
+def test_runs_over_max_runs_wait_in_a_queue_the_page_shows(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    wire.rule = script
+    (tmp_path / "ws").mkdir()
+    server = Server(wire, tmp_path / "data", tmp_path / "ws", "--max-runs", "1").start()
+    try:
+        first = server.api("POST", "/api/runs", {"task": "stream slowly"})  # a 4 s reply
+        second = server.api("POST", "/api/runs", {"task": "chat"})
+        assert server.api("GET", f"/api/runs/{second['id']}")["status"] == "queued"
+        server.api("POST", f"/api/runs/{first['id']}/cancel")
+        deadline = time.monotonic() + 30
+        while server.api("GET", f"/api/runs/{second['id']}")["status"] != "done":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        server.stop()

@@ -281,8 +281,7 @@ class DurableRuns:
         run = self.attach(run_id, sinks)
         with SetWorkflowID(run_id):
             handle = await DBOS.start_workflow_async(workflow(), run_id, record, task, history)
-        run.status = "running"
-        self.spawn(self.follow(run, handle))
+        self.spawn(self.follow(run, handle))  # "queued" until it starts (its events say so)
         return run
 
     def attach(
@@ -584,8 +583,10 @@ class StoredRun:
             self.summary = dict(event.data)
         elif event.type == "idle":
             self.status = "idle"
-        elif event.type == "run_started":
+        elif event.type in ("run_started", "admitted"):
             self.status = "running"
+        elif event.type == "queued" and event.data.get("what") == "run":
+            self.status = "queued"
 
     def send(self, text: str) -> None:
         if self.ended.is_set():

@@ -56,6 +56,9 @@ class Journal:
             f = self.files[event.run_id] = append_private(self.path(event.run_id))
         f.write(redactor().scrub_bytes(event.to_json()) + b"\n")
         f.flush()
+        if event.type == "run_finished":  # a server runs thousands: hold no file per ended run
+            f.close()
+            del self.files[event.run_id]
 
     def close(self) -> None:
         for f in self.files.values():

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -94,8 +96,10 @@ class TerminalApprover:
             return Decision(False, "no one at a terminal to approve it (--approve auto allows it)")
         self.lock = self.lock or asyncio.Lock()
         async with self.lock:
+            # the whole call, wrapped: a padded argument must not hide what follows it
             args = orjson.dumps(request.call.arguments or {}).decode()
-            self.err.write(f"  ? allow {request.call.name}({short(args, 500)})? [y/N] ")
+            shown = "\n      ".join(textwrap.wrap(args, 92, drop_whitespace=False)) or "{}"
+            self.err.write(f"  ? allow {terminal_safe(request.call.name)}(\n      {shown})? [y/N] ")
             self.err.flush()
             answer = await asyncio.to_thread(sys.stdin.readline)
         if answer.strip().lower() in ("y", "yes"):
@@ -163,26 +167,30 @@ class HumanOutput:
     def __init__(self, out: TextIO, err: TextIO) -> None:
         self.out, self.err = out, err
         self.streamed = False
+        self.pending = ""  # the start of an escape sequence a later delta may complete
 
     def __call__(self, event: Event) -> None:
         d = event.data
         if event.type == "text_delta":
-            self.out.write(scrub(d["text"]))
+            shown, self.pending = held_back(self.pending + d["text"])
+            self.out.write(terminal_safe(scrub(shown)))
             self.out.flush()
             self.streamed = True
         elif event.type == "model_response":
             if self.streamed:
-                self.out.write("\n")
+                self.out.write(terminal_safe(scrub(self.pending)) + "\n")
+                self.pending = ""
             elif d["text"]:
-                self.out.write(d["text"] + "\n")
+                self.out.write(terminal_safe(d["text"]) + "\n")
             self.out.flush()
             self.streamed = False
         elif event.type == "tool_call":
             args = orjson.dumps(d["arguments"]).decode()
-            self.err.write(f"  → {d['name']}({short(args, 200)})\n")
+            self.err.write(f"  → {terminal_safe(d['name'])}({short(args, 200)})\n")
         elif event.type == "tool_result":
             mark = "✗" if d["is_error"] else "←"
-            self.err.write(f"  {mark} {d['name']}: {short(d['output'], 160)}\n")
+            output = short(terminal_safe(d["output"]), 160)
+            self.err.write(f"  {mark} {terminal_safe(d['name'])}: {output}\n")
         elif event.type == "approval_decided" and not d["approved"]:
             self.err.write(f"  ✗ not approved: {d['reason']}\n")
         elif event.type == "retry":
@@ -194,6 +202,32 @@ class HumanOutput:
 
 def output_sink(as_json: bool) -> Sink:
     return json_sink(sys.stdout) if as_json else HumanOutput(sys.stdout, sys.stderr)
+
+
+ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, clearing the screen
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
+    r"|\x1b[@-_]?"  # other escapes
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # other control characters (not tab or newline)
+)
+
+
+COMPLETE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def held_back(text: str) -> tuple[str, str]:
+    """`text` split before an escape sequence that a later delta may complete (a stream can
+    part one anywhere), so that it is stripped whole; a long one is let go."""
+    i = text.rfind("\x1b")
+    if i < 0 or COMPLETE.match(text, i) or len(text) - i > 256:
+        return text, ""
+    return text[:i], text[i:]
+
+
+def terminal_safe(text: str) -> str:
+    """What a model or a tool wrote, without the escape sequences and control characters
+    that would let it redraw the terminal (hide a line, fake a prompt, set a title)."""
+    return ESCAPES.sub("", text)
 
 
 def short(text: str, limit: int) -> str:

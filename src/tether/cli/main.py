@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="access token (default: $TETHER_TOKEN, else a new one, printed)",
     )
     w.add_argument(
+        "--max-runs",
+        type=int,
+        default=64,
+        metavar="N",
+        help="runs of the page executed at once; more wait in a queue, shown (default: 64)",
+    )
+    w.add_argument(
         "--allow-remote",
         action="store_true",
         help="allow binding to an address other than loopback",

@@ -69,7 +69,9 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
         "max_steps": options.max_steps,
     }
     journal = Journal(Path(args.data_dir) / "events")
-    runtime = cli_runtime(args.store, take_over=False)
+    if args.max_runs < 1:
+        return error("--max-runs must be at least 1")
+    runtime = cli_runtime(args.store, take_over=False, max_runs=args.max_runs)
     app = WebApp(
         runtime,
         token,
