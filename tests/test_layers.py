@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "transcript",
             "terminal",
             "tracing",
+            "version",
         },
     ),
     ("providers and tools", {"providers", "tools"}),
@@ -31,19 +32,22 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("runs in memory", {"run", "supervisor", "bus"}),
     ("durable runs", {"durable", "ledger"}),
     ("the Runtime", {"runtime"}),
+    ("the package's public names", {"tether"}),
     ("interfaces", {"cli", "web", "mcp_server", "harbor", "__main__"}),
 ]
 RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
 
 
 def top(module: str) -> str:
-    """`tether.cli.run` -> `cli`."""
-    return module.split(".")[1]
+    """`tether.cli.run` -> `cli`; the package root is `tether` (it imports the Runtime)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def imports(path: Path) -> set[str]:
-    """The tether modules a file imports, anywhere in it (the package root's `__version__`
-    is a value, not a layer)."""
+    """The tether modules a file imports, anywhere in it. `from . import x` names the package
+    root (`tether/__init__.py`, which imports the Runtime): a module below the Runtime must
+    import `from .x import ...` instead."""
     rel = path.relative_to(ROOT.parent).with_suffix("")
     package = list(rel.parts if path.name == "__init__.py" else rel.parts[:-1])
     if package[-1] == "__init__":
@@ -54,8 +58,9 @@ def imports(path: Path) -> set[str]:
             base = package[: len(package) - node.level + 1] if node.level else []
             target = ".".join([*base, *([node.module] if node.module else [])])
             names = [a.name for a in node.names]
-            if target == "tether":  # `from . import x`: x is a module, or a value of the root
-                found.update(f"tether.{n}" for n in names if n != "__version__")
+            if target == "tether":  # `from . import x` runs the root's imports first
+                found.add("tether")
+                found.update(f"tether.{n}" for n in names if n in RANK)
             elif target.startswith("tether."):
                 found.add(target)
         elif isinstance(node, ast.Import):

@@ -43,8 +43,7 @@ from .providers import (
 from .run import RestartPolicy
 from .runtime import Runtime
 from .tools import BUILTINS, RunContext, Tool, Toolbox, tool
-
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 __all__ = [
     "BUILTINS",

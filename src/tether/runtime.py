@@ -363,10 +363,10 @@ class Runtime:
     def stored_log(self, run_id: str) -> EventLog:
         if self.durable is None:
             raise NoSuchRun(f"no run {run_id!r}")
-        from . import durable
+        from .durable import client, events_of
 
         try:
-            events = durable.events_of(durable.client(self.store or ""), run_id)
+            events = events_of(client(self.store or ""), run_id)
         except ConfigError:
             raise NoSuchRun(f"no run {run_id!r}") from None
         log = EventLog(run_id)

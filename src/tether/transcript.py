@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from . import __version__
 from .events import Event
+from .version import __version__
 
 ATIF_VERSION = "ATIF-v1.4"
 

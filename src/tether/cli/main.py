@@ -16,11 +16,11 @@ import argparse
 import os
 import sys
 
-from .. import __version__
 from ..errors import ConfigError
 from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS, RunOptions
 from ..providers import PROVIDERS
 from ..tools import BUILTINS
+from ..version import __version__
 from .common import STORE_HELP, data_dir, default_store, error
 
 

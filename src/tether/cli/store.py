@@ -26,28 +26,28 @@ def command_store(args: argparse.Namespace) -> int:
         return command_resume(args)
     if args.command == "worker":
         return command_worker(args)
-    from .. import durable
+    from ..durable import MAIL, answer_approval, client, ledger_for, listing, status_of
 
     try:
-        store = durable.client(args.store)
+        store = client(args.store)
         if args.command == "runs":
             for w in store.list_workflows():
-                line = durable.listing(w)
+                line = listing(w)
                 print(orjson.dumps(line).decode() if args.json else runs_line(line))
         elif args.command == "cancel":
             store.cancel_workflow(args.run_id)
         elif args.command == "send":
-            status = durable.status_of(store, args.run_id)
+            status = status_of(store, args.run_id)
             if status.status in ("SUCCESS", "ERROR", "CANCELLED"):
                 raise ConfigError(f"run {args.run_id} has ended ({status.status.lower()})")
-            seq = durable.ledger_for(args.store).send(args.run_id, args.text)
-            store.send(args.run_id, seq, durable.MAIL)  # wakes the run if it idles
+            seq = ledger_for(args.store).send(args.run_id, args.text)
+            store.send(args.run_id, seq, MAIL)  # wakes the run if it idles
         else:
             approved = args.command == "approve"
             reason = "approved by the user" if approved else args.reason
             reply = {"approved": approved, "reason": reason}
             given = getattr(args, "args_hash", None)
-            durable.answer_approval(store, args.run_id, args.approval_id, reply, given)
+            answer_approval(store, args.run_id, args.approval_id, reply, given)
     except ConfigError as e:
         return error(str(e))
     return 0
@@ -120,10 +120,10 @@ def command_show(args: argparse.Namespace) -> int:
     if default and not path.exists():  # not journaled: a durable run, in the store
         store = default_store(args.data_dir)
     if store:
-        from .. import durable
+        from ..durable import client, events_of
 
         try:
-            events = durable.events_of(durable.client(store), args.run_id)
+            events = events_of(client(store), args.run_id)
         except ConfigError as e:
             return error(
                 f"no run {args.run_id} in {journal.directory} or {store}" if default else str(e)

@@ -31,7 +31,6 @@ from harbor.agents.capabilities import AgentCapabilities
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
-from .. import __version__
 from ..agent import Agent
 from ..approvals import approve_all
 from ..context import ContextPolicy, window_for
@@ -46,6 +45,7 @@ from ..runtime import Runtime
 from ..terminal import TERMINAL_SYSTEM
 from ..tools.tool import RunContext
 from ..transcript import atif
+from ..version import __version__
 from .tools import TOOLS
 
 TRAJECTORY = "trajectory.json"
