@@ -272,11 +272,15 @@ class DurableRuns:
         run_id: str,
         sinks: list[Sink],
         history: list[Message] | None = None,
+        chosen: bool = True,
     ) -> StoredRun:
-        """Start a run executed by this process; returns once the run is recorded."""
+        """Start a run executed by this process; returns once the run is recorded. An id the
+        caller `chosen` is looked up in the store first (DBOS would hand back the run that
+        has it); a generated one cannot be there, and costs no read."""
         from dbos import DBOS, SetWorkflowID
 
-        if run_id in self.runs or await DBOS.get_workflow_status_async(run_id) is not None:
+        taken = chosen and await DBOS.get_workflow_status_async(run_id) is not None
+        if run_id in self.runs or taken:
             raise RunExists(f"the store has a run {run_id!r} already; resume it or use another id")
         run = self.attach(run_id, sinks)
         with SetWorkflowID(run_id):
@@ -552,10 +556,6 @@ class StoredRun:
     @property
     def alive(self) -> bool:
         return not self.ended.is_set()
-
-    @property
-    def desk(self) -> StoredRun:  # the page asks `run.desk.waiting()`
-        return self
 
     def waiting(self) -> list[ApprovalRequest]:
         return list(self.pending.values())

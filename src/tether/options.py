@@ -111,6 +111,8 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
         raise ConfigError(f"--workspace: {o.workspace} is not a directory")
     if tools is None:
         tools = select_tools(o)
+    if o.only is not None:  # the page's choice among every tool the options give
+        tools = [t for t in tools if t.name in o.only]
     settings = HTTPSettings(
         connect_timeout=o.connect_timeout,
         read_timeout=o.read_timeout,
@@ -161,7 +163,7 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
 
 
 def select_tools(o: RunOptions) -> list[Tool]:
-    """The built-ins named by `tools` and those loaded by `tools_from`, narrowed to `only`."""
+    """The built-ins named by `tools` and those loaded by `tools_from`."""
     default = TERMINAL_TOOLS if o.profile == "terminal" else DEFAULT_TOOLS
     spec = o.tools if o.tools is not None else ("none" if o.tools_from else default)
     tools: list[Tool] = []
@@ -176,8 +178,6 @@ def select_tools(o: RunOptions) -> list[Tool]:
         tools.extend(load_tools(source))
     if o.tool_timeout is not None:
         tools = [dataclasses.replace(t, timeout=o.tool_timeout) for t in tools]
-    if o.only is not None:
-        tools = [t for t in tools if t.name in o.only]
     return tools
 
 

@@ -27,7 +27,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -40,6 +40,9 @@ from .messages import Message
 from .run import RestartPolicy, Status
 from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
 from .tools.tool import RunContext, Tool
+
+if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
+    from .durable import DurableRuns
 
 Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
 """Builds the agent a run was recorded with from its name and options (see `Runtime`)."""
@@ -111,7 +114,7 @@ class Runtime:
         self.built: dict[str, asyncio.Future[Agent]] = {}  # by name and options
         self.held: dict[str, asyncio.Future[list[Tool]]] = {}  # MCP tools by server list
         self.background: set[asyncio.Task[Any]] = set()
-        self.durable: Any = None  # durable.DurableRuns once entered with a store
+        self.durable: DurableRuns | None = None  # once entered with a store
         self.entered = False
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -175,6 +178,13 @@ class Runtime:
         return task
 
     # -- agents -----------------------------------------------------------------------------
+
+    def named(self, agent: str | Agent) -> str:
+        """The name a run is started by: the agent's own, registering it if it is an Agent."""
+        if isinstance(agent, Agent):
+            self.register(agent)
+            return agent.name
+        return agent
 
     def register(self, agent: Agent) -> None:
         old = self.agents.get(agent.name)
@@ -244,7 +254,7 @@ class Runtime:
         restart: RestartPolicy | None = None,
         approver: Approver | None = None,
         sinks: list[Sink] | None = None,
-    ) -> Any:
+    ) -> RunHandle:
         """Start a run of `agent` (a registered agent, by name or itself) on `task`; returns
         its handle once the run is recorded (on a store) or started (in memory).
 
@@ -255,10 +265,8 @@ class Runtime:
         `approve`/`deny` (on a store, across restarts); `approve_all` and `deny_all` decide
         at once. `sinks` see every event as it is emitted, before any subscriber."""
         self.check_open()
-        name = agent if isinstance(agent, str) else agent.name
-        if isinstance(agent, Agent):
-            self.register(agent)
-        found = await self.agent_for(name, options)
+        found = await self.agent_for(self.named(agent), options)
+        chosen = run_id is not None
         run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
         context = context or RunContext()
         if self.durable is None:
@@ -275,7 +283,7 @@ class Runtime:
         from .durable import record_of
 
         record = record_of(found, options, context, approvals_of(approver), restart)
-        return await self.durable.start(record, task, run_id, list(sinks or []), history)
+        return await self.durable.start(record, task, run_id, list(sinks or []), history, chosen)
 
     def enqueue(
         self,
@@ -285,6 +293,7 @@ class Runtime:
         run_id: str | None = None,
         options: dict[str, Any] | None = None,
         context: RunContext | None = None,
+        restart: RestartPolicy | None = None,
         approver: Approver | None = None,
     ) -> str:
         """Put a run on the store's queue for whichever worker (`tether worker`) is free;
@@ -293,18 +302,18 @@ class Runtime:
 
         if self.store is None:
             raise ConfigError("a queue needs a store (the store whose workers take the run)")
-        name = agent if isinstance(agent, str) else agent.name
-        found = agent if isinstance(agent, Agent) else self.agents.get(name)
+        found = self.agents.get(name := self.named(agent))
         if found is None:
             raise ConfigError(f"no agent named {name!r} is registered here")
         run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
-        record = record_of(found, options, context or RunContext(), approvals_of(approver))
+        context = context or RunContext()
+        record = record_of(found, options, context, approvals_of(approver), restart)
         enqueue(self.store, run_id, record, task)
         return run_id
 
     async def resume(
         self, run_id: str, *, sinks: list[Sink] | None = None, force: bool = False
-    ) -> Any:
+    ) -> RunHandle:
         """Continue a durable run here: one whose process died is recovered (no completed
         model or tool call repeats), one cancelled or failed goes on from where it stopped.
         A run whose process still runs it is refused (`force` takes it over regardless)."""
@@ -313,7 +322,7 @@ class Runtime:
             raise ConfigError("resume needs a store: runs in memory end with their process")
         return await self.durable.resume(run_id, list(sinks or []), force)
 
-    def get(self, run_id: str) -> Any:
+    def get(self, run_id: str) -> RunHandle:
         """A run of this runtime by id (NoSuchRun if there is none here)."""
         if self.durable is not None and run_id in self.durable.runs:
             return self.durable.get(run_id)
@@ -346,11 +355,20 @@ class Runtime:
 
     @property
     def bus(self) -> Bus:
-        return self.supervisor.bus if self.durable is None else self.durable.bus
+        """The event logs of this runtime's runs (a store's exist once it is entered)."""
+        if self.store is None:
+            return self.supervisor.bus
+        if self.durable is None:
+            raise ConfigError("enter the runtime first: async with Runtime(...) as rt")
+        return self.durable.bus
 
     @property
     def runs(self) -> dict[str, Any]:
-        return self.supervisor.runs if self.durable is None else self.durable.runs
+        if self.store is None:
+            return self.supervisor.runs
+        if self.durable is None:
+            raise ConfigError("enter the runtime first: async with Runtime(...) as rt")
+        return self.durable.runs
 
     def events(self, run_id: str, offset: int = 0) -> AsyncIterator[Event]:
         """The run's events from `offset`: replayed, then live, ending after `run_finished`.

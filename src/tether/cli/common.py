@@ -59,8 +59,7 @@ def cli_runtime(store: str | None, **settings: Any) -> Runtime:
         options = RunOptions.from_dict(recorded)
         tools = select_tools(options)
         if options.mcp:
-            extra = await rt.mcp_tools(options.mcp)
-            tools += [t for t in extra if options.only is None or t.name in options.only]
+            tools += await rt.mcp_tools(options.mcp)
         return build_agent(options, tools)
 
     rt = Runtime(store, factory=factory, **settings)

@@ -183,23 +183,21 @@ def command_enqueue(args: argparse.Namespace, options: RunOptions, run_id: str) 
     """`tether run --queue`: record the run on the store's queue for `tether worker`."""
     from ..options import build_agent
 
-    async def go() -> str:
+    try:
         agent = build_agent(options)  # a bad option is an error before anything is queued
-        await agent.model.aclose()
+        asyncio.run(agent.model.aclose())  # the run is built again by the worker
         rt = Runtime(args.store, [agent])
         approver, _ = approvals(rt, options, run_id, can_ask=False)
         context = RunContext(workspace=Path(options.workspace))
-        return rt.enqueue(
+        queued = rt.enqueue(
             CLI_AGENT,
             args.task,
             run_id=run_id,
             options=options.to_dict(),
             context=context,
-            approver=approver if approver in (approve_all, deny_all) else None,
+            approver=approver,
         )
-
-    try:
-        print(asyncio.run(go()))
     except ConfigError as e:
         return error(str(e))
+    print(queued)
     return 0

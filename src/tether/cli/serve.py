@@ -59,8 +59,7 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
             # every tool the server offers, narrowed to the form's choice
             o.tools = ",".join(n for n in BUILTINS if n in available)
             o.only = [str(n) for n in chosen]
-        build_agent(o)  # a bad choice is the form's error, before anything is recorded
-        return o.to_dict()
+        return o.to_dict()  # the runtime builds it: a bad choice is the form's error (400)
 
     defaults = {
         "model": agent.model.name,
@@ -124,7 +123,8 @@ def command_mcp_serve(args: argparse.Namespace, options: RunOptions) -> int:
         approver: Approver = approve_all if options.approve == "auto" else deny_all
         runtime = cli_runtime(None)
         try:
-            build_agent(options)
+            probe = build_agent(options)  # without a key, no run_agent tool
+            asyncio.run(probe.model.aclose())  # (the local model's server, too)
             tools.append(agent_tool(runtime, options.to_dict(), workspace, approver))
         except MissingAPIKey as e:
             print(f"tether mcp-serve: no run_agent tool: {e}", file=sys.stderr)
