@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import os
+import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
-from conftest import alive
+from conftest import alive, cli_env
 from tether import BUILTINS, RunContext, Toolbox, ToolCall
 from tether.approvals import approve_all
 from tether.tools.bash import CappedOutput
@@ -163,3 +167,151 @@ async def test_get_weather_against_a_local_service() -> None:
         assert err and "HTTP 404" in out
     finally:
         await runner.cleanup()
+
+
+def dead_soon(pid: int) -> bool:
+    """Whether `pid` is dead, allowing the kernel a moment to finish a SIGKILL already sent."""
+    for _ in range(500):
+        if not alive(pid):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+async def test_processes_a_call_starts_end_with_the_call(tmp_path: Path) -> None:
+    cmd = (
+        "setsid sh -c 'echo $$ > setsid.pid; exec sleep 300' & "
+        "nohup sleep 301 > /dev/null 2>&1 & echo $! > nohup.pid; "
+        "(sleep 302 & echo $! > bg.pid); "
+        "for f in setsid.pid nohup.pid bg.pid; do until [ -s $f ]; do :; done; done; echo started"
+    )
+    out, err = await run("bash", RunContext(workspace=tmp_path), command=cmd)
+    assert not err and "started" in out, out
+    for name in ("setsid.pid", "nohup.pid", "bg.pid"):
+        pid = int((tmp_path / name).read_text())
+        assert dead_soon(pid), f"the {name[:-4]} child outlived its bash call"
+
+
+async def test_bash_sees_no_secrets_but_what_the_user_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdefghijklmnop")
+    monkeypatch.setenv("GITHUB_PAT", "ghp_" + "a" * 36)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://app:hunter22@db/x")
+    monkeypatch.setenv("PROJECT_NAME", "tether")
+    cmd = "env; echo $OPENAI_API_KEY | base64; echo $GITHUB_PAT | rev"
+    out, _ = await run("bash", RunContext(workspace=tmp_path), command=cmd)
+    assert "PATH=" in out and "HOME=" in out
+    for leak in ("abcdefghijklmnop", "aaaaaaaa", "hunter22", "c2stcHJvai", "PROJECT_NAME"):
+        assert leak not in out, leak
+    from tether.tools.bash import bash_tool
+
+    box = Toolbox([bash_tool(["PROJECT_NAME"])])
+    r = await box.run(
+        ToolCall("c", "bash", {"command": "echo $PROJECT_NAME"}),
+        RunContext(workspace=tmp_path),
+        approve_all,
+    )
+    assert r.output == "exit status 0\ntether\n"
+
+
+def test_redaction_finds_url_passwords_github_tokens_and_json_escaped_secrets() -> None:
+    import orjson
+
+    from tether.redact import Redactor
+
+    r = Redactor({"SERVICE_TOKEN": 'ab/cd"efgh\\ijkl', "HOME": "/root"})
+    text = orjson.dumps({"out": 'ab/cd"efgh\\ijkl'}).decode()
+    assert "efgh" not in r.scrub(text) and "efgh" not in r.scrub_bytes(text.encode()).decode()
+    line = "db postgresql://app:hunter22@db:5432/x and ghp_" + "Z" * 36 + " github_pat_" + "1" * 30
+    clean = r.scrub(line)
+    assert "hunter22" not in clean and "ZZZZ" not in clean and "1111" not in clean
+    assert "postgresql://app:[redacted]@db:5432/x" in clean
+    assert r.scrub("see https://example.com/a:b@c and /root") == (
+        "see https://example.com/a:b@c and /root"
+    )
+
+
+async def test_read_file_reads_only_what_it_returns(tmp_path: Path) -> None:
+    """A 1 GB (sparse) file read with limit 10, in a process that may not map 1 GB."""
+    (tmp_path / "big.bin").write_bytes(b"0123456789abcdef")
+    os.truncate(tmp_path / "big.bin", 1 << 30)
+    script = (
+        "import asyncio, resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (900 << 20, 900 << 20))\n"
+        "from tether import BUILTINS, RunContext, Toolbox, ToolCall\n"
+        "from tether.approvals import approve_all\n"
+        "call = ToolCall('c', 'read_file', {'path': 'big.bin', 'limit': 10})\n"
+        f"ctx = RunContext(workspace={str(tmp_path)!r})\n"
+        "r = asyncio.run(Toolbox(BUILTINS.values()).run(call, ctx, approve_all))\n"
+        "print(r.is_error, repr(r.output))\n"
+    )  # fmt: skip
+    p = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, env=cli_env()
+    )
+    out, _ = await p.communicate()
+    expected = "False '0123456789\\n[... more follows; read on with offset=10]'"
+    assert out.decode().strip() == expected, out
+
+
+@pytest.mark.parametrize("tool_name", ["read_file", "write_file", "edit_file"])
+async def test_file_tools_refuse_a_fifo_at_once(tmp_path: Path, tool_name: str) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    args = {"read_file": {}, "write_file": {"content": "x"}}.get(
+        tool_name, {"old_text": "a", "new_text": "b"}
+    )
+    out, err = await asyncio.wait_for(
+        run(tool_name, RunContext(workspace=tmp_path), path="pipe", **args), 10
+    )
+    assert err and "not a regular file" in out, out
+
+
+async def test_write_file_refuses_a_hard_link_to_a_file_outside(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "secret.txt").write_text("keep")
+    os.link(tmp_path / "secret.txt", ws / "inside.txt")
+    for name, args in [
+        ("write_file", {"content": "pwned"}),
+        ("edit_file", {"old_text": "keep", "new_text": "pwned"}),
+    ]:
+        out, err = await run(name, RunContext(workspace=ws), path="inside.txt", **args)
+        assert err and "hard link" in out, out
+    assert (tmp_path / "secret.txt").read_text() == "keep"
+
+
+async def test_a_directory_swapped_for_a_link_never_leads_outside(tmp_path: Path) -> None:
+    """A thread swaps `ws/d` between a directory and a link to the outside while the model
+    reads `d/f.txt`: every read gets the inside file or an error, never the outside one."""
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (outside / "f.txt").write_text("SECRET")
+    real = tmp_path / "ws" / "real"
+    real.mkdir()
+    (real / "f.txt").write_text("inside")
+    link_to_real, link_out = ws / "tmp_real", ws / "tmp_out"
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                os.rename(real, ws / "d")  # d is the real directory
+                os.rename(ws / "d", real)
+                os.symlink(outside, link_out)
+                os.rename(link_out, ws / "d")  # d is a link to the outside
+                os.unlink(ws / "d")
+
+    del link_to_real
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    seen: set[str] = set()
+    try:
+        for _ in range(3000):
+            out, err = await run("read_file", RunContext(workspace=ws), path="d/f.txt")
+            seen.add("error" if err else out)
+    finally:
+        stop.set()
+        swapper.join()
+    assert "SECRET" not in seen
+    assert "inside" in seen  # the race was run: some reads found the directory

@@ -507,3 +507,16 @@ def test_the_approval_prompt_shows_the_whole_call(wire: WireServer, tmp_path: Pa
     prompt = p.stderr[p.stderr.index("? allow bash(") :]
     assert "touch pwned" in prompt.split("[y/N]")[0]
     assert not (tmp_path / "pwned").exists()
+
+
+def test_bash_gets_only_the_environment_the_user_names(wire: WireServer, tmp_path: Path) -> None:
+    wire.add(calls=[("bash", {"command": "echo [$PROJECT] [$OPENAI_API_KEY] [$DB_PASS]"})])
+    wire.add(text="Done.")
+    p = tether(
+        "run", "show the env", "--base-url", wire.url, "--tools", "bash", "--yolo",
+        "--tool-env", "PROJECT", "--workspace", str(tmp_path), "--store", "memory", "--json",
+        PROJECT="tether", DB_PASS="pw-1234567",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    result = next(e for e in events(p.stdout) if e["type"] == "tool_result")
+    assert result["output"] == "exit status 0\n[tether] [] []\n"

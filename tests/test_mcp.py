@@ -55,9 +55,9 @@ def test_a_run_uses_an_mcp_servers_tools_over_stdio(wire: WireServer) -> None:
     apples, plums = (results[c["id"]] for c in calls)
     assert (apples["output"], apples["is_error"]) == ("12 apples in stock", False)
     assert plums["is_error"] and "stock" in plums["output"]  # the server's error result
-    tools = wire.requests[0]["tools"]
-    assert [t["function"]["name"] for t in tools] == ["stock"]
-    assert tools[0]["function"]["parameters"]["required"] == ["item"]
+    tools = {t["function"]["name"]: t["function"] for t in wire.requests[0]["tools"]}
+    assert set(tools) == {"stock", "slow", "chart"}
+    assert tools["stock"]["parameters"]["required"] == ["item"]
 
 
 def free_port() -> int:
@@ -103,6 +103,8 @@ def test_an_unreachable_mcp_server_is_a_clear_error(wire: WireServer) -> None:
         env=cli_env(OPENAI_API_KEY="k"),
     )
     assert p.returncode == 2 and "cannot reach the server" in p.stderr
+    assert "http://127.0.0.1:9/mcp" in p.stderr  # which server
+    assert "All connection attempts failed" in p.stderr, p.stderr  # and why (no TaskGroup)
     assert "Traceback" not in p.stderr
 
 
@@ -187,3 +189,23 @@ def read_cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_mcp_tools_obey_the_tool_timeout(wire: WireServer) -> None:
+    wire.add(calls=[("slow", {"seconds": 30})]).add(text="It was too slow.")
+    started = time.monotonic()
+    status, events = run_with_mcp(wire, SERVER, "--tool-timeout", "1")
+    assert status == 0
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["is_error"] and "timed out after 1 s" in result["output"], result
+    assert time.monotonic() - started < 25  # not the tool's 30 s
+
+
+def test_images_and_resources_in_mcp_results_are_not_dropped_unsaid(wire: WireServer) -> None:
+    wire.add(calls=[("chart", {"item": "apples"})]).add(text="Here is the chart.")
+    status, events = run_with_mcp(wire, SERVER)
+    assert status == 0
+    output = next(e for e in events if e["type"] == "tool_result")["output"]
+    assert output.startswith("stock of apples\n")
+    assert "[left out: an image (image/png, about 1008 bytes)" in output
+    assert "[resource stock://apples]\napples,12" in output

@@ -440,3 +440,39 @@ async def test_ended_runs_past_the_limit_are_forgotten() -> None:
     assert sorted(sup.bus.logs) == sorted(r.id for r in runs[3:])
     with pytest.raises(NoSuchRun):
         sup.get(runs[0].id)
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_runs_sharing_a_script_file_each_play_it_from_the_top(
+    tmp_path: Path, store: str
+) -> None:
+    """The page, a worker and `tether run` build one agent per options: a second run of the
+    same `--script` must get the script's first reply, not the first run's leftovers."""
+    import orjson
+
+    from tether.cli.common import cli_runtime
+    from tether.options import RunOptions
+
+    script = tmp_path / "script.json"
+    script.write_bytes(
+        orjson.dumps(
+            [
+                {
+                    "tool_calls": [
+                        {"name": "write_file", "arguments": {"path": "a", "content": "x"}}
+                    ]
+                },
+                {"text": "Wrote a."},
+            ]
+        )
+    )
+    options = RunOptions(provider="scripted", script=str(script), workspace=str(tmp_path))
+    db = None if store == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
+    async with cli_runtime(db) as rt:
+        answers = []
+        for run_id in ("first", "second", "third"):
+            run = await rt.start("tether", "write a", run_id=run_id, options=options.to_dict())
+            result = await run.wait()
+            assert result is not None
+            answers.append((result.outcome, result.answer))
+    assert answers == [("done", "Wrote a.")] * 3

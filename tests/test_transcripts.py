@@ -114,6 +114,10 @@ def test_a_planted_secret_reaches_no_output(wire: WireServer, tmp_path: Path) ->
             wire.url,
             "--tools",
             "bash",
+            "--tool-env",  # passed on purpose: redaction still keeps them out of the output
+            "OPENAI_API_KEY",
+            "--tool-env",
+            "MY_SERVICE_TOKEN",
             "--approve",
             "auto",
             "--json",
@@ -136,6 +140,10 @@ def test_a_planted_secret_reaches_no_output(wire: WireServer, tmp_path: Path) ->
             wire.url,
             "--tools",
             "bash",
+            "--tool-env",  # passed on purpose: redaction still keeps them out of the output
+            "OPENAI_API_KEY",
+            "--tool-env",
+            "MY_SERVICE_TOKEN",
             "--approve",
             "auto",
             "--workspace",

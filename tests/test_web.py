@@ -4,6 +4,7 @@ test-artifacts/."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -273,8 +274,58 @@ def test_the_api_needs_the_token_and_the_csrf_header(server: Server) -> None:
     assert status("/api/runs", headers={"Authorization": "Bearer wrong"}) == 401
     cookie = {"Cookie": f"tether_token={TOKEN}"}
     assert status("/api/runs", headers=cookie) == 200
-    assert status("/api/runs", "POST", cookie) == 403  # a cookie alone cannot POST
-    assert status("/api/runs", "POST", {"Authorization": f"Bearer {TOKEN}"}) == 400  # no task
+    as_json = {"Content-Type": "application/json"}
+    assert status("/api/runs", "POST", {**cookie, **as_json}) == 403  # a cookie alone cannot POST
+    bearer = {"Authorization": f"Bearer {TOKEN}", **as_json}
+    assert status("/api/runs", "POST", bearer) == 400  # no task
+
+
+def raw_request(
+    server: Server, method: str, path: str, headers: dict[str, str], body: bytes = b""
+) -> tuple[int, dict[str, str], bytes]:
+    """A request sent as written: its own Host header, any bytes in a header."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        for name, value in headers.items():
+            conn.putheader(name, value.encode("utf-8"))
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def test_requests_come_from_where_they_should(server: Server) -> None:
+    here = f"127.0.0.1:{server.port}"
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    # DNS rebinding: a page on evil.example sends its own name, even with the token
+    status, headers, _ = raw_request(server, "GET", f"/?token={TOKEN}", {"Host": "evil.example"})
+    assert status == 421 and "set-cookie" not in headers
+    assert raw_request(server, "GET", "/api/runs", {"Host": "evil.example", **bearer})[0] == 421
+    assert raw_request(server, "GET", "/api/runs", {"Host": here, **bearer})[0] == 200
+    named = {"Host": f"localhost:{server.port}", **bearer}
+    assert raw_request(server, "GET", "/api/runs", named)[0] == 200
+    # a body another origin can send without a preflight starts nothing
+    form = {"Host": here, **bearer, "Content-Type": "text/plain"}
+    status, _, body = raw_request(server, "POST", "/api/runs", form, b'{"task": "t"}')
+    assert status == 415 and b"application/json" in body
+    assert server.api("GET", "/api/runs") == []
+    # a token that is not ASCII is a wrong token, not a crash
+    odd = {"Host": here, "Authorization": "Bearer t\u00f6ken"}
+    assert raw_request(server, "GET", "/api/runs", odd)[0] == 401
+    # no framing, no sniffing, no referrer; the page runs its own scripts only
+    status, headers, page = raw_request(server, "GET", "/", {"Host": here, **bearer})
+    assert status == 200
+    policy = headers["content-security-policy"]
+    nonce = policy.split("'nonce-")[1].split("'")[0]
+    assert f'<script nonce="{nonce}">'.encode() in page and "frame-ancestors 'none'" in policy
+    assert "unsafe-inline" not in policy
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["referrer-policy"] == "no-referrer"
+    _, api_headers, _ = raw_request(server, "GET", "/api/runs", {"Host": here, **bearer})
+    assert "frame-ancestors 'none'" in api_headers["content-security-policy"]
 
 
 def test_binding_beyond_loopback_needs_a_flag() -> None:

@@ -24,6 +24,7 @@ from .pricing import load_prices, price_for
 from .providers import HTTPSettings, make_model
 from .terminal import TERMINAL_SYSTEM, TERMINAL_TOOLS
 from .tools import BUILTINS, Tool
+from .tools.bash import bash_tool
 from .tools.loading import load_tools
 
 DEFAULT_TOOLS = "read_file,write_file,edit_file,list_files"
@@ -54,6 +55,7 @@ class RunOptions:
     mcp: list[str] = field(default_factory=list)
     only: list[str] | None = None
     tool_timeout: float | None = None
+    tool_env: list[str] = field(default_factory=list)
     workspace: str = "."
     max_steps: int | None = DEFAULT_MAX_STEPS
     max_tokens: int | None = None
@@ -113,6 +115,7 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
         tools = select_tools(o)
     if o.only is not None:  # the page's choice among every tool the options give
         tools = [t for t in tools if t.name in o.only]
+    tools = timed(tools, o.tool_timeout)  # every tool's, an MCP server's too
     settings = HTTPSettings(
         connect_timeout=o.connect_timeout,
         read_timeout=o.read_timeout,
@@ -173,12 +176,17 @@ def select_tools(o: RunOptions) -> list[Tool]:
                 raise ConfigError(
                     f"--tools: no built-in tool {name!r}; known: {', '.join(BUILTINS)}"
                 )
-            tools.append(BUILTINS[name])
+            tools.append(bash_tool(o.tool_env) if name == "bash" else BUILTINS[name])
     for source in o.tools_from:
         tools.extend(load_tools(source))
-    if o.tool_timeout is not None:
-        tools = [dataclasses.replace(t, timeout=o.tool_timeout) for t in tools]
     return tools
+
+
+def timed(tools: list[Tool], timeout: float | None) -> list[Tool]:
+    """The tools with `--tool-timeout` as their time limit, when it is given."""
+    if timeout is None:
+        return tools
+    return [dataclasses.replace(t, timeout=timeout) for t in tools]
 
 
 def default_provider(o: RunOptions) -> str:

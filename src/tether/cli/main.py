@@ -66,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow binding to an address other than loopback",
     )
+    w.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name the page is reached by, beyond the bound address and localhost; other "
+        "Host headers are refused (repeatable; with --host 0.0.0.0 and none given, any is taken)",
+    )
     mcp = sub.add_parser(
         "mcp-serve",
         help="serve Tether's tools, and an agent as a tool, to MCP clients (stdio)",
@@ -212,6 +220,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         type=float,
         metavar="S",
         help="time limit for every tool call (default: each tool's own, 60 s)",
+    )
+    t.add_argument(
+        "--tool-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass this environment variable to bash; it gets only PATH, HOME, USER, LANG, "
+        "LC_*, TERM, TZ, TMPDIR and SHELL otherwise, so no key reaches a command (repeatable)",
     )
     t.add_argument(
         "--workspace",

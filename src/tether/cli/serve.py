@@ -14,7 +14,7 @@ from typing import Any
 
 from ..approvals import Approver, approve_all, deny_all
 from ..errors import ConfigError, MissingAPIKey
-from ..options import RunOptions, build_agent, select_tools
+from ..options import RunOptions, build_agent, select_tools, timed
 from ..tools import BUILTINS
 from .common import cli_runtime, error
 
@@ -78,6 +78,7 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
         journal=journal,
         defaults=defaults,
         workspace=Path(options.workspace),
+        hosts=served_names(args.host, args.allow_host),
     ).app()
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(
@@ -105,6 +106,17 @@ def dollars(value: Any, name: str) -> float:
     return float(value)
 
 
+def served_names(host: str, allowed: list[str]) -> set[str] | None:
+    """The names a request's Host may give: the bound address, loopback's names when it is
+    loopback, and `--allow-host` ones. A wildcard bind with no names given takes any."""
+    if host in ("0.0.0.0", "::", "") and not allowed:
+        return None
+    names = {host.strip("[]").lower(), *(a.lower() for a in allowed)}
+    if is_loopback(host):
+        names |= {"localhost", "127.0.0.1", "::1"}
+    return names
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -118,7 +130,7 @@ def command_mcp_serve(args: argparse.Namespace, options: RunOptions) -> int:
     from ..mcp_server import agent_tool, serve_stdio
 
     try:
-        tools = select_tools(options)
+        tools = timed(select_tools(options), options.tool_timeout)
         workspace = Path(options.workspace)
         approver: Approver = approve_all if options.approve == "auto" else deny_all
         runtime = cli_runtime(None)

@@ -8,6 +8,11 @@
 A script item is a `ModelResponse`, a `reply(...)`, an exception to raise, or a function (sync
 or async) of the request returning one of those. `ScriptedModel.from_file` reads the same as JSON:
 `[{"text": ..., "tool_calls": [{"name": ..., "arguments": {...}}], "delay": 0.1}, {"error": ...}]`.
+
+A model built in code plays its script once, across every call made to it. A script file
+(`tether run --script`) plays one run's script: reply N answers a run's Nth model call, counted
+by the assistant turns in the conversation, so runs that share the agent (the page's, a
+worker's) each start at the top, and a durable run resumed in a new process goes on where it was.
 """
 
 from __future__ import annotations
@@ -66,9 +71,13 @@ def estimate_tokens(request: ModelRequest) -> int:
 class ScriptedModel:
     provider = "scripted"
 
-    def __init__(self, script: Iterable[ScriptItem], name: str = "scripted") -> None:
+    def __init__(
+        self, script: Iterable[ScriptItem], name: str = "scripted", *, per_run: bool = False
+    ) -> None:
         self.name = name
         self.script = list(script)
+        self.per_run = per_run
+        """Pick each reply by the run's assistant turns so far, not by calls made to the model."""
         self.requests: list[ModelRequest] = []
         self.delays: dict[int, float] = {}
 
@@ -81,7 +90,7 @@ class ScriptedModel:
         """A model from a script's JSON: a list of replies (see the module docstring)."""
         if not isinstance(items, list):
             raise ConfigError(f"script {path} must be a JSON list of replies")
-        model = cls([])
+        model = cls([], per_run=True)
         for i, item in enumerate(items):
             model.script.append(item_from_json(item, path, i))
             if isinstance(item, dict) and item.get("delay"):
@@ -97,7 +106,7 @@ class ScriptedModel:
         on_text: TextHook | None = None,
         on_retry: RetryHook | None = None,
     ) -> ModelResponse:
-        index = len(self.requests)
+        index = self.position(request)
         self.requests.append(request)
         if index >= len(self.script):
             raise ProviderProtocolError(f"the script has no reply number {index + 1}")
@@ -122,6 +131,11 @@ class ScriptedModel:
                 on_text(word)
                 await asyncio.sleep(0)
         return item  # type: ignore[no-any-return]
+
+    def position(self, request: ModelRequest) -> int:
+        if self.per_run:
+            return sum(1 for m in request.messages if m.role == "assistant")
+        return len(self.requests)
 
 
 def read_script(path: str | Path) -> Any:

@@ -1,8 +1,17 @@
-"""The `bash` tool: a command in the workspace, in its own process group.
+"""The `bash` tool: a command in the workspace, with a clean environment, whose processes end
+with the call.
 
-A timeout or a cancel kills the whole group (the shell and every child it started), so nothing is
-left running. Output is stdout and stderr combined; long output keeps its head and tail with a
-marker saying how much was cut, and memory stays bounded however much a command prints.
+The environment is an allow-list (`SAFE_ENV`, `LC_*`) plus the names a user passes with
+`--tool-env`: provider keys and database URLs never reach a command, so no transformation of
+them (`base64`, `rev`, half a key) can leak what redaction would miss.
+
+When the call ends (the shell exits, it times out, or it is cancelled) every process it started
+is killed: its process group, and the processes that left the group (`setsid`, `nohup ... &`),
+found by a cookie in their environment (`TETHER_CALL`, a fresh value per call), as Jenkins finds
+a build's strays. A process that both leaves the session and clears its environment escapes;
+the sandbox is what stops that. Output is stdout and stderr combined; long output keeps its head
+and tail with a marker saying how much was cut, and memory stays bounded however much a command
+prints.
 """
 
 from __future__ import annotations
@@ -11,13 +20,17 @@ import asyncio
 import contextlib
 import os
 import signal
+import uuid
+from collections.abc import Sequence
 
-from .tool import RunContext, tool
+from .tool import RunContext, Tool, tool
 
 HEAD = 8_000
 TAIL = 8_000
-DRAIN_AFTER_EXIT = 0.5
-"""Seconds to keep reading after the shell exits, for output of children it left running."""
+DRAIN_AFTER_KILL = 0.5
+"""Seconds to wait for the pipe to close once the call's processes are killed."""
+SAFE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR")
+COOKIE = "TETHER_CALL"
 
 
 class CappedOutput:
@@ -49,18 +62,65 @@ class CappedOutput:
         return head + tail
 
 
+def environment(passed: Sequence[str], cwd: str, cookie: str) -> dict[str, str]:
+    """What a command sees: the safe variables, those the user named, and the call's cookie."""
+    env = {
+        k: v for k, v in os.environ.items() if k in SAFE_ENV or k.startswith("LC_") or k in passed
+    }
+    env.setdefault("PATH", os.defpath)
+    env["PWD"] = cwd
+    env[COOKIE] = cookie
+    return env
+
+
 def kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
 
-async def run_command(command: str, cwd: str, output: CappedOutput) -> int:
-    """Run `command` with bash in `cwd`; the process group dies with this coroutine."""
+def strays(cookie: str) -> list[int]:
+    """The processes whose environment holds this call's cookie (Linux's /proc; elsewhere
+    none are found and the process group is all that is killed)."""
+    mark = f"{COOKIE}={cookie}".encode()
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    env = f.read()
+            except OSError:  # gone, or not ours
+                continue
+            if mark in env.split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
+def kill_all(pid: int, cookie: str) -> None:
+    """Kill the call's process group and its strays, until no stray is left (one may fork
+    while the last is being killed)."""
+    kill_group(pid)
+    for _ in range(20):
+        left = strays(cookie)
+        if not left:
+            return
+        for p in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+
+
+async def run_command(
+    command: str, cwd: str, output: CappedOutput, passed: Sequence[str] = ()
+) -> int:
+    """Run `command` with bash in `cwd`; every process it starts dies with this coroutine."""
+    cookie = uuid.uuid4().hex
     proc = await asyncio.create_subprocess_exec(
         "bash",
         "-c",
         command,
         cwd=cwd,
+        env=environment(passed, cwd, cookie),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -74,24 +134,20 @@ async def run_command(command: str, cwd: str, output: CappedOutput) -> int:
             output.add(chunk)
 
     reader = asyncio.create_task(pump())
-    finished = False
     try:
         # Process.wait() also waits for the pipe to close, which a child left running in the
-        # background can hold open for ever: watch the exit status and the pipe side by side.
+        # background can hold open: watch the exit status and the pipe side by side.
         while proc.returncode is None and not reader.done():
             await asyncio.wait({reader}, timeout=0.05)
         if reader.done():
-            code = await proc.wait()
-        else:
-            await asyncio.wait({reader}, timeout=DRAIN_AFTER_EXIT)
-            code = proc.returncode if proc.returncode is not None else -1
-        finished = True
-        return code
-    finally:
-        if not finished:  # timeout or cancel: the whole tree goes
-            kill_group(proc.pid)
-            if proc.returncode is None:
-                await asyncio.shield(proc.wait())
+            return await proc.wait()
+        return proc.returncode if proc.returncode is not None else -1
+    finally:  # done, timed out or cancelled: whatever the call started goes
+        kill_all(proc.pid, cookie)
+        if proc.returncode is None:
+            await asyncio.shield(proc.wait())
+        if not reader.done():
+            await asyncio.shield(asyncio.wait({reader}, timeout=DRAIN_AFTER_KILL))
         if not reader.done():
             reader.cancel()
             # Let go of a pipe still held by children: asyncio has no public way to close it.
@@ -102,13 +158,23 @@ async def run_command(command: str, cwd: str, output: CappedOutput) -> int:
             await reader
 
 
-@tool(timeout=120, approval="always")
-async def bash(command: str, ctx: RunContext) -> str:
-    """Run a bash command in the workspace and return its exit status and combined output.
+def bash_tool(passed: Sequence[str] = ()) -> Tool:
+    """The bash tool, passing these environment variables on (`--tool-env`) besides the safe
+    ones."""
+    names = tuple(passed)
 
-    Args:
-        command: The command line, run with `bash -c` in the workspace directory.
-    """
-    output = CappedOutput()
-    code = await run_command(command, str(ctx.workspace), output)
-    return f"exit status {code}\n{output.text()}"
+    @tool(timeout=120, approval="always")
+    async def bash(command: str, ctx: RunContext) -> str:
+        """Run a bash command in the workspace and return its exit status and combined output.
+
+        Args:
+            command: The command line, run with `bash -c` in the workspace directory.
+        """
+        output = CappedOutput()
+        code = await run_command(command, str(ctx.workspace), output, names)
+        return f"exit status {code}\n{output.text()}"
+
+    return bash
+
+
+bash = bash_tool()

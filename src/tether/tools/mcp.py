@@ -5,7 +5,9 @@
 
 A server is a command (spoken to over stdio) or a streamable HTTP URL. Its tools keep their
 JSON schemas; calls get the same timeouts, error results and approvals as every other tool (an
-MCP error result reaches the model as an error result). Needs the `mcp` extra.
+MCP error result reaches the model as an error result). A result's text and text resources reach
+the model; images, audio and binary resources are named in a note saying they were left out
+(tool results reach the model as text), never dropped unsaid. Needs the `mcp` extra.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ async def mcp_tools(
                 client = await stack.enter_async_context(Client(target))
                 listed = await client.list_tools()
             except Exception as e:
-                raise ConfigError(f"--mcp {spec!r}: cannot reach the server: {e}") from e
+                raise ConfigError(f"--mcp {spec!r}: cannot reach the server: {why(e)}") from e
             for t in listed.tools:
                 tools.append(
                     Tool(
@@ -70,9 +72,7 @@ async def mcp_tools(
 def remote_call(client: Any, name: str) -> Callable[..., Coroutine[Any, Any, str]]:
     async def call(**arguments: Any) -> str:
         result = await client.call_tool(name, arguments)
-        text = "\n".join(
-            getattr(block, "text", "") for block in result.content if hasattr(block, "text")
-        )
+        text = "\n".join(filter(None, (block_text(b) for b in result.content)))
         if not text and result.structured_content is not None:
             text = orjson.dumps(result.structured_content).decode()
         if result.is_error:
@@ -80,3 +80,45 @@ def remote_call(client: Any, name: str) -> Callable[..., Coroutine[Any, Any, str
         return text
 
     return call
+
+
+def block_text(block: Any) -> str:
+    """A content block as the model will read it: text as it is, anything else as a note."""
+    kind = getattr(block, "type", "")
+    if kind == "text":
+        return str(block.text)
+    if kind in ("image", "audio"):
+        size = len(getattr(block, "data", "") or "") * 3 // 4
+        return (
+            f"[left out: an {kind} ({mime_of(block)}, about "
+            f"{size} bytes); tool results reach the model as text]"
+        )
+    if kind == "resource":
+        res = block.resource
+        if getattr(res, "text", None) is not None:
+            return f"[resource {res.uri}]\n{res.text}"
+        size = len(getattr(res, "blob", "") or "") * 3 // 4
+        return (
+            f"[left out: resource {res.uri} ({mime_of(res) or 'binary'}, about {size} bytes); "
+            "tool results reach the model as text]"
+        )
+    if kind == "resource_link":
+        return f"[resource link: {block.uri}{' ' + block.name if block.name else ''}]"
+    return f"[left out: a {kind or 'content'} block the model cannot be shown]"
+
+
+def mime_of(block: Any) -> str:
+    """A block's media type, under the SDK's older or newer field name."""
+    return str(getattr(block, "mime_type", None) or getattr(block, "mimeType", None) or "")
+
+
+def why(e: BaseException) -> str:
+    """The cause itself, not the task group that carried it ("unhandled errors in a
+    TaskGroup" says nothing)."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    text = str(e) or type(e).__name__
+    cause = e.__cause__ or e.__context__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text += f" ({why(cause)})"
+    return text

@@ -32,7 +32,7 @@ button { cursor: pointer; }
 
 INDEX_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Tether runs</title>
-<meta name="csrf" content="__CSRF__"><style>__STYLE__</style></head>
+<meta name="csrf" content="__CSRF__"><style nonce="__NONCE__">__STYLE__</style></head>
 <body>
 <h1><a href="/">Tether</a> · runs</h1>
 <form class="start" id="start">
@@ -45,7 +45,7 @@ INDEX_PAGE = """<!doctype html>
 </form>
 <table><thead><tr><th>Run</th><th>Task</th><th>Status</th><th>Steps</th><th>Tokens</th>
 <th>Cost</th></tr></thead><tbody id="runs">__ROWS__</tbody></table>
-<script>
+<script nonce="__NONCE__">
 const csrf = document.querySelector('meta[name=csrf]').content;
 document.getElementById('start').addEventListener('submit', async (ev) => {
   ev.preventDefault();
@@ -83,7 +83,7 @@ setInterval(refresh, 2000);
 
 RUN_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Tether run __RUN_ID__</title>
-<meta name="csrf" content="__CSRF__"><style>__STYLE__</style></head>
+<meta name="csrf" content="__CSRF__"><style nonce="__NONCE__">__STYLE__</style></head>
 <body>
 <h1><a href="/">Tether</a> · run <span id="run-id">__RUN_ID__</span></h1>
 <div id="bar">
@@ -94,7 +94,7 @@ RUN_PAGE = """<!doctype html>
 <div id="log"></div>
 <form id="send"><input name="text" size="60" placeholder="Send a message to the run">
 <button type="submit">Send</button> <span id="send-error" class="note"></span></form>
-<script>
+<script nonce="__NONCE__">
 const runId = __RUN_ID_JSON__;
 const csrf = document.querySelector('meta[name=csrf]').content;
 const log = document.getElementById('log');

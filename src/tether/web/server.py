@@ -19,7 +19,11 @@ over Server-Sent Events, then follows them live.
 Security: every request needs the access token, as `Authorization: Bearer TOKEN` or as the
 cookie set by opening `/?token=TOKEN` once. Cookie-authenticated POSTs must also carry the page's
 CSRF token in `X-Tether-CSRF` (and the cookie is SameSite=Strict). Everything a model or a tool
-produced is inserted as text, never as HTML.
+produced is inserted as text, never as HTML. A request whose `Host` is not a name this server is
+served under is refused (a DNS-rebinding page sends its own name); a POST to the API must be
+`application/json` (a form or a `text/plain` body from another origin can be sent without a
+preflight; JSON cannot). Every response forbids framing and sniffing, sends no referrer, and a
+page runs only its own scripts (a per-response nonce).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import asyncio
 import hashlib
 import hmac
 import html
+import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -66,9 +71,11 @@ class WebApp:
         journal: Journal | None = None,
         defaults: dict[str, Any] | None = None,
         workspace: Path | None = None,
+        hosts: set[str] | None = None,
     ) -> None:
         """Runs started from the page are runs of `agent` on `runtime`, built from
-        `options_for(form)` when it is given (else the registered agent, as it is)."""
+        `options_for(form)` when it is given (else the registered agent, as it is). `hosts`
+        are the names a request's `Host` may give (without the port); None takes any."""
         self.runtime = runtime
         self.agent = agent
         self.options_for = options_for
@@ -78,6 +85,7 @@ class WebApp:
         self.defaults = defaults or {}
         self.workspace = workspace or Path.cwd()
         self.archived: dict[str, list[Event]] = {}
+        self.hosts = {h.lower() for h in hosts} if hosts is not None else None
 
     def load_journal(self) -> None:
         """Runs journaled before this server started: their pages replay them."""
@@ -92,7 +100,8 @@ class WebApp:
             self.archived[run_id] = events
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.auth])
+        app = web.Application(middlewares=[self.guard, self.auth])
+        app.on_response_prepare.append(secure_headers)
         app.router.add_get("/", self.index)
         app.router.add_get("/runs/{id}", self.run_page)
         app.router.add_post("/api/runs", self.start_run)
@@ -125,24 +134,42 @@ class WebApp:
 
     # -- security -------------------------------------------------------------------------------
     @web.middleware
+    async def guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """What a request must be before its token is even looked at: sent to a name this
+        server is served under, and a JSON body for a write to the API."""
+        if self.hosts is not None and host_name(request.host) not in self.hosts:
+            return web.Response(
+                status=421,
+                text=f"this server does not serve the host {request.host[:100]!r}",
+                content_type="text/plain",
+            )
+        if (
+            request.method == "POST"
+            and request.path.startswith("/api/")
+            and request.content_type != "application/json"
+        ):
+            return json_error(415, "the body must be sent as Content-Type: application/json")
+        return await handler(request)
+
+    @web.middleware
     async def auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.query.get("token")
         if given is not None and request.method == "GET":
-            if not hmac.compare_digest(given, self.token):
+            if not same(given, self.token):
                 return self.denied(request)
             rest = {k: v for k, v in request.query.items() if k != "token"}
             response = web.HTTPFound(request.rel_url.with_query(rest))
             response.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict", path="/")
             return response
         bearer = request.headers.get("Authorization", "")
-        if bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:], self.token):
+        if bearer.startswith("Bearer ") and same(bearer[7:], self.token):
             return await handler(request)
         cookie = request.cookies.get(COOKIE, "")
-        if not cookie or not hmac.compare_digest(cookie, self.token):
+        if not cookie or not same(cookie, self.token):
             return self.denied(request)
         if request.method == "POST":
             csrf = request.headers.get("X-Tether-CSRF", "")
-            if not hmac.compare_digest(csrf, self.csrf):
+            if not same(csrf, self.csrf):
                 return json_error(403, "missing or wrong X-Tether-CSRF header")
         return await handler(request)
 
@@ -165,8 +192,10 @@ class WebApp:
             f"<td>${s['cost_usd']:.4f}</td></tr>"
             for s in reversed(self.summaries())
         )
+        nonce = secrets.token_urlsafe(16)
         page = fill(
             INDEX_PAGE,
+            nonce=nonce,
             csrf=self.csrf,
             rows=rows,
             model=esc(str(self.defaults.get("model", ""))),
@@ -177,14 +206,17 @@ class WebApp:
             ),
             max_steps=esc(str(self.defaults.get("max_steps", ""))),
         )
-        return web.Response(text=page, content_type="text/html")
+        return html_page(page, nonce)
 
     async def run_page(self, request: web.Request) -> web.Response:
         run_id = request.match_info["id"]
         if run_id not in self.runtime.bus.logs:
             return web.Response(status=404, text="no such run", content_type="text/plain")
-        page = fill(RUN_PAGE, csrf=self.csrf, run_id=esc(run_id), run_id_json=js_string(run_id))
-        return web.Response(text=page, content_type="text/html")
+        nonce = secrets.token_urlsafe(16)
+        page = fill(
+            RUN_PAGE, nonce=nonce, csrf=self.csrf, run_id=esc(run_id), run_id_json=js_string(run_id)
+        )
+        return html_page(page, nonce)
 
     # -- API ------------------------------------------------------------------------------------
     async def start_run(self, request: web.Request) -> web.Response:
@@ -380,6 +412,42 @@ def message_dict(m: Message) -> dict[str, Any]:
                 }
             )
     return {"role": m.role, "parts": parts}
+
+
+def same(given: str, expected: str) -> bool:
+    """A constant-time comparison that takes any text (compare_digest refuses non-ASCII str)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode())
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without its port: `[::1]:8000` is `::1`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+NO_SCRIPTS = "default-src 'none'; frame-ancestors 'none'"
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
+    "connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; "
+    "frame-ancestors 'none'"
+)
+
+
+def html_page(page: str, nonce: str) -> web.Response:
+    response = web.Response(text=page, content_type="text/html")
+    response.headers["Content-Security-Policy"] = PAGE_POLICY.format(nonce=nonce)
+    return response
+
+
+async def secure_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every response: no framing, no sniffing, no referrer; no scripts unless the page
+    named its own by nonce."""
+    response.headers.setdefault("Content-Security-Policy", NO_SCRIPTS)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Referrer-Policy"] = "no-referrer"
 
 
 async def json_body(request: web.Request) -> dict[str, Any]:
