@@ -37,6 +37,7 @@ from .loop import (
     ToolsDone,
     close_open_calls,
     last_answer,
+    output_room,
     step,
     unique_calls,
 )
@@ -176,9 +177,8 @@ class Agent:
 
     def request(self, state: LoopState) -> ModelRequest:
         """The next model call's request: the conversation as it stands."""
-        return ModelRequest(
-            tuple(state.messages), state.tools, state.system, self.max_output_tokens
-        )
+        limit = output_room(state, self.budget, self.max_output_tokens)
+        return ModelRequest(tuple(state.messages), state.tools, state.system, limit)
 
     def started(self, task: str | None, **extra: Any) -> dict[str, Any]:
         """The `run_started` event's data (see `RunResult.summary` for the other end)."""

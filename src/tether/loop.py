@@ -154,6 +154,19 @@ def over_budget(state: LoopState, budget: Budget, price: Price | None, now: floa
     return ""
 
 
+def output_room(state: LoopState, budget: Budget, per_call: int | None) -> int | None:
+    """The most output the next call may bring: the call's own limit, and what the run's
+    output and total budgets have left (sent as the request's limit, so a server stops there,
+    and a stream that goes on past it is stopped by the client)."""
+    u, b = state.usage, budget
+    room = [per_call] if per_call is not None else []
+    if b.max_output_tokens is not None:
+        room.append(b.max_output_tokens - u.output_tokens)
+    if b.max_tokens is not None:
+        room.append(b.max_tokens - u.total_tokens - estimate_next_input(state))
+    return max(1, min(room)) if room else None
+
+
 def estimate_next_input(state: LoopState) -> int:
     """Input tokens the next call will send: the last call's input and output plus what was
     added since, or a character estimate of everything on the first call."""

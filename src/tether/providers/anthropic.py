@@ -34,7 +34,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import HTTPModel, HTTPSettings, Progress, RetryHook, loads_event, sse_batches
+from .http import HTTPModel, HTTPSettings, Progress, RetryHook, json_reply, loads_event, sse_batches
 from .openai_chat import parse_arguments
 
 PROVIDER = "anthropic"
@@ -87,15 +87,14 @@ class AnthropicModel(HTTPModel):
         async def parse(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
             if self.stream:
                 return await parse_stream(resp, progress, on_text)
-            try:
-                data = orjson.loads(await resp.read())
-            except orjson.JSONDecodeError:
-                raise ProviderProtocolError("reply is not JSON", retryable=True) from None
+            data = await json_reply(resp)
             if not isinstance(data, dict) or data.get("type") != "message":
                 raise ProviderProtocolError("reply is not a message", retryable=True)
             return parse_message(data)
 
-        response: ModelResponse = await self.http.post("/messages", body, parse, on_retry)
+        response: ModelResponse = await self.http.post(
+            "/messages", body, parse, on_retry, request.max_output_tokens or self.max_tokens
+        )
         return response
 
 
@@ -211,7 +210,7 @@ async def parse_stream(
     blocks: dict[int, dict[str, Any]] = {}
     json_parts: dict[int, list[str]] = {}
     usage: dict[str, Any] = {}
-    async for batch in sse_batches(resp):
+    async for batch in sse_batches(resp, progress):
         for _name, data in batch:
             event = loads_event(data)
             if not isinstance(event, dict):

@@ -3,6 +3,13 @@
 A request is retried only while it is safe: the failure is retryable (429, 5xx, a dropped or
 refused connection, a timeout) and nothing of the reply has yet been handed to the caller.
 Secrets live in the session's headers and never enter an error message.
+
+A reply is bounded in size and time, whatever the server does: a JSON reply is read up to
+`MAX_REPLY` bytes, an error body up to `MAX_ERROR` bytes, a stream's line up to `MAX_LINE` and the
+whole stream up to what the call's output budget allows (`stream_allowance`); a stream that sends
+bytes but no event for the read timeout ends (dripping a byte a second would defeat a socket
+timeout). An answer that is not what was asked for (an HTML page with status 200) is an error
+that says what came: its content type and how it begins.
 """
 
 from __future__ import annotations
@@ -42,13 +49,32 @@ class HTTPSettings:
     """0 means no limit; admission control bounds concurrent calls above this layer."""
 
 
+MAX_REPLY = 64 << 20
+MAX_ERROR = 64 << 10
+MAX_LINE = 16 << 20
+BYTES_PER_TOKEN = 400
+"""Stream bytes a token may take: a token's text, JSON-escaped, inside a chunk's envelope (a
+Chat Completions chunk is about 200 bytes around its delta)."""
+
+
 class Progress:
-    """Set by a reply parser once it has handed anything to the caller; retries stop there."""
+    """What a reply parser is told and tells: `emitted` is set once anything was handed to the
+    caller (retries stop there); `quiet` is the longest a stream may go without an event, and
+    `allowance` the most bytes it may bring."""
 
-    __slots__ = ("emitted",)
+    __slots__ = ("allowance", "emitted", "quiet")
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: float = 120.0, allowance: int = MAX_REPLY) -> None:
         self.emitted = False
+        self.quiet = quiet
+        self.allowance = allowance
+
+
+def stream_allowance(max_output_tokens: int | None) -> int:
+    """The most a stream may bring for a call with this output limit."""
+    if max_output_tokens is None:
+        return MAX_REPLY
+    return min(MAX_REPLY, (1 << 20) + max_output_tokens * BYTES_PER_TOKEN)
 
 
 Parser = Callable[[aiohttp.ClientResponse, Progress], Awaitable[Any]]
@@ -79,14 +105,20 @@ class HTTPClient:
             self._session = None
 
     async def post(
-        self, path: str, body: dict[str, Any], parse: Parser, on_retry: RetryHook | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        parse: Parser,
+        on_retry: RetryHook | None = None,
+        max_output_tokens: int | None = None,
     ) -> Any:
-        """POST `body` as JSON and return `parse(response)`, retrying while that is safe."""
+        """POST `body` as JSON and return `parse(response)`, retrying while that is safe; a
+        streamed reply may bring what `max_output_tokens` allows (see `stream_allowance`)."""
         url = self.base_url + path
         data = orjson.dumps(body)
         attempt = 0
         while True:
-            progress = Progress()
+            progress = Progress(self.settings.read_timeout, stream_allowance(max_output_tokens))
             try:
                 return await self._once(url, data, parse, progress)
             except ProviderError as e:
@@ -142,6 +174,12 @@ class HTTPClient:
                 f"cannot connect to {self.base_url}: {e.os_error}", retryable=True
             ) from None
         except TimeoutError:
+            if progress.emitted:
+                raise ProviderTimeout(
+                    f"the reply from {self.base_url} stalled after part of it was shown: "
+                    f"nothing came for {self.settings.read_timeout:g} s",
+                    retryable=False,
+                ) from None
             raise ProviderTimeout(
                 f"no reply from {self.base_url} within the timeout", retryable=True
             ) from None
@@ -156,8 +194,9 @@ class HTTPClient:
 
 
 async def error_from_response(resp: aiohttp.ClientResponse) -> ProviderError:
-    """Map an HTTP error reply (OpenAI or Anthropic error body, or anything else) to our tree."""
-    raw = await resp.read()
+    """Map an HTTP error reply (OpenAI or Anthropic error body, or anything else) to our tree;
+    only its first `MAX_ERROR` bytes are read."""
+    raw = await read_up_to(resp, MAX_ERROR)
     message, error_type = "", None
     try:
         body = orjson.loads(raw)
@@ -204,6 +243,44 @@ def retry_after_seconds(headers: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+async def json_reply(resp: aiohttp.ClientResponse) -> Any:
+    """A non-streamed reply's JSON, read up to `MAX_REPLY` bytes."""
+    raw = await read_up_to(resp, MAX_REPLY + 1)
+    if len(raw) > MAX_REPLY:
+        raise ProviderProtocolError(
+            f"the reply is over {MAX_REPLY >> 20} MB; it was not read further", retryable=False
+        )
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise unexpected(resp, raw, "a JSON reply") from None
+
+
+async def read_up_to(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body's first `limit` bytes (all of it when shorter); the rest is never read."""
+    parts: list[bytes] = []
+    size = 0
+    while size < limit:
+        part = await resp.content.read(limit - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
+
+
+def unexpected(resp: aiohttp.ClientResponse, raw: bytes, wanted: str) -> ProviderProtocolError:
+    """An error saying what came instead of what was asked for."""
+    start = raw[:200].decode("utf-8", "replace").strip()
+    return ProviderProtocolError(
+        scrub(
+            f"expected {wanted}, got HTTP {resp.status} {resp.content_type or 'without a type'}"
+            f" beginning {start!r}"
+        ),
+        retryable=True,
+    )
+
+
 SSEEvent = tuple[str | None, bytes]
 
 
@@ -211,16 +288,30 @@ class SSEParser:
     """Server-Sent Events from bytes as they arrive: (event name, data) pairs. Comments and
     unknown fields are skipped; lines may end in LF or CRLF and may be split across reads."""
 
-    __slots__ = ("data", "event", "rest")
+    __slots__ = ("data", "event", "pending", "pending_size")
 
     def __init__(self) -> None:
-        self.rest = b""
+        self.pending: list[bytes] = []  # pieces of a line longer than one read, joined once
+        self.pending_size = 0
         self.event: str | None = None
         self.data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        lines = (self.rest + chunk if self.rest else chunk).split(b"\n")
-        self.rest = lines.pop()
+        """The events completed by `chunk`. A line split over many reads is joined once, when
+        it ends (joining at every read made one long line cost quadratic time)."""
+        if b"\n" not in chunk:
+            self.pending.append(chunk)
+            self.pending_size += len(chunk)
+            if self.pending_size > MAX_LINE:
+                raise ProviderProtocolError(
+                    f"a line of the reply stream is over {MAX_LINE >> 20} MB", retryable=False
+                )
+            return []
+        if self.pending_size:
+            chunk = b"".join(self.pending) + chunk
+        lines = chunk.split(b"\n")
+        self.pending = [lines.pop()]
+        self.pending_size = len(self.pending[0])
         out: list[SSEEvent] = []
         for line in lines:
             if line.endswith(b"\r"):
@@ -233,31 +324,56 @@ class SSEParser:
                 value = line[5:]
                 self.data.append(value[1:] if value.startswith(b" ") else value)
             elif line.startswith(b"event:"):
-                self.event = line[6:].strip().decode()
+                self.event = line[6:].strip().decode("utf-8", "replace")
         return out
 
     def close(self) -> list[SSEEvent]:
         """What is left when the stream ends (an event without its closing blank line)."""
-        out = self.feed(b"\n\n") if self.rest or self.data else []
+        out = self.feed(b"\n\n") if self.pending_size or self.data else []
         return out
 
 
-async def sse_batches(resp: aiohttp.ClientResponse) -> AsyncIterator[list[SSEEvent]]:
+async def sse_batches(
+    resp: aiohttp.ClientResponse, progress: Progress | None = None
+) -> AsyncIterator[list[SSEEvent]]:
     """The events of a reply stream, a batch per network read: one await per read, not per line,
-    which is most of the cost of reading a stream."""
+    which is most of the cost of reading a stream. Bounded as the module docstring says."""
+    if resp.content_type not in ("text/event-stream", "application/octet-stream"):
+        raise unexpected(resp, await read_up_to(resp, MAX_ERROR), "an event stream")
+    limits = progress or Progress()
     parser = SSEParser()
+    size = 0
+    last_event = time.monotonic()
     async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > limits.allowance:
+            raise ProviderProtocolError(
+                f"the reply stream passed {limits.allowance} bytes, more than the call's output "
+                "limit allows; it was stopped",
+                retryable=False,
+            )
         batch = parser.feed(chunk)
         if batch:
+            last_event = time.monotonic()
             yield batch
+        elif time.monotonic() - last_event > limits.quiet:
+            raise ProviderTimeout(
+                f"the reply stream sent no event for {limits.quiet:g} s (only stray bytes)",
+                retryable=not limits.emitted,
+            )
     last = parser.close()
     if last:
         yield last
 
 
 def loads_event(data: bytes) -> Any:
+    """An event's JSON; invalid UTF-8 in it becomes U+FFFD rather than failing the reply."""
     try:
         return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return orjson.loads(data.decode("utf-8", "replace"))
     except orjson.JSONDecodeError:
         snippet = data[:80].decode("utf-8", "replace")
         raise ProviderProtocolError(

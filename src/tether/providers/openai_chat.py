@@ -32,7 +32,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import OpenAIModel, Progress, RetryHook, loads_event, sse_batches
+from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
 
 FINISH_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -55,14 +55,16 @@ class OpenAIChatModel(OpenAIModel):
         body = request_body(self.name, request, self.stream)
         if not self.stream:
             response: ModelResponse = await self.http.post(
-                "/chat/completions", body, parse_json, on_retry
+                "/chat/completions", body, parse_json, on_retry, request.max_output_tokens
             )
             return response
 
         async def parse(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
             return await parse_stream(resp, progress, on_text)
 
-        response = await self.http.post("/chat/completions", body, parse, on_retry)
+        response = await self.http.post(
+            "/chat/completions", body, parse, on_retry, request.max_output_tokens
+        )
         return response
 
 
@@ -154,11 +156,11 @@ def stop_reason(finish: str | None, has_calls: bool) -> StopReason:
 
 
 async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
+    body = await json_reply(resp)
     try:
-        body = orjson.loads(await resp.read())
         choice = body["choices"][0]
         msg = choice["message"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+    except (KeyError, IndexError, TypeError):
         raise ProviderProtocolError("reply is not a chat completion", retryable=True) from None
     parts: list[Part] = []
     thought = msg.get("reasoning_content") or msg.get("reasoning")
@@ -191,7 +193,7 @@ async def parse_stream(
     usage: Usage | None = None
     model = ""
     done = False
-    async for batch in sse_batches(resp):
+    async for batch in sse_batches(resp, progress):
         for _event, data in batch:
             if data == b"[DONE]":
                 done = True

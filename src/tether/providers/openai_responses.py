@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-import orjson
 
 from ..errors import ProviderError, ProviderProtocolError, stream_error
 from ..messages import (
@@ -30,7 +29,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import OpenAIModel, Progress, RetryHook, loads_event, sse_batches
+from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
 from .openai_chat import parse_arguments
 
 PROVIDER = "openai-responses"
@@ -50,13 +49,12 @@ class OpenAIResponsesModel(OpenAIModel):
         async def parse(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
             if self.stream:
                 return await parse_stream(resp, progress, on_text)
-            try:
-                data = orjson.loads(await resp.read())
-            except orjson.JSONDecodeError:
-                raise ProviderProtocolError("reply is not JSON", retryable=True) from None
+            data = await json_reply(resp)
             return parse_response(data)
 
-        response: ModelResponse = await self.http.post("/responses", body, parse, on_retry)
+        response: ModelResponse = await self.http.post(
+            "/responses", body, parse, on_retry, request.max_output_tokens
+        )
         return response
 
 
@@ -208,7 +206,7 @@ async def parse_stream(
     resp: aiohttp.ClientResponse, progress: Progress, on_text: TextHook | None
 ) -> ModelResponse:
     done_items: dict[int, dict[str, Any]] = {}
-    async for batch in sse_batches(resp):
+    async for batch in sse_batches(resp, progress):
         for event_name, data in batch:
             event = loads_event(data)
             if not isinstance(event, dict):
