@@ -3,11 +3,15 @@ SmolLM2-135M model: structure, not wording (the model is tiny)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from conftest import FIXTURES, TETHER, cli_env
 from tether import Message, ModelRequest, OpenAIChatModel, ToolResult, ToolSpec
 from tether.providers import local
 
@@ -77,3 +81,34 @@ async def test_a_forced_tool_call_then_a_final_answer(
     await model.aclose()
     assert second.message.text.strip() and not second.message.tool_calls
     assert second.stop_reason in ("end_turn", "max_tokens")
+
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+@pytest.mark.parametrize(
+    ("question", "tools", "facts"),
+    [
+        ("What is the weather in Oslo today?", EXAMPLES / "tools.py", ["3 °C", "light snow"]),
+        ("How many apples are in stock?", FIXTURES / "local" / "stock.py", ["12"]),
+        ("What is 17 times 23?", FIXTURES / "local" / "multiply.py", ["391"]),
+    ],
+    ids=["the-demo", "stock", "multiply"],
+)
+def test_the_bundled_model_answers_from_what_the_tool_returned(
+    question: str, tools: Path, facts: list[str]
+) -> None:
+    """What `scripts/demo` shows a new user with no key: the tool is called, and the answer
+    states its facts in a sentence."""
+    p = subprocess.run(
+        [*TETHER, "run", question, "--provider", "local", "--tools-from", str(tools),
+         "--max-steps", "5", "--store", "memory", "--json"],
+        capture_output=True, text=True, timeout=300, env=cli_env(),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    events = [json.loads(line) for line in p.stdout.splitlines()]
+    tool = {"tools": "get_forecast"}.get(tools.stem, tools.stem)
+    assert [e["name"] for e in events if e["type"] == "tool_call"] == [tool]
+    answer = events[-1]["answer"].strip()
+    assert all(f in answer for f in facts), answer
+    assert "\n" not in answer and answer.endswith("."), answer

@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..messages import ModelRequest, ModelResponse, Usage
+from ..messages import Message, ModelRequest, ModelResponse, TextPart, ToolResult, Usage
 from .base import TextHook
 from .http import HTTPSettings, RetryHook
 from .openai_chat import OpenAIChatModel
@@ -121,17 +121,61 @@ class LocalServer:
                 self.proc.kill()
 
 
+ANSWER_SYSTEM = (
+    "Answer the question in one sentence that repeats what the tool returned, word for word."
+)
+ANSWER_EXAMPLES = (
+    (
+        "How much is the red bike?",
+        "price",
+        "240 EUR, in stock",
+        "The red bike is 240 EUR, in stock.",
+    ),  # noqa: E501
+    ("How warm is the pool?", "thermometer", "26 °C, calm", "The pool is 26 °C, calm."),
+)
+"""Two worked answers the model copies the pattern of (facts unlike any real tool's)."""
+
+
+def answer_turn(request: ModelRequest) -> ModelRequest:
+    """The turn after tool results, as a 135M model can answer it: the question and what the
+    tools returned in one user message, after two worked examples, with no tools to call."""
+    question = ""
+    results: list[ToolResult] = []
+    for m in reversed(request.messages):
+        if m.role == "user":
+            question = m.text
+            break
+        results[:0] = m.tool_results
+    messages: list[Message] = []
+    for q, name, output, answer in ANSWER_EXAMPLES:
+        messages += [
+            Message.user(facts(q, [(name, output)])),
+            Message("assistant", (TextPart(answer),)),
+        ]
+    messages.append(Message.user(facts(question, [(r.name, r.output) for r in results])))
+    return ModelRequest(tuple(messages), (), ANSWER_SYSTEM, request.max_output_tokens)
+
+
+def facts(question: str, results: list[tuple[str, str]]) -> str:
+    lines = [f"Question: {question}"]
+    lines += [f"The {name} tool returned: {output.strip()}" for name, output in results]
+    return "\n".join(lines)
+
+
 class LocalModel(OpenAIChatModel):
     """The bundled model behind its own llama.cpp server; closing the model stops the server.
 
-    A 135M model needs a firm hand: replies are capped at `MAX_TOKENS` (it rambles otherwise),
-    its usage is estimated when the server's stream leaves it out, and unless the request says
-    otherwise, a turn that has tools and no tool results yet names
-    the tool when there is one (it calls a named tool reliably, and rarely decides to on its
-    own), and a turn after tool results asks for an answer, not more calls.
+    A 135M model needs a firm hand: replies are capped at `MAX_TOKENS` (it rambles otherwise)
+    and sampled greedily (the same question gets the same answer), its usage is estimated when
+    the server's stream leaves it out, and unless the request says otherwise, a turn that has
+    tools and no tool results yet names the tool when there is one (it calls a named tool
+    reliably, and rarely decides to on its own). A turn after tool results is asked as
+    `answer_turn` frames it: the model cannot reason over a transcript, but it copies a pattern
+    well (asked plainly, it answered "A wonderful tool!" to the demo's forecast).
     """
 
     provider = "local"
+    sampling = {"temperature": 0}  # noqa: RUF012
 
     def __init__(self, *, stream: bool = True, settings: HTTPSettings | None = None) -> None:
         self.server = LocalServer()
@@ -146,18 +190,19 @@ class LocalModel(OpenAIChatModel):
         on_retry: RetryHook | None = None,
     ) -> ModelResponse:
         choice = request.tool_choice
+        asked = request
         if choice is None and request.tools:
             answered = bool(request.messages) and request.messages[-1].role == "tool"
             if answered:
-                choice = "none"
+                asked = answer_turn(request)
             elif len(request.tools) == 1:
                 choice = request.tools[0].name
-        request = dataclasses.replace(
-            request,
-            tool_choice=choice,
+        asked = dataclasses.replace(
+            asked,
+            tool_choice=choice if asked is request else None,
             max_output_tokens=request.max_output_tokens or MAX_TOKENS,
         )
-        response = await super().respond(request, on_text, on_retry)
+        response = await super().respond(asked, on_text, on_retry)
         if response.usage == Usage():  # llama.cpp's server sends no usage in a stream: estimate
             out = len(response.message.text) // 4 + 1
             usage = Usage(estimate_tokens(request), 0, out)

@@ -45,6 +45,8 @@ FINISH_REASONS: dict[str, StopReason] = {
 
 class OpenAIChatModel(OpenAIModel):
     provider = "openai-chat"
+    sampling: dict[str, Any] = {}  # noqa: RUF012 - read only: a subclass sets its own
+    """Sampling fields sent with every request (the local model is greedy: `temperature` 0)."""
 
     async def respond(
         self,
@@ -52,7 +54,7 @@ class OpenAIChatModel(OpenAIModel):
         on_text: TextHook | None = None,
         on_retry: RetryHook | None = None,
     ) -> ModelResponse:
-        body = request_body(self.name, request, self.stream)
+        body = request_body(self.name, request, self.stream) | self.sampling
         if not self.stream:
             response: ModelResponse = await self.http.post(
                 "/chat/completions", body, parse_json, on_retry, request.max_output_tokens
