@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,3 +91,87 @@ def test_429_then_500_then_success(wire: WireServer, protocol: str) -> None:
     status, events = run(wire.url, protocol)
     assert status == 0 and events[-1]["answer"] == "made it"
     assert next(e["delay"] for e in events if e["type"] == "retry") == 0.1
+
+
+@every
+@pytest.mark.parametrize("counted", [False, True], ids=["no-usage", "counted"])
+def test_token_budgets_hold_when_the_server_sends_no_usage(
+    wire: WireServer, protocol: str, counted: bool
+) -> None:
+    """llama.cpp's server (and some gateways) stream no usage: the counts are estimated and
+    marked so, and the budget halts the run as it does when the server counts."""
+    text = "A long preamble before the call. " * 20
+    if counted:
+        wire.add(text=text, calls=[("look", {})], usage={"completion": 167})
+    else:
+        wire.add(text=text, calls=[("look", {})], no_usage=True)
+    wire.add(text="never asked for")
+    status, events = run(wire.url, protocol, "--tools", "none", "--max-output-tokens", "50")
+    finished = events[-1]
+    assert status == 3 and finished["outcome"] == "halted", finished
+    assert finished["reason"].startswith("max_output_tokens")
+    [response] = [e for e in events if e["type"] == "model_response"]
+    usage = response["usage"]
+    assert usage["output_tokens"] > 50 and usage["input_tokens"] > 0
+    assert usage.get("estimated", False) is not counted
+    assert len(wire.requests) == 1
+
+
+def test_a_paused_anthropic_turn_is_sent_back_and_goes_on(wire: WireServer) -> None:
+    """`pause_turn` (a server tool paused a long turn) is not an answer: the model gets the
+    turn back and finishes it, and the answer is the whole turn."""
+    wire.add(text="Searching the web took a while. ", finish_reason="pause_turn")
+    wire.add(text="The answer is 42.")
+    status, events = run(wire.url, "anthropic")
+    assert status == 0
+    assert events[-1]["outcome"] == "done"
+    assert events[-1]["answer"] == "Searching the web took a while. The answer is 42."
+    assert len(wire.requests) == 2
+    sent_back = wire.requests[1]["messages"][-1]
+    assert sent_back["role"] == "assistant"
+    assert sent_back["content"][0]["text"] == "Searching the web took a while. "
+
+
+def test_an_error_in_a_chat_stream_is_classed_by_its_type_and_status(wire: WireServer) -> None:
+    """A gateway's error at HTTP 200, inside the stream: `type` names it (not the `code`
+    detail), and its own status classes it (a 400 is the request's fault, never retried)."""
+    error = {
+        "message": "Failed to call a function.",
+        "type": "invalid_request_error",
+        "code": "tool_use_failed",
+        "status": 400,
+    }
+    wire.add(text="partial", fault="stream_error", error=error)
+    status, events = run(wire.url, "chat")
+    assert status == 1
+    err = events[-1]["error"]
+    assert (err["kind"], err["status"], err["error_type"]) == (
+        "client_error",
+        400,
+        "invalid_request_error",
+    )
+    assert not err["retryable"] and len(wire.requests) == 1
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_gateways_fragmented_calls_under_one_id_are_two_calls(
+    wire: WireServer, store: str, tmp_path: Path
+) -> None:
+    """A gateway's Anthropic stream sends each argument fragment as a block of its own, and
+    two calls under one id: fragments merge into their call, the calls get distinct ids, and
+    each has its result, in memory and in a durable run."""
+    calls = [("look", {"q": "apples"}, "toolu_1"), ("look", {"q": "pears"}, "toolu_1")]
+    wire.add(calls=calls, block_per_fragment=True).add(text="Looked twice.")
+    where = "memory" if store == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
+    status, events = run(wire.url, "anthropic", "--tools", "none", "--store", where)
+    assert status == 0, events[-1]
+    made = [e for e in events if e["type"] == "tool_call"]
+    assert [c["arguments"] for c in made] == [{"q": "apples"}, {"q": "pears"}]
+    ids = [c["id"] for c in made]
+    assert len(set(ids)) == 2
+    results = [e["id"] for e in events if e["type"] == "tool_result"]
+    assert sorted(results) == sorted(ids)
+    sent = wire.requests[1]["messages"]
+    uses = [b["id"] for b in sent[-2]["content"] if b["type"] == "tool_use"]
+    answered = [b["tool_use_id"] for b in sent[-1]["content"] if b["type"] == "tool_result"]
+    assert uses == ids and sorted(answered) == sorted(ids)

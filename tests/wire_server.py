@@ -202,6 +202,8 @@ class Writer:
         self.prompt, self.completion = u.get("prompt", 50), u.get("completion", 10)
         self.cached, self.reasoning = u.get("cached", 0), u.get("reasoning", 0)
         self.cache_write = u.get("cache_write", 0)
+        self.no_usage = bool(reply.get("no_usage"))
+        """Streams carry no usage, as llama.cpp's server and some gateways send them."""
 
     def error_body(self) -> dict[str, Any]:
         return {
@@ -339,14 +341,18 @@ class ChatWriter(Writer):
                 events.append(chunk({"tool_calls": [tc]}))
         events.append(chunk({}, self.finish_reason()))
         terminal = 2
-        if (self.body.get("stream_options") or {}).get("include_usage"):
+        if (self.body.get("stream_options") or {}).get("include_usage") and not self.no_usage:
             events.append(data_line({**base, "choices": [], "usage": self.usage()}))
             terminal = 3
         events.append(b"data: [DONE]\n\n")
         return events, terminal
 
     def stream_error(self) -> bytes:
-        return data_line({"error": {"message": "The server had an error", "type": "server_error"}})
+        error = self.reply.get("error") or {
+            "message": "The server had an error",
+            "type": "server_error",
+        }
+        return data_line({"error": error})
 
 
 class ResponsesWriter(Writer):
@@ -489,7 +495,7 @@ class ResponsesWriter(Writer):
             else:
                 ev("response.output_item.added", output_index=oi, item={**item, "summary": []})
             ev("response.output_item.done", output_index=oi, item=item)
-        final = self.response("completed", items, True)
+        final = self.response("completed", items, not self.no_usage)
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         ev(kind, response=final)
         return out, 1
@@ -543,9 +549,13 @@ class AnthropicWriter(Writer):
     def stop(self) -> str:
         if self.reply.get("finish_reason") == "length":
             return "max_tokens"
+        if self.reply.get("finish_reason") == "pause_turn":
+            return "pause_turn"
         return "tool_use" if self.calls else "end_turn"
 
     def usage(self) -> dict[str, Any]:
+        if self.no_usage:  # a gateway's stream: zeros
+            return {"input_tokens": 0, "output_tokens": 0}
         return {
             "input_tokens": self.prompt - self.cached - self.cache_write,
             "cache_creation_input_tokens": self.cache_write,
@@ -576,7 +586,7 @@ class AnthropicWriter(Writer):
                         **self.whole(),
                         "content": [],
                         "stop_reason": None,
-                        "usage": {**self.usage(), "output_tokens": 1},
+                        "usage": {**self.usage(), "output_tokens": 0 if self.no_usage else 1},
                     },
                 },
             )
@@ -619,6 +629,30 @@ class AnthropicWriter(Writer):
                 for piece in split(block["thinking"], 2):
                     delta({"type": "thinking_delta", "thinking": piece})
                 delta({"type": "signature_delta", "signature": block["signature"]})
+            elif self.reply.get("block_per_fragment"):  # a gateway's: a block per fragment
+                raw = self.calls[len([b for b in self.content()[:i] if b["type"] == "tool_use"])][2]
+                for k, frag in enumerate(split(raw, 3) if raw else [""]):
+                    index = i * 100 + k
+                    start = {"type": "content_block_start", "index": index}
+                    out.append(
+                        named_event(
+                            "content_block_start",
+                            {**start, "content_block": {**block, "input": {}}},
+                        )
+                    )
+                    delta_event = {"type": "input_json_delta", "partial_json": frag}
+                    out.append(
+                        named_event(
+                            "content_block_delta",
+                            {"type": "content_block_delta", "index": index, "delta": delta_event},
+                        )
+                    )
+                    out.append(
+                        named_event(
+                            "content_block_stop", {"type": "content_block_stop", "index": index}
+                        )
+                    )
+                continue
             else:
                 out.append(
                     named_event(
@@ -642,7 +676,7 @@ class AnthropicWriter(Writer):
                 {
                     "type": "message_delta",
                     "delta": {"stop_reason": self.stop(), "stop_sequence": None},
-                    "usage": {"output_tokens": self.completion},
+                    "usage": {"output_tokens": 0 if self.no_usage else self.completion},
                 },
             )
         )

@@ -40,6 +40,7 @@ from .loop import (
     output_room,
     step,
     unique_calls,
+    with_usage,
 )
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .pricing import Price, price_for
@@ -383,9 +384,9 @@ async def respond(
     on_retry: RetryHook,
 ) -> ModelResponse:
     """A model call in a slot of the endpoint's limiter (a wait for one shows as `queued`,
-    then `admitted`)."""
+    then `admitted`); what the server left out of its usage is estimated."""
     if limiter is None:
-        return await model.respond(request, on_text, on_retry)
+        return with_usage(request, await model.respond(request, on_text, on_retry))
 
     def on_queued(position: int) -> None:
         emitter.emit("queued", what="model_call", position=position)
@@ -393,4 +394,4 @@ async def respond(
     async with limiter.slot(on_queued) as waited:
         if waited:
             emitter.emit("admitted", what="model_call")
-        return await model.respond(request, on_text, on_retry)
+        return with_usage(request, await model.respond(request, on_text, on_retry))

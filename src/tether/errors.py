@@ -132,6 +132,17 @@ def status_error(
     )
 
 
+def error_status(err: dict[str, Any]) -> int | None:
+    """The HTTP status an error object names (`status`, or a number in `code`), if any."""
+    for key in ("status", "code"):
+        value = err.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+    return None
+
+
 TRANSIENT_TYPES = {
     "rate_limit_exceeded": RateLimited,
     "rate_limit_error": RateLimited,
@@ -142,9 +153,16 @@ TRANSIENT_TYPES = {
 }
 
 
-def stream_error(error_type: str | None, message: str, emitted: bool) -> ProviderError:
+def stream_error(
+    error_type: str | None, message: str, emitted: bool, status: int | None = None
+) -> ProviderError:
     """An error reported inside a reply (an `error` event, a failed response). Transient ones
-    (rate limits, overload, server errors) may be retried, but only while nothing was emitted."""
+    (rate limits, overload, server errors) may be retried, but only while nothing was emitted.
+    An error that carries its own HTTP status (a gateway's, at status 200) is classed by it."""
+    if status is not None and 400 <= status < 600:
+        e = status_error(status, message, error_type, None)
+        e.retryable = e.retryable and not emitted
+        return e
     cls = TRANSIENT_TYPES.get(error_type or "")
     if cls is None:
         return ProviderProtocolError(message, error_type=error_type, retryable=False)

@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .messages import Message, ModelResponse, Part, ToolCall, ToolResult, ToolSpec, Usage
+from .messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Part,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
 from .pricing import Price
 
 Outcome = Literal["done", "halted", "cancelled", "failed"]
@@ -107,9 +116,10 @@ def step(
         calls = r.message.tool_calls
         if calls:
             return RunTools(calls)
-        if not state.inbox:
+        if not state.inbox and r.stop_reason != "pause":  # a paused turn goes on (budget allowing)
             cut = "max_tokens: the reply was cut at the model's output limit"
-            return Finish("done", r.message.text, cut if r.stop_reason == "max_tokens" else "")
+            answer = turn_text(state.messages)
+            return Finish("done", answer, cut if r.stop_reason == "max_tokens" else "")
     if isinstance(happened, ToolsDone):
         state.messages.append(Message("tool", tuple(happened.results)))
     if state.inbox:  # messages sent meanwhile go to the model together, never lost
@@ -119,6 +129,17 @@ def step(
     if reason:
         return Finish("halted", answer=last_answer(state.messages), reason=reason)
     return CallModel()
+
+
+def turn_text(messages: list[Message]) -> str:
+    """The text of the model's last turn: its trailing assistant messages (more than one when
+    the server paused the turn and the model went on with it)."""
+    texts: list[str] = []
+    for m in reversed(messages):
+        if m.role != "assistant":
+            break
+        texts.append(m.text)
+    return "".join(reversed(texts))
 
 
 def over_budget(state: LoopState, budget: Budget, price: Price | None, now: float) -> str:
@@ -184,6 +205,26 @@ def estimate_next_input(state: LoopState) -> int:
     chars = len(state.system or "") + state.tools_chars
     chars += sum(message_chars(m) for m in state.messages)
     return chars // 4 + 1
+
+
+def with_usage(request: ModelRequest, response: ModelResponse) -> ModelResponse:
+    """The response, with token counts estimated (about four characters a token, from the
+    request and what came back) and marked `estimated` when its server sent none: a server that
+    sends no usage (llama.cpp's in a stream, some gateways) must not slip past the token
+    budgets."""
+    u = response.usage
+    if u.input_tokens > 0 or u.output_tokens > 0:  # the server counted: its word stands
+        return response
+    out_chars = message_chars(response.message) - 4
+    chars = len(request.system or "") + sum(message_chars(m) for m in request.messages)
+    chars += sum(len(t.name) + len(t.description) + len(str(t.parameters)) for t in request.tools)
+    usage = dataclasses.replace(
+        u,
+        input_tokens=chars // 4 + 1,
+        output_tokens=out_chars // 4 + 1 if out_chars > 0 else 0,
+        estimated=True,
+    )
+    return dataclasses.replace(response, usage=usage)
 
 
 def message_chars(m: Message) -> int:

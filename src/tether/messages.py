@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
 
-StopReason = Literal["end_turn", "tool_use", "max_tokens", "content_filter", "other"]
-"""Why the model stopped, mapped from each provider's own words."""
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "content_filter", "pause", "other"]
+"""Why the model stopped, mapped from each provider's own words. `pause` is a turn the server
+paused (Anthropic's `pause_turn`): not an answer; sent back, the model goes on with it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,8 @@ class Usage:
     cached_input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    estimated: bool = False
+    """Some counts were estimated, because the server left them out (see `loop.with_usage`)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -101,6 +104,7 @@ class Usage:
             self.cached_input_tokens + other.cached_input_tokens,
             self.output_tokens + other.output_tokens,
             self.reasoning_tokens + other.reasoning_tokens,
+            self.estimated or other.estimated,
         )
 
     @classmethod
@@ -111,19 +115,24 @@ class Usage:
             int(d.get("cached_input_tokens", 0)),
             int(d.get("output_tokens", 0)),
             int(d.get("reasoning_tokens", 0)),
+            bool(d.get("estimated", False)),
         )
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
-    def to_dict(self) -> dict[str, int]:
-        return {
+    def to_dict(self) -> dict[str, int | bool]:
+        """The counts, and `"estimated": true` when some were (the key is absent otherwise)."""
+        d: dict[str, int | bool] = {
             "input_tokens": self.input_tokens,
             "cached_input_tokens": self.cached_input_tokens,
             "output_tokens": self.output_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+        if self.estimated:
+            d["estimated"] = True
+        return d
 
 
 @dataclass(frozen=True, slots=True)

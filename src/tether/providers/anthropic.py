@@ -47,6 +47,7 @@ STOP_REASONS: dict[str, StopReason] = {
     "tool_use": "tool_use",
     "max_tokens": "max_tokens",
     "refusal": "content_filter",
+    "pause_turn": "pause",
 }
 
 
@@ -209,6 +210,7 @@ async def parse_stream(
     message: dict[str, Any] | None = None
     blocks: dict[int, dict[str, Any]] = {}
     json_parts: dict[int, list[str]] = {}
+    merged: dict[int, int] = {}  # a block that continues an earlier one -> that block's index
     usage: dict[str, Any] = {}
     async for batch in sse_batches(resp, progress):
         for _name, data in batch:
@@ -221,16 +223,23 @@ async def parse_stream(
                 usage.update(message.get("usage") or {})
             elif kind == "content_block_start":
                 index = int(event.get("index", len(blocks)))
-                blocks[index] = dict(event.get("content_block") or {})
-                if blocks[index].get("type") in ("tool_use", "server_tool_use"):
+                started = dict(event.get("content_block") or {})
+                earlier = continued(started, blocks, json_parts)
+                if earlier is not None:
+                    merged[index] = earlier
+                    continue
+                blocks[index] = started
+                if started.get("type") in ("tool_use", "server_tool_use"):
                     json_parts[index] = []
             elif kind == "content_block_delta":
-                block = blocks.get(int(event.get("index", -1)))
+                index = int(event.get("index", -1))
+                index = merged.get(index, index)
+                block = blocks.get(index)
                 if block is None:
                     raise ProviderProtocolError(
                         "delta for a block that never started", retryable=True
                     )
-                apply_delta(block, event.get("delta") or {}, json_parts, int(event["index"]))
+                apply_delta(block, event.get("delta") or {}, json_parts, index)
                 if (event.get("delta") or {}).get("type") == "text_delta" and on_text is not None:
                     progress.emitted = True
                     on_text(event["delta"].get("text") or "")
@@ -260,6 +269,26 @@ async def parse_stream(
     raise ProviderProtocolError(
         "the reply stream ended before it was complete", retryable=not progress.emitted
     )
+
+
+def continued(
+    block: dict[str, Any], blocks: dict[int, dict[str, Any]], json_parts: dict[int, list[str]]
+) -> int | None:
+    """The index of the tool call this block goes on with, if any: some gateways send a call's
+    argument fragments as blocks of their own under the call's id. A block with the id of the
+    last call, whose arguments are not yet whole JSON, is a fragment of it; one whose arguments
+    are whole is a call of its own (its clashing id is made unique later, `loop.unique_calls`)."""
+    if block.get("type") not in ("tool_use", "server_tool_use") or not json_parts:
+        return None
+    last = max(json_parts)
+    if blocks[last].get("id") != block.get("id"):
+        return None
+    so_far = "".join(json_parts[last])
+    try:
+        orjson.loads(so_far)
+    except orjson.JSONDecodeError:
+        return last
+    return None
 
 
 def apply_delta(

@@ -25,11 +25,10 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..messages import Message, ModelRequest, ModelResponse, TextPart, ToolResult, Usage
+from ..messages import Message, ModelRequest, ModelResponse, TextPart, ToolResult
 from .base import TextHook
 from .http import HTTPSettings, RetryHook
 from .openai_chat import OpenAIChatModel
-from .scripted import estimate_tokens
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "smollm2-135m-instruct"
@@ -130,7 +129,7 @@ ANSWER_EXAMPLES = (
         "price",
         "240 EUR, in stock",
         "The red bike is 240 EUR, in stock.",
-    ),  # noqa: E501
+    ),
     ("How warm is the pool?", "thermometer", "26 °C, calm", "The pool is 26 °C, calm."),
 )
 """Two worked answers the model copies the pattern of (facts unlike any real tool's)."""
@@ -202,12 +201,8 @@ class LocalModel(OpenAIChatModel):
             tool_choice=choice if asked is request else None,
             max_output_tokens=request.max_output_tokens or MAX_TOKENS,
         )
-        response = await super().respond(asked, on_text, on_retry)
-        if response.usage == Usage():  # llama.cpp's server sends no usage in a stream: estimate
-            out = len(response.message.text) // 4 + 1
-            usage = Usage(estimate_tokens(request), 0, out)
-            response = dataclasses.replace(response, usage=usage)
-        return response
+        # llama.cpp's server sends no usage in a stream: the agent estimates it (loop.with_usage)
+        return await super().respond(asked, on_text, on_retry)
 
     async def aclose(self) -> None:
         await super().aclose()

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..errors import ProviderProtocolError, stream_error
+from ..errors import ProviderProtocolError, error_status, stream_error
 from ..messages import (
     Message,
     ModelRequest,
@@ -205,10 +205,12 @@ async def parse_stream(
                 raise ProviderProtocolError("stream chunk is not an object", retryable=True)
             if chunk.get("error"):
                 err = chunk["error"] if isinstance(chunk["error"], dict) else {}
-                raise stream_error(
-                    err.get("code") or err.get("type"),
+                code = err.get("code")
+                raise stream_error(  # the type names the kind; a code is often a detail
+                    err.get("type") or (code if isinstance(code, str) else None),
                     f"error in stream: {err.get('message') or chunk['error']}",
                     progress.emitted,
+                    error_status(err),
                 )
             model = chunk.get("model") or model
             if chunk.get("usage"):
