@@ -178,3 +178,9 @@ async def test_scripted_model_streams_words() -> None:
     deltas: list[str] = []
     await model.respond(ModelRequest((Message.user("x"),)), on_text=deltas.append)
     assert deltas == ["one", " two", " three"]
+
+
+def test_a_tool_choice_must_name_a_choice_or_a_tool() -> None:
+    with pytest.raises(ValueError, match="tool_choice 'ad' is none of auto, required, none"):
+        Agent(ScriptedModel([]), [add], tool_choice="ad")
+    assert Agent(ScriptedModel([]), [add], tool_choice="add").tool_choice == "add"

@@ -520,3 +520,29 @@ def test_bash_gets_only_the_environment_the_user_names(wire: WireServer, tmp_pat
     assert p.returncode == 0, p.stderr
     result = next(e for e in events(p.stdout) if e["type"] == "tool_result")
     assert result["output"] == "exit status 0\n[tether] [] []\n"
+
+
+@pytest.mark.parametrize(
+    ("provider", "required", "named"),
+    [
+        ("openai-chat", "required", {"type": "function", "function": {"name": "slow_echo"}}),
+        ("openai-responses", "required", {"type": "function", "name": "slow_echo"}),
+        ("anthropic", {"type": "any"}, {"type": "tool", "name": "slow_echo"}),
+    ],
+)
+@pytest.mark.parametrize("choice", ["required", "slow_echo"])
+def test_tool_choice_holds_until_a_tool_was_called(
+    wire: WireServer, provider: str, required: Any, named: Any, choice: str
+) -> None:
+    wire.add(calls=[("slow_echo", {"text": "hi", "ms": 1})]).add(text="Echoed.")
+    p = run_json(wire, "--provider", provider, "--tool-choice", choice)
+    assert p.returncode == 0, p.stderr
+    first, second = wire.requests
+    assert first["tool_choice"] == (required if choice == "required" else named)
+    assert "tool_choice" not in second  # then the model decides, and can answer
+
+
+def test_a_tool_choice_that_names_no_tool_is_a_clear_error(wire: WireServer) -> None:
+    p = run_json(wire, "--tool-choice", "nonesuch")
+    assert p.returncode == 2 and "--tool-choice: 'nonesuch' is none of" in p.stderr
+    assert "slow_echo" in p.stderr and "Traceback" not in p.stderr and wire.requests == []

@@ -386,6 +386,8 @@ def test_a_bad_start_request_is_refused_and_registers_nothing(server: Server) ->
         {"task": "t", "max_steps": 0},
         {"task": "t", "max_steps": True},
         {"task": "t", "model": ["a"]},
+        {"task": "t", "tool_choice": "nonesuch"},
+        {"task": "t", "tool_choice": 5},
     ]
     for body in bad:
         request = urllib.request.Request(

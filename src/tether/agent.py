@@ -25,6 +25,7 @@ from .context import ContextPolicy, estimate, fit, is_context_error
 from .errors import ProviderError
 from .events import Emitter, Sink, model_response_data, tool_result_data
 from .loop import (
+    CHOICES,
     Budget,
     CallModel,
     Finish,
@@ -35,6 +36,7 @@ from .loop import (
     RunTools,
     Started,
     ToolsDone,
+    choice_for,
     close_open_calls,
     last_answer,
     output_room,
@@ -124,9 +126,18 @@ class Agent:
     name: str = "agent"
     """What a `Runtime` finds the agent by; a store records it, so a process that registers an
     agent of the same name can resume the agent's runs."""
+    tool_choice: str | None = None
+    """`auto`, `required`, `none` or a tool's name, sent in each provider's own format;
+    `required` and a name hold until the model has called a tool (see `loop.choice_for`)."""
 
     def __post_init__(self) -> None:
         self.toolbox = self.tools if isinstance(self.tools, Toolbox) else Toolbox(self.tools)
+        names = [s.name for s in self.toolbox.specs]
+        if self.tool_choice is not None and self.tool_choice not in (*CHOICES, *names):
+            raise ValueError(
+                f"tool_choice {self.tool_choice!r} is none of auto, required, none or a tool's "
+                f"name ({', '.join(names) or 'no tools'})"
+            )
         self.price = price_for(self.model.name, self.prices)
 
     def new_state(self, messages: list[Message]) -> LoopState:
@@ -179,7 +190,8 @@ class Agent:
     def request(self, state: LoopState) -> ModelRequest:
         """The next model call's request: the conversation as it stands."""
         limit = output_room(state, self.budget, self.max_output_tokens)
-        return ModelRequest(tuple(state.messages), state.tools, state.system, limit)
+        choice = choice_for(self.tool_choice, state.messages)
+        return ModelRequest(tuple(state.messages), state.tools, state.system, limit, choice)
 
     def started(self, task: str | None, **extra: Any) -> dict[str, Any]:
         """The `run_started` event's data (see `RunResult.summary` for the other end)."""

@@ -131,6 +131,23 @@ def step(
     return CallModel()
 
 
+CHOICES = ("auto", "required", "none")
+
+
+def choice_for(choice: str | None, messages: Sequence[Message]) -> str | None:
+    """The tool choice of the next call. `required` and a tool's name hold until the model has
+    called a tool since the user last spoke, then the model chooses (`auto`): a model told to
+    call a tool on every turn would never answer. `none` and `auto` hold throughout."""
+    if choice is None or choice in ("auto", "none"):
+        return choice
+    for m in reversed(messages):
+        if m.role == "tool":
+            return None
+        if m.role == "user":
+            break
+    return choice
+
+
 def turn_text(messages: list[Message]) -> str:
     """The text of the model's last turn: its trailing assistant messages (more than one when
     the server paused the turn and the model went on with it)."""

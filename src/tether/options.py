@@ -56,6 +56,7 @@ class RunOptions:
     only: list[str] | None = None
     tool_timeout: float | None = None
     tool_env: list[str] = field(default_factory=list)
+    tool_choice: str | None = None
     workspace: str = "."
     max_steps: int | None = DEFAULT_MAX_STEPS
     max_tokens: int | None = None
@@ -148,6 +149,12 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
     if window is not None and window < 0:
         raise ConfigError("--context-window must not be negative")
     context = ContextPolicy(window, reserve=min(4096, window // 4)) if window else None
+    names = [t.name for t in tools]
+    if o.tool_choice is not None and o.tool_choice not in ("auto", "required", "none", *names):
+        raise ConfigError(
+            f"--tool-choice: {o.tool_choice!r} is none of auto, required, none or a tool's name "
+            f"({', '.join(names) or 'no tools are enabled'})"
+        )
     try:
         return Agent(
             model,
@@ -157,6 +164,7 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
             prices=prices,
             context=context,
             name=CLI_AGENT,
+            tool_choice=o.tool_choice,
         )
     except ValueError as e:  # two tools of one name: the model could not tell them apart
         raise ConfigError(

@@ -222,6 +222,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         help="time limit for every tool call (default: each tool's own, 60 s)",
     )
     t.add_argument(
+        "--tool-choice",
+        metavar="auto|required|none|NAME",
+        help="whether the model must call a tool: required, or the tool NAME, hold until it "
+        "has called one; none forbids tools (default: auto, the model decides)",
+    )
+    t.add_argument(
         "--tool-env",
         action="append",
         default=[],

@@ -51,6 +51,10 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
             o.max_steps = whole(form["max_steps"], "max_steps", 1, 100_000)
         if form.get("max_cost") is not None:
             o.max_cost = dollars(form["max_cost"], "max_cost")
+        if form.get("tool_choice") is not None:
+            if not isinstance(form["tool_choice"], str):
+                raise ConfigError("tool_choice: a string is required")
+            o.tool_choice = form["tool_choice"] or None  # build_agent checks the name
         chosen = form.get("tools")
         if isinstance(chosen, list):
             unknown = [str(n) for n in chosen if n not in available]

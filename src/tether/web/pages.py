@@ -39,7 +39,9 @@ INDEX_PAGE = """<!doctype html>
   <label>Task<br><textarea name="task" required placeholder="What should the agent do?"></textarea></label>
   <p><label>Model <input name="model" value="__MODEL__"></label>
      <label>Max steps <input name="max_steps" type="number" min="1" value="__MAX_STEPS__" size="5"></label>
-     <label>Max cost (USD) <input name="max_cost" type="number" min="0" step="0.01" size="6"></label></p>
+     <label>Max cost (USD) <input name="max_cost" type="number" min="0" step="0.01" size="6"></label>
+     <label>Tool choice <select name="tool_choice"><option value="">auto</option>
+       <option>required</option><option>none</option></select></label></p>
   <p>Tools: __TOOLS__</p>
   <button type="submit">Start run</button> <span id="start-error" class="note"></span>
 </form>
@@ -52,7 +54,8 @@ document.getElementById('start').addEventListener('submit', async (ev) => {
   const f = new FormData(ev.target);
   const body = {task: f.get('task'), model: f.get('model') || null,
                 tools: f.getAll('tools'), max_steps: Number(f.get('max_steps')) || null,
-                max_cost: f.get('max_cost') ? Number(f.get('max_cost')) : null};
+                max_cost: f.get('max_cost') ? Number(f.get('max_cost')) : null,
+                tool_choice: f.get('tool_choice') || null};
   const r = await fetch('/api/runs', {method: 'POST', body: JSON.stringify(body),
     headers: {'Content-Type': 'application/json', 'X-Tether-CSRF': csrf}});
   const out = await r.json();
