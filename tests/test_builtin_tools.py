@@ -6,10 +6,13 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import shutil
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -315,3 +318,87 @@ async def test_a_directory_swapped_for_a_link_never_leads_outside(tmp_path: Path
         swapper.join()
     assert "SECRET" not in seen
     assert "inside" in seen  # the race was run: some reads found the directory
+
+
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None and not os.environ.get("TETHER_REQUIRE_SANDBOX"),
+    reason="needs bubblewrap (apt-get install bubblewrap; scripts/test installs it)",
+)
+
+
+async def sandboxed(command: str, workspace: Path, net: bool = False) -> str:
+    from tether.tools.bash import bash_tool
+    from tether.tools.sandbox import Sandbox
+
+    box = Toolbox([bash_tool((), Sandbox(net=net))])
+    r = await box.run(
+        ToolCall("c", "bash", {"command": command}), RunContext(workspace=workspace), approve_all
+    )
+    assert not r.is_error, r.output
+    return r.output
+
+
+@needs_bwrap
+async def test_a_sandboxed_call_writes_only_its_workspace(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "beside.txt").write_text("host")
+    out = await sandboxed(
+        "echo made > made.txt; touch /usr/tether-escape; cat ../beside.txt; "
+        "echo private > ../beside.txt; echo end",
+        ws,
+    )
+    assert (ws / "made.txt").read_text() == "made\n"
+    escaped = await asyncio.to_thread(os.path.exists, "/usr/tether-escape")
+    assert "Read-only file system" in out and not escaped
+    assert "host" not in out  # the host's /tmp is not the sandbox's
+    assert (tmp_path / "beside.txt").read_text() == "host"
+
+
+@needs_bwrap
+async def test_a_sandboxed_call_has_no_network_unless_asked(tmp_path: Path) -> None:
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    probe = (
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 5); "
+        "print('connected')\" 2>&1 | tail -1"
+    )
+    try:
+        assert "connected" not in await sandboxed(probe, tmp_path)
+        assert "connected" in await sandboxed(probe, tmp_path, net=True)
+    finally:
+        server.close()
+
+
+@needs_bwrap
+async def test_every_process_of_a_sandboxed_call_ends_with_it(tmp_path: Path) -> None:
+    marker = f"{os.getpid() % 1000 + 7000}.{time.time_ns() % 1000}"
+    await sandboxed(
+        f"setsid sh -c 'exec sleep {marker}' & env -i sleep {marker}1 & echo ok", tmp_path
+    )
+    pgrep = await asyncio.create_subprocess_exec(
+        "pgrep", "-f", f"sleep {marker}", stdout=asyncio.subprocess.PIPE
+    )
+    left, _ = await pgrep.communicate()
+    assert left == b"", f"still running: {left!r}"
+
+
+@needs_bwrap
+async def test_a_sandboxed_call_cannot_take_all_memory(tmp_path: Path) -> None:
+    out = await sandboxed(
+        "python3 -c 'x = bytearray(8 << 30); print(\"took 8 GB\")' 2>&1 | tail -1", tmp_path
+    )
+    assert "MemoryError" in out and "took 8 GB" not in out
+
+
+def test_the_sandbox_never_runs_a_call_unsandboxed(wire: Any, tmp_path: Path) -> None:
+    """Without bubblewrap, --sandbox is an error at start, and bash never ran."""
+    wire.add(calls=[("bash", {"command": "touch ran.txt"})]).add(text="ran")
+    p = subprocess.run(
+        [sys.executable, "-m", "tether", "run", "go", "--base-url", wire.url, "--tools", "bash",
+         "--yolo", "--sandbox", "--workspace", str(tmp_path), "--store", "memory"],
+        capture_output=True, text=True, timeout=60,
+        env=cli_env(OPENAI_API_KEY="k", PATH=str(tmp_path / "no-bin")),
+    )  # fmt: skip
+    assert p.returncode == 2 and "--sandbox needs bubblewrap" in p.stderr, p.stderr
+    assert not (tmp_path / "ran.txt").exists() and wire.requests == []

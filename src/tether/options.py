@@ -26,6 +26,7 @@ from .terminal import TERMINAL_SYSTEM, TERMINAL_TOOLS
 from .tools import BUILTINS, Tool
 from .tools.bash import bash_tool
 from .tools.loading import load_tools
+from .tools.sandbox import Sandbox, check
 
 DEFAULT_TOOLS = "read_file,write_file,edit_file,list_files"
 DEFAULT_MAX_STEPS = 50
@@ -57,6 +58,8 @@ class RunOptions:
     tool_timeout: float | None = None
     tool_env: list[str] = field(default_factory=list)
     tool_choice: str | None = None
+    sandbox: bool = False
+    sandbox_net: bool = False
     workspace: str = "."
     max_steps: int | None = DEFAULT_MAX_STEPS
     max_tokens: int | None = None
@@ -184,10 +187,19 @@ def select_tools(o: RunOptions) -> list[Tool]:
                 raise ConfigError(
                     f"--tools: no built-in tool {name!r}; known: {', '.join(BUILTINS)}"
                 )
-            tools.append(bash_tool(o.tool_env) if name == "bash" else BUILTINS[name])
+            tools.append(bash_of(o) if name == "bash" else BUILTINS[name])
     for source in o.tools_from:
         tools.extend(load_tools(source))
     return tools
+
+
+def bash_of(o: RunOptions) -> Tool:
+    """The bash tool these options describe: its environment, and its sandbox (checked here,
+    so a sandbox that cannot be made is an error at start, never an unsandboxed call)."""
+    if not o.sandbox:
+        return bash_tool(o.tool_env)
+    check(o.sandbox_net)
+    return bash_tool(o.tool_env, Sandbox(net=o.sandbox_net))
 
 
 def timed(tools: list[Tool], timeout: float | None) -> list[Tool]:

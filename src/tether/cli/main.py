@@ -228,6 +228,17 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "has called one; none forbids tools (default: auto, the model decides)",
     )
     t.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run bash in bubblewrap: the file system read-only but the workspace, a private "
+        "/tmp, no network, every process ending with its call, memory and CPU time bounded",
+    )
+    t.add_argument(
+        "--sandbox-net",
+        action="store_true",
+        help="with --sandbox, let commands use the network",
+    )
+    t.add_argument(
         "--tool-env",
         action="append",
         default=[],

@@ -23,6 +23,7 @@ import signal
 import uuid
 from collections.abc import Sequence
 
+from .sandbox import Sandbox
 from .tool import RunContext, Tool, tool
 
 HEAD = 8_000
@@ -111,20 +112,25 @@ def kill_all(pid: int, cookie: str) -> None:
 
 
 async def run_command(
-    command: str, cwd: str, output: CappedOutput, passed: Sequence[str] = ()
+    command: str,
+    cwd: str,
+    output: CappedOutput,
+    passed: Sequence[str] = (),
+    sandbox: Sandbox | None = None,
 ) -> int:
-    """Run `command` with bash in `cwd`; every process it starts dies with this coroutine."""
+    """Run `command` with bash in `cwd` (inside `sandbox` when given); every process it starts
+    dies with this coroutine."""
     cookie = uuid.uuid4().hex
+    argv = sandbox.argv(command, cwd) if sandbox else ["bash", "-c", command]
     proc = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        command,
+        *argv,
         cwd=cwd,
         env=environment(passed, cwd, cookie),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=sandbox.limits() if sandbox else None,
     )
     assert proc.stdout is not None
 
@@ -158,9 +164,9 @@ async def run_command(
             await reader
 
 
-def bash_tool(passed: Sequence[str] = ()) -> Tool:
+def bash_tool(passed: Sequence[str] = (), sandbox: Sandbox | None = None) -> Tool:
     """The bash tool, passing these environment variables on (`--tool-env`) besides the safe
-    ones."""
+    ones, and running every command in `sandbox` when one is given (`--sandbox`)."""
     names = tuple(passed)
 
     @tool(timeout=120, approval="always")
@@ -171,7 +177,7 @@ def bash_tool(passed: Sequence[str] = ()) -> Tool:
             command: The command line, run with `bash -c` in the workspace directory.
         """
         output = CappedOutput()
-        code = await run_command(command, str(ctx.workspace), output, names)
+        code = await run_command(command, str(ctx.workspace), output, names, sandbox)
         return f"exit status {code}\n{output.text()}"
 
     return bash

@@ -1,0 +1,87 @@
+"""`--sandbox`: bash inside bubblewrap, a boundary rather than a convention.
+
+A sandboxed call sees the file system read-only except its workspace (read-write) and a private
+`/tmp`; it has no network unless `net` is set; it runs in PID, IPC and UTS namespaces of its
+own, so every process it starts dies with it (the namespace's first process is bubblewrap's,
+and when it goes the kernel kills the rest, whatever they did to their session or
+environment); its environment is bash's clean one (see `bash.py`); its address space and CPU
+time are bounded. Where bubblewrap is missing or cannot make namespaces here, asking for the
+sandbox is an error at start: a call never runs unsandboxed instead.
+
+Not bounded: the number of processes (`RLIMIT_NPROC` counts a user's processes machine-wide,
+and a cgroup needs privileges the CLI should not ask for); the PID namespace still ends them
+all with the call.
+"""
+
+from __future__ import annotations
+
+import functools
+import resource
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    net: bool = False
+    """Share the host's network (off: the call has only its own loopback)."""
+    memory_mb: int = 4096
+    """The most address space a process may map (`RLIMIT_AS`)."""
+    cpu_seconds: int = 600
+    """The most CPU time a process may use (`RLIMIT_CPU`)."""
+
+    def argv(self, command: str, workspace: str) -> list[str]:
+        """The command line that runs `command` with bash in the sandbox."""
+        net = ["--share-net"] if self.net else []
+        return [
+            bwrap(),
+            "--ro-bind", "/", "/",
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--tmpfs", "/tmp",
+            "--bind", workspace, workspace,
+            "--chdir", workspace,
+            "--unshare-all", *net,
+            "--die-with-parent",
+            "--new-session",
+            "--",
+            "bash", "-c", command,
+        ]  # fmt: skip
+
+    def limits(self) -> Callable[[], None]:
+        """What the child sets before it becomes bubblewrap (inherited by everything below)."""
+        memory = self.memory_mb << 20
+        cpu = self.cpu_seconds
+
+        def apply() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+
+        return apply
+
+
+def bwrap() -> str:
+    found = shutil.which("bwrap")
+    if found is None:
+        raise ConfigError(
+            "--sandbox needs bubblewrap (apt-get install bubblewrap); nothing was run unsandboxed"
+        )
+    return found
+
+
+@functools.cache
+def check(net: bool) -> None:
+    """Fail now, with the reason, if bubblewrap cannot make this sandbox here (once a process:
+    a user-namespace or mount restriction would otherwise fail every call)."""
+    sandbox = Sandbox(net=net)
+    try:
+        done = subprocess.run(sandbox.argv("true", "/"), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ConfigError(f"--sandbox: bubblewrap did not run: {e}") from None
+    if done.returncode != 0:
+        why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no reason given"
+        raise ConfigError(f"--sandbox: bubblewrap cannot make a sandbox here: {why}")
