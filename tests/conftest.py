@@ -1,8 +1,12 @@
+"""Fixtures every test file may use. Each test gets its own data directory (XDG_DATA_HOME, so
+the default store and the journals of CLI runs are its own) and, when it asks for one, its own
+Postgres database: tests run in parallel (pytest-xdist) and share nothing but the machine."""
+
 from __future__ import annotations
 
 import os
 import sys
-import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +15,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from wire_server import WireServer
+
+POSTGRES_SERVER = os.environ.get("TETHER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+
+
+@pytest.fixture(autouse=True)
+def data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own data directory, for its in-process runs and the `tether` it starts."""
+    path = tmp_path_factory.mktemp("data")
+    monkeypatch.setenv("XDG_DATA_HOME", str(path))
+    return path
 
 
 @pytest.fixture
@@ -26,25 +40,20 @@ def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(key, raising=False)
 
 
-FIXTURES = Path(__file__).parent / "fixtures"
-DATA_HOME = tempfile.mkdtemp(prefix="tether-test-data-")  # journals of CLI runs go here
-TETHER = [sys.executable, "-m", "tether"]
-SRC = str(Path(__file__).parent.parent / "src")
-
-
-def alive(pid: int) -> bool:
-    """Whether a process is running (a zombie waiting to be reaped counts as dead)."""
+@pytest.fixture
+def postgres() -> Iterator[str]:
+    """A new database for one test: runs left pending by another test (or another process
+    with other tool settings) must not be recovered into this one."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
+        import psycopg
 
-
-def cli_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
-    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    env["XDG_DATA_HOME"] = DATA_HOME
-    env.update(extra)
-    return env
+        admin = psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=3)
+    except Exception:
+        if os.environ.get("TETHER_REQUIRE_POSTGRES"):
+            raise
+        pytest.skip(f"no Postgres at {POSTGRES_SERVER}")
+    name = f"tether_test_{uuid.uuid4().hex[:8]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    yield f"{POSTGRES_SERVER}/{name}"
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()

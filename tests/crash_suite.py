@@ -4,8 +4,9 @@ completed is repeated and nothing is lost.
     .venv/bin/python tests/crash_suite.py --kills 200 [--store postgresql://...]
 
 A run makes 3 turns of two tool calls (an idempotent `note`, a non-idempotent `charge`), then
-answers; the model (a wire-level mock) and each tool take a few hundred milliseconds, so kills
-land in model calls, in tool calls and between them. After each kill `tether resume` continues
+answers; the model (a wire-level mock) and each tool take a few hundred milliseconds. Each kill
+comes after a random number of the run's events and a random moment more, so kills land in
+start-up, in model calls, in tool calls and between them. After each kill `tether resume` continues
 the run, until it finishes. Then, per run: it is done with the right answer; every note was
 written exactly once; no charge was made twice; a charge that a crash hid was reported to the
 model as "outcome unknown", never rerun; and the model was not asked again for a reply it had
@@ -30,10 +31,11 @@ from typing import Any
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-from conftest import FIXTURES, TETHER, cli_env  # noqa: E402
+from helpers import FIXTURES, TETHER, cli_env  # noqa: E402
 from wire_server import WireServer, tool_results  # noqa: E402
 
 ANSWER = "All three turns are done."
+EVENTS_PER_RUN = 26  # what a run of three turns prints with --json
 
 
 def script(body: dict[str, Any]) -> dict[str, Any]:
@@ -54,6 +56,23 @@ class Report:
     problems: list[str] = field(default_factory=list)
     unknown_outcomes: int = 0
     repeated_model_calls: int = 0
+
+
+def events_then_a_moment(proc: subprocess.Popen[str], rng: random.Random) -> str:
+    """Wait for a random number of the run's events (none: it dies starting up), then a random
+    moment more (up to a tool's or the model's time, so it dies inside a step as often as
+    between them); return the lines read. The kill lands at the same points of a run however
+    fast the machine is, where a random time from the start would land mostly in start-up on
+    a loaded one."""
+    assert proc.stdout is not None
+    seen = []
+    for _ in range(rng.randrange(0, EVENTS_PER_RUN)):
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+    time.sleep(rng.uniform(0, 0.3))
+    return "".join(seen)
 
 
 def one_run(
@@ -96,8 +115,9 @@ def one_run(
         proc = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
+        seen = ""
         if killed < kills:
-            time.sleep(rng.uniform(0.3, 2.5))
+            seen = events_then_a_moment(proc, rng)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
@@ -105,6 +125,7 @@ def one_run(
                 command = resume
                 continue
         out, err = proc.communicate(timeout=120)
+        out = seen + out
         last_error = err.strip().splitlines()[-1:] if err.strip() else [f"exit {proc.returncode}"]
         if f"no run {run_id} in the store" in err:
             command = start  # killed before the run was accepted: it never existed, start it
@@ -173,6 +194,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(os.environ.get("CRASH_DIR", f"/tmp/tether-crash-{args.seed}"))
     work.mkdir(parents=True, exist_ok=True)
+    os.environ["XDG_DATA_HOME"] = str(work / "data")  # the journals, kept with the runs
     store = args.store or f"sqlite:///{work}/runs.sqlite"
     t0 = time.time()
     report = run_suite(store, args.kills, work, args.seed)

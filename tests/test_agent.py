@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from helpers import nap, until
 from tether import (
     Agent,
     Budget,
@@ -27,13 +28,6 @@ from tether.loop import CallModel, Finish, LoopState, ModelReplied, RunTools, St
 def add(a: int, b: int) -> int:
     """Add."""
     return a + b
-
-
-@tool
-async def nap(seconds: float) -> str:
-    """Sleep."""
-    await asyncio.sleep(seconds)
-    return "rested"
 
 
 def adds(n: int) -> list:
@@ -132,7 +126,11 @@ async def test_cancel_keeps_completed_work_and_closes_open_calls() -> None:
     task = asyncio.create_task(
         Agent(model, [add, nap]).run("work", transcript=transcript, sinks=[events.append])
     )
-    await asyncio.sleep(0.2)
+
+    def finished() -> int:
+        return sum(e.type == "tool_result" for e in events)
+
+    await until(lambda: finished() == 2, "the second add to finish (the nap goes on)")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from conftest import alive, cli_env
+from helpers import alive, cli_env, until
 from tether import BUILTINS, RunContext, Toolbox, ToolCall
 from tether.approvals import approve_all
 from tether.tools.bash import CappedOutput
@@ -64,24 +64,23 @@ async def test_bash_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
     )
     assert r.is_error and "timed out" in r.output
     assert time.monotonic() - t0 < 2
-    await asyncio.sleep(0.2)
     pids = [int((tmp_path / f).read_text()) for f in ("child.pid", "sub.pid")]
-    assert not any(alive(p) for p in pids), "a child of the timed-out command is still running"
+    await until(
+        lambda: not any(alive(p) for p in pids), "the timed-out command's children to end", 5
+    )
 
 
 async def test_bash_cancel_kills_the_whole_tree(tmp_path: Path) -> None:
     task = asyncio.create_task(
         run("bash", RunContext(workspace=tmp_path), command="sleep 30 & echo $! > child.pid; wait")
     )
-    for _ in range(100):
-        if (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text().strip():
-            break
-        await asyncio.sleep(0.02)
+    pid_file = tmp_path / "child.pid"
+    await until(lambda: pid_file.exists() and pid_file.read_text().strip(), "the child's pid")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.2)
-    assert not alive(int((tmp_path / "child.pid").read_text()))
+    pid = int(pid_file.read_text())
+    await until(lambda: not alive(pid), "the cancelled command's child to end", 5)
 
 
 async def test_bash_background_child_holding_the_pipe_does_not_hang(tmp_path: Path) -> None:

@@ -6,12 +6,14 @@ import json
 import signal
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import FIXTURES, TETHER, cli_env
+from helpers import FIXTURES, TETHER, cli_env
+from helpers import tether as run_tether
 from wire_server import WireServer, tool_results
 
 TOOLS = str(FIXTURES / "parallel_tools.py")
@@ -25,17 +27,8 @@ def three_by_three(body: dict[str, Any]) -> dict[str, Any]:
     return {"text": "All nine echoes are back."}
 
 
-def tether(
-    *args: str, stdin: str | None = None, timeout: float = 60, **env: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*TETHER, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=cli_env(OPENAI_API_KEY="sk-test", ANTHROPIC_API_KEY="sk-ant-test", **env),
-    )
+# the CLI with both providers' keys set (to values no server would take)
+tether = partial(run_tether, OPENAI_API_KEY="sk-test", ANTHROPIC_API_KEY="sk-ant-test")
 
 
 def run_json(server: WireServer, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import TETHER, cli_env
+from helpers import TETHER, cli_env
 from wire_server import WireServer
 
 RECORDINGS = Path(__file__).parent / "recordings"

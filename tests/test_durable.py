@@ -7,9 +7,9 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,9 @@ import pytest
 
 pytest.importorskip("dbos", reason="needs the durable extra")
 
-from conftest import FIXTURES, TETHER, cli_env
 from crash_suite import run_suite
+from helpers import FIXTURES, TETHER, Output, cli_env, tether, wait_until
 from wire_server import WireServer, tool_results
-
-
-def tether(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TETHER, *args], capture_output=True, text=True, env=env, timeout=60)
 
 
 def tools_env(tmp_path: Path) -> dict[str, str]:
@@ -61,28 +57,6 @@ def test_sqlite_runs_survive_random_kills(tmp_path: Path) -> None:
     assert report.kills == 8 and report.finished == report.runs >= 2
 
 
-POSTGRES_SERVER = os.environ.get("TETHER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
-
-
-@pytest.fixture
-def postgres() -> Iterator[str]:
-    """A new database for one test: runs left pending by another test (or another process
-    with other tool settings) must not be recovered into this one."""
-    try:
-        import psycopg
-
-        admin = psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=3)
-    except Exception:
-        if os.environ.get("TETHER_REQUIRE_POSTGRES"):
-            raise
-        pytest.skip(f"no Postgres at {POSTGRES_SERVER}")
-    name = f"tether_test_{uuid.uuid4().hex[:8]}"
-    admin.execute(f'CREATE DATABASE "{name}"')
-    yield f"{POSTGRES_SERVER}/{name}"
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
-
-
 def test_postgres_runs_survive_random_kills(tmp_path: Path, postgres: str) -> None:
     report = run_suite(postgres, kills=6, work=tmp_path, seed=11)
     assert report.problems == []
@@ -111,9 +85,9 @@ def test_an_approval_survives_a_crash(wire: WireServer, tmp_path: Path) -> None:
         str(tmp_path),
     )
     assert request["name"] == "bash"
-    approve = tether(env, "approve", "appr-1", request["approval_id"], "--store", store)
+    approve = tether("approve", "appr-1", request["approval_id"], "--store", store, env=env)
     assert approve.returncode == 0, approve.stderr
-    resumed = tether(env, "resume", "appr-1", "--store", store, "--json")
+    resumed = tether("resume", "appr-1", "--store", store, "--json", env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.splitlines()[-1])["answer"] == "It is done."
     assert (tmp_path / "proof.txt").read_text() == "approved\n"
@@ -126,7 +100,7 @@ def test_a_dead_workers_runs_are_finished_by_a_live_one(
     from crash_suite import script
 
     def slow(body: dict[str, Any]) -> dict[str, Any]:
-        return {**script(body), "delay": 1.0}  # runs of about 5 s: a dies in the middle
+        return {**script(body), "delay": 0.5}  # runs of about 3 s: a dies in the middle
 
     wire.rule = slow
     env = cli_env(
@@ -156,8 +130,6 @@ def test_a_dead_workers_runs_are_finished_by_a_live_one(
             env=env,
         )
 
-    a = worker("a")
-    time.sleep(2)  # a takes the first runs
     runs = [f"q-{tag}-{i}" for i in range(4)]
     for run_id in runs:
         p = subprocess.run(
@@ -194,10 +166,11 @@ def test_a_dead_workers_runs_are_finished_by_a_live_one(
         )
         return [r for r in map(json.loads, p.stdout.splitlines()) if r["id"] in runs]
 
+    a = worker("a")  # the runs were queued into a fresh database before any worker existed
+    wait_until(lambda: wire.requests, "a to take a run and ask the model")
     b = worker("b")
     try:
-        time.sleep(1.5)
-        a.send_signal(signal.SIGKILL)
+        a.send_signal(signal.SIGKILL)  # in the middle of its runs' first model calls
         a.wait()
         killed = time.monotonic()
         lost = [
@@ -206,15 +179,17 @@ def test_a_dead_workers_runs_are_finished_by_a_live_one(
         statuses: dict[str, str] = {}
         executors: dict[str, str] = {}
         taken_over = None
-        while time.monotonic() - killed < 45:
+
+        def finished() -> bool:
+            nonlocal statuses, executors, taken_over
             rows = listed()
             statuses = {r["id"]: r["status"] for r in rows}
             executors = {r["id"]: r["executor"] for r in rows}
             if taken_over is None and all(executors[r] == f"b-{tag}" for r in lost):
                 taken_over = time.monotonic() - killed
-            if all(s == "SUCCESS" for s in statuses.values()) and len(statuses) == 4:
-                break
-            time.sleep(0.5)
+            return len(statuses) == 4 and all(s == "SUCCESS" for s in statuses.values())
+
+        wait_until(finished, "b to finish every run", timeout=45, interval=0.5)
         recovered_in = time.monotonic() - killed
     finally:
         b.kill()
@@ -253,9 +228,9 @@ def test_a_message_sent_while_the_run_is_down_is_delivered(
         "--tools-from",
         str(FIXTURES / "durable_tools.py"),
     )
-    sent = tether(env, "send", "msg-1", "and add milk", "--store", store)
+    sent = tether("send", "msg-1", "and add milk", "--store", store, env=env)
     assert sent.returncode == 0, sent.stderr
-    resumed = tether(env, "resume", "msg-1", "--store", store, "--json")
+    resumed = tether("resume", "msg-1", "--store", store, "--json", env=env)
     assert resumed.returncode == 0, resumed.stderr
     last = wire.requests[-1]["messages"]
     assert last[-1] == {"role": "user", "content": "and add milk"}
@@ -318,14 +293,14 @@ def test_a_durable_run_at_a_terminal_asks_inline(wire: WireServer, tmp_path: Pat
         text=True,
     )
     os.close(follower)
+    assert proc.stdout is not None
+    errors = Output(proc.stderr)
     try:
-        deadline = time.monotonic() + 60
-        while not wire.requests:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        time.sleep(1.0)  # the question is on the terminal by now
+        errors.wait_for("? allow bash(")  # the question is on the terminal
         os.write(leader, b"y\n")
-        out, err = proc.communicate(timeout=60)
+        out = proc.stdout.read()
+        proc.wait(60)
+        err = errors.text()
     finally:
         proc.kill()
         os.close(leader)
@@ -362,10 +337,10 @@ def test_a_long_durable_run_fits_a_small_window_and_shows_it(
     store = f"sqlite:///{tmp_path}/runs.sqlite"
     env = cli_env(OPENAI_API_KEY="sk-durable")
     run = tether(
-        env,
         *("run", "Read the pages.", "--base-url", wire.url, "--json", "--no-stream"),
         *("--store", store, "--run-id", "ctx-1", "--context-window", "2000"),
         *("--tools-from", str(FIXTURES / "durable_tools.py"), "--tools", "none"),
+        env=env,
     )
     assert run.returncode == 0, run.stderr
     live = [json.loads(line) for line in run.stdout.splitlines()]
@@ -374,7 +349,7 @@ def test_a_long_durable_run_fits_a_small_window_and_shows_it(
     assert "context_trimmed" in types and "context_summarized" in types
     largest = max(len(orjson.dumps(r["messages"])) for r in wire.requests)
     assert largest < 2000 * 4  # no request outgrew the window (about four characters a token)
-    shown = tether(env, "show", "ctx-1", "--store", store, "--json")
+    shown = tether("show", "ctx-1", "--store", store, "--json", env=env)
     assert shown.returncode == 0, shown.stderr
     kept = [json.loads(line)["type"] for line in shown.stdout.splitlines()]
     assert "context_summarized" in kept and kept[-1] == "run_finished"
@@ -407,15 +382,13 @@ def test_a_worker_that_starts_takes_over_a_run_whose_process_died(
         text=True,
         env=env,
     )
+
+    def status() -> str:
+        listed = tether("runs", "--store", store, "--json", env=env).stdout.splitlines()
+        return next((r["status"] for r in map(json.loads, listed) if r["id"] == "orphan-1"), "")
+
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            listed = tether(env, "runs", "--store", store, "--json").stdout.splitlines()
-            status = {r["id"]: r["status"] for r in map(json.loads, listed)}
-            if status.get("orphan-1") == "SUCCESS":
-                break
-            assert time.monotonic() < deadline, status
-            time.sleep(0.5)
+        wait_until(lambda: status() == "SUCCESS", "the worker to finish orphan-1", 60, 0.3)
     finally:
         worker.terminate()
         _, err = worker.communicate(timeout=10)
@@ -426,7 +399,8 @@ def test_a_worker_that_starts_takes_over_a_run_whose_process_died(
 def test_resume_refuses_a_run_whose_process_still_runs_it(wire: WireServer, tmp_path: Path) -> None:
     """Two processes must never execute one run: resume takes over only the runs of the dead."""
     store = f"sqlite:///{tmp_path}/runs.sqlite"
-    wire.add(calls=[("note", {"text": "slow"})], delay=3).add(text="Noted.")
+    held = threading.Event()  # the model answers once resume has been refused
+    wire.add(calls=[("note", {"text": "slow"})], gate=held).add(text="Noted.")
     env = tools_env(tmp_path)
     running = subprocess.Popen(
         [
@@ -443,7 +417,8 @@ def test_resume_refuses_a_run_whose_process_still_runs_it(wire: WireServer, tmp_
     for line in running.stdout:
         if json.loads(line)["type"] == "model_request":
             break
-    refused = tether(env, "resume", "alive-1", "--store", store)
+    refused = tether("resume", "alive-1", "--store", store, env=env)
+    held.set()
     assert refused.returncode == 2 and "is being executed by cli-" in refused.stderr
     out, _ = running.communicate(timeout=60)
     assert running.returncode == 0
@@ -466,18 +441,18 @@ def test_an_approval_applies_only_to_a_waiting_request_for_its_arguments(
     approval = request["approval_id"]
 
     def approve(*extra: str) -> subprocess.CompletedProcess[str]:
-        return tether(env, "approve", "appr-2", *extra, "--store", store)
+        return tether("approve", "appr-2", *extra, "--store", store, env=env)
 
     early = approve("ap_not_asked_yet")  # a call the model has not asked for (yet)
     assert early.returncode == 2 and "not waiting" in early.stderr, early.stderr
     other = approve(approval, "--args-hash", "0" * 64)
     assert other.returncode == 2 and "other arguments" in other.stderr, other.stderr
-    unknown = tether(env, "approve", "no-such-run", approval, "--store", store)
+    unknown = tether("approve", "no-such-run", approval, "--store", store, env=env)
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert not (tmp_path / "proof.txt").exists()
     right = approve(approval, "--args-hash", request["args_hash"])
     assert right.returncode == 0, right.stderr
-    resumed = tether(env, "resume", "appr-2", "--store", store, "--json")
+    resumed = tether("resume", "appr-2", "--store", store, "--json", env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert (tmp_path / "proof.txt").read_text() == "ok\n"
     again = approve(approval)  # decided, and the run has ended

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, cli_env
-from test_durable import postgres  # noqa: F401 - a fixture
+from helpers import FIXTURES, cli_env
 from wire_server import WireServer
 
 PROGRAM = [sys.executable, str(FIXTURES / "billing.py")]
@@ -81,7 +80,7 @@ def test_a_python_programs_durable_run_survives_sigkill_on_sqlite(
 def test_a_python_programs_durable_run_survives_sigkill_on_postgres(
     wire: WireServer,
     tmp_path: Path,
-    postgres: str,  # noqa: F811
+    postgres: str,
 ) -> None:
     crash_and_resume(wire, postgres, tmp_path)
 

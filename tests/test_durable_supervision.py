@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from conftest import FIXTURES, TETHER, cli_env
+from helpers import FIXTURES, TETHER, cli_env
 from wire_server import WireServer
 
 PROGRAM = [sys.executable, str(FIXTURES / "conversation.py")]

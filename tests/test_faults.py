@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import TETHER, cli_env
+from helpers import TETHER, cli_env
 from wire_server import WireServer
 
 PROVIDERS = {"chat": "openai-chat", "responses": "openai-responses", "anthropic": "anthropic"}

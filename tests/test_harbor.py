@@ -25,7 +25,7 @@ except ImportError as e:  # the harbor extra is not installed
         raise
     pytest.skip(f"harbor is not installed: {e}", allow_module_level=True)
 
-from conftest import alive
+from helpers import alive, until
 from tether.harbor.agent import TRAJECTORY, TetherAgent
 from tether.harbor.environment import LocalEnvironment
 
@@ -173,11 +173,7 @@ def test_exec_timeout_kills_the_command_and_stop_kills_what_was_left_running(
         pid = int((env.root / "app" / "pid").read_text())
         assert alive(pid)
         await env.stop(delete=True)
-        for _ in range(50):
-            if not alive(pid):
-                break
-            await asyncio.sleep(0.1)
-        assert not alive(pid)
+        await until(lambda: not alive(pid), "the left-over process to end", 5)
 
     asyncio.run(scenario())
 
@@ -187,11 +183,12 @@ def test_a_run_cut_short_by_harbor_keeps_its_trajectory_and_token_counts(
 ) -> None:
     """Harbor cancels run() at the task's timeout and keeps what was written by then."""
     script = tmp_path / "script.json"
+    second = "touch second; sleep 60"  # the call that is running at the cut
     script.write_text(
         json.dumps(
             [
                 {"tool_calls": [{"name": "bash", "arguments": {"command": "echo step one"}}]},
-                {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 60"}}]},
+                {"tool_calls": [{"name": "bash", "arguments": {"command": second}}]},
                 {"text": "never reached"},
             ]
         )
@@ -204,11 +201,7 @@ def test_a_run_cut_short_by_harbor_keeps_its_trajectory_and_token_counts(
         context = AgentContext()
         run = asyncio.create_task(agent.run("Do the thing.", env, context))
         trajectory = tmp_path / "logs" / TRAJECTORY
-        for _ in range(100):
-            await asyncio.sleep(0.1)
-            if trajectory.exists() and "step one" in trajectory.read_text():
-                break
-        await asyncio.sleep(0.3)  # the second call is running `sleep 60` now
+        await until((env.root / "app" / "second").exists, "the second call to be running")
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from conftest import TETHER, cli_env
+from helpers import TETHER, cli_env
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

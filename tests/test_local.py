@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, TETHER, cli_env
+from helpers import FIXTURES, TETHER, cli_env
 from tether import Message, ModelRequest, OpenAIChatModel, ToolResult, ToolSpec
 from tether.providers import local
 

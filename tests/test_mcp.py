@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FIXTURES, TETHER, cli_env
+from helpers import FIXTURES, TETHER, cli_env, free_port, wait_until
 from wire_server import WireServer
 
 pytest.importorskip("mcp", reason="needs the mcp extra")
@@ -60,13 +60,6 @@ def test_a_run_uses_an_mcp_servers_tools_over_stdio(wire: WireServer) -> None:
     assert tools["stock"]["parameters"]["required"] == ["item"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def http_server() -> Iterator[str]:
     port = free_port()
@@ -75,12 +68,15 @@ def http_server() -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    for _ in range(100):
+
+    def listening() -> bool:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
         except OSError:
-            time.sleep(0.1)
+            return False
+        return True
+
+    wait_until(listening, "the MCP server to listen", 30, 0.05)
     yield f"http://127.0.0.1:{port}/mcp"
     proc.terminate()
     proc.wait(10)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FIXTURES, TETHER, cli_env
+from helpers import FIXTURES, TETHER, cli_env
 from wire_server import WireServer
 
 TOOLS = str(FIXTURES / "parallel_tools.py")

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from helpers import until
 from tether import (
     HTTPSettings,
     Message,
@@ -324,15 +325,12 @@ async def test_cancel_closes_the_stream_at_once(wire: WireServer, protocol: str)
     wire.add(text="a slow stream of many words", deltas=6, chunk_delay=1)
     model = client(wire, protocol, True)
     task = asyncio.create_task(model.respond(request()))
-    await asyncio.sleep(0.3)
+    await until(lambda: wire.requests, "the request to reach the server")
     cancelled_at = time.monotonic()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    for _ in range(100):
-        if wire.closed_streams:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: wire.closed_streams, "the server to see the stream closed", 5)
     await model.aclose()
     assert wire.closed_streams == 1
     assert wire.closed_at[0] - cancelled_at < 0.5  # the server saw the socket close

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import alive
+from helpers import alive, nap, until, within
 from tether import (
     Agent,
     HTTPSettings,
@@ -29,13 +29,6 @@ from tether.run import RestartPolicy, Run
 from tether.supervisor import Supervisor
 from tether.tools import BUILTINS
 from wire_server import WireServer
-
-
-@tool
-async def nap(seconds: float) -> str:
-    """Sleep a while."""
-    await asyncio.sleep(seconds)
-    return f"slept {seconds}"
 
 
 @tool(approval="always")
@@ -78,12 +71,6 @@ def valid_transcript(messages: list[Message]) -> None:
             assert [r.call_id for r in results] == [c.id for c in m.tool_calls]
 
 
-async def wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
 # -- mailbox ---------------------------------------------------------------------------------
 
 
@@ -95,7 +82,7 @@ async def test_messages_sent_mid_turn_arrive_together_at_the_next_call() -> None
     )
     sup = Supervisor()
     run = sup.start(Agent(model, [nap]), "start")
-    await wait_for(lambda: events(run, "tool_call"))
+    await until(lambda: events(run, "tool_call"), "the tool call")
     run.send("first note")
     run.send("second note")
     result = await run.wait()
@@ -108,14 +95,18 @@ async def test_messages_sent_mid_turn_arrive_together_at_the_next_call() -> None
 
 
 async def test_message_that_arrives_as_the_model_answers_is_not_lost() -> None:
-    async def slow_answer(request: ModelRequest) -> ModelResponse:
+    asking, sent = asyncio.Event(), asyncio.Event()
+
+    async def answering(request: ModelRequest) -> ModelResponse:
+        asking.set()
+        await sent.wait()  # the note arrives while the model is answering
         return reply("first answer")
 
-    model = ScriptedModel([slow_answer, reply("answer to the late note")])
-    model.delays[0] = 0.2
+    model = ScriptedModel([answering, reply("answer to the late note")])
     run = Supervisor().start(Agent(model), "hi")
-    await asyncio.sleep(0.1)  # the model is answering
+    await within(asking.wait(), "the first model call")
     run.send("late note")
+    sent.set()
     result = await run.wait()
     assert result is not None and result.answer == "answer to the late note"
     assert model.requests[1].messages[-1].text == "late note"
@@ -131,9 +122,12 @@ async def test_a_finished_run_refuses_messages() -> None:
 async def test_permanent_run_stays_alive_between_answers() -> None:
     model = ScriptedModel([reply("one"), reply("two")])
     run = Supervisor().start(Agent(model), "first", restart=RestartPolicy("permanent"))
-    await wait_for(lambda: run.status == "idle")
+    await until(lambda: run.status == "idle", "the run to idle")
     run.send("second")
-    await wait_for(lambda: run.status == "idle" and len(model.requests) == 2)
+    await until(
+        lambda: run.status == "idle" and len(model.requests) == 2,
+        "the second answer",
+    )
     assert [m.text for m in run.transcript] == ["first", "one", "second", "two"]
     run.cancel()
     await run.wait()
@@ -147,13 +141,13 @@ async def test_cancel_inside_a_model_stream(wire: WireServer) -> None:
     wire.add(text="a slow answer " * 10, deltas=10, chunk_delay=0.5)
     model = OpenAIChatModel("m", api_key="k", base_url=wire.url, settings=HTTPSettings())
     run = Supervisor().start(Agent(model), "talk slowly")
-    await wait_for(lambda: events(run, "text_delta"))
+    await until(lambda: events(run, "text_delta"), "the first text delta")
     assert run.cancel()
     await run.wait()
     await model.aclose()
     assert run.status == "cancelled"
     assert [m.role for m in run.transcript] == ["user"]  # the partial reply is not kept
-    await wait_for(lambda: wire.closed_streams == 1)
+    await until(lambda: wire.closed_streams == 1, "the stream to be closed")
     assert events(run)[-1].type == "run_finished"
 
 
@@ -167,12 +161,14 @@ async def test_cancel_inside_a_sleeping_subprocess_tool(tmp_path: Path) -> None:
         approver=approve_all,
     )
     pid_file = tmp_path / "child.pid"
-    await wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
+    await until(
+        lambda: pid_file.exists() and pid_file.read_text().strip(),
+        "the child's pid",
+    )
     run.cancel()
     await run.wait()
     pid = int(pid_file.read_text())
-    await asyncio.sleep(0.2)
-    assert not alive(pid)
+    await until(lambda: not alive(pid), "the tool's child process to end", timeout=5)
     assert run.status == "cancelled"
     valid_transcript(run.transcript)
     assert run.transcript[-1].tool_results[0].is_error
@@ -185,7 +181,7 @@ async def test_cancel_between_steps_while_queued() -> None:
         "busy",
     )
     second = sup.start(Agent(ScriptedModel([reply("never")])), "waiting")
-    await wait_for(lambda: events(second, "queued"))
+    await until(lambda: events(second, "queued"), "the second run to queue")
     assert second.status == "queued"
     sup.cancel(second.id)
     await second.wait()
@@ -212,7 +208,10 @@ async def test_parallel_calls_each_get_their_own_approval() -> None:
     )
     sup = Supervisor()
     run = sup.start(Agent(model, [pay]), "pay people")
-    await wait_for(lambda: len(events(run, "approval_requested")) == 2)
+    await until(
+        lambda: len(events(run, "approval_requested")) == 2,
+        "both approval requests",
+    )
     requests = {e.data["arguments"]["to"]: e.data for e in events(run, "approval_requested")}
     assert requests["ann"]["approval_id"] != requests["eve"]["approval_id"]
     assert requests["ann"]["args_hash"] == arguments_hash("pay", {"amount": 5, "to": "ann"})

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import TETHER, cli_env
+from helpers import TETHER, cli_env
 from tether import Agent, RateLimited, ScriptedModel, reply, tool
 from wire_server import WireServer
 

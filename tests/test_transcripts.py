@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import TETHER, cli_env
+from helpers import tether as run_tether
 from wire_server import WireServer
 
 KEY = "sk-planted-0123456789abcdefXYZ"
@@ -18,12 +18,9 @@ TOKEN = "tok-planted-9876543210"
 
 
 def tether(*args: str, data: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*TETHER, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=cli_env(OPENAI_API_KEY=KEY, MY_SERVICE_TOKEN=TOKEN, XDG_DATA_HOME=str(data), **env),
+    """The CLI with a planted key and token, keeping its runs in `data`."""
+    return run_tether(
+        *args, OPENAI_API_KEY=KEY, MY_SERVICE_TOKEN=TOKEN, XDG_DATA_HOME=str(data), **env
     )
 
 

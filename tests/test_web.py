@@ -8,9 +8,8 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
-import time
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FIXTURES, TETHER, cli_env
+from helpers import FIXTURES, TETHER, Output, cli_env, tether, wait_until
 from wire_server import WireServer, tool_results
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -63,23 +62,14 @@ def script(body: dict[str, Any]) -> dict[str, Any]:
     return {"text": "I do not know that task."}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class Server:
+    """`tether serve` in a process of its own, on a port it picks (`--port 0`) and prints."""
+
     def __init__(self, wire: WireServer, data: Path, workspace: Path, *extra: str) -> None:
         self.wire, self.data, self.workspace = wire, data, workspace
         self.extra = extra
-        self.port = free_port()
+        self.url = ""
         self.proc: subprocess.Popen[str] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Server:
         self.proc = subprocess.Popen(
@@ -87,7 +77,7 @@ class Server:
                 *TETHER,
                 "serve",
                 "--port",
-                str(self.port),
+                "0",
                 "--token",
                 TOKEN,
                 "--base-url",
@@ -107,15 +97,35 @@ class Server:
             text=True,
             env=cli_env(OPENAI_API_KEY="sk-web"),
         )
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(self.url + "/api/runs", timeout=1)
-            except urllib.error.HTTPError as e:
-                if e.code == 401:
-                    return self
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("tether serve did not start")
+        line = Output(self.proc.stderr).wait_for("tether serve: open http://")
+        self.url = line.split("open ", 1)[1].split("/?", 1)[0]
+        return self
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def wait_for(self, run_id: str, status: str) -> None:
+        """Wait until the page's API shows the run in `status`."""
+
+        def shown() -> bool:
+            return bool(self.api("GET", f"/api/runs/{run_id}")["status"] == status)
+
+        wait_until(shown, f"run {run_id} to be {status}", 30, 0.1)
+
+    def kill_mid_reply(self) -> dict[str, Any]:
+        """Start a run, kill -9 the server while its model reply is on the way, and return the
+        run; the model's next reply (to whoever continues the run) comes at once."""
+        held = threading.Event()
+        words = " ".join(f"word{i}" for i in range(40))
+        self.wire.add(text=words, gate=held).add(text=words)
+        run: dict[str, Any] = self.api("POST", "/api/runs", {"task": "stream slowly"})
+        wait_until(lambda: self.wire.requests, "the run to ask the model")
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        held.set()
+        return run
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -242,10 +252,7 @@ def test_a_page_opened_after_a_server_restart_shows_the_whole_run(
     browser: Browser, server: Server
 ) -> None:
     run = server.api("POST", "/api/runs", {"task": "stream slowly"})
-    for _ in range(100):
-        if server.api("GET", f"/api/runs/{run['id']}")["status"] == "done":
-            break
-        time.sleep(0.1)
+    server.wait_for(run["id"], "done")
     server.stop()
     server.start()
     context = browser.new_context()
@@ -339,14 +346,23 @@ def test_binding_beyond_loopback_needs_a_flag() -> None:
     assert p.returncode == 2 and "--allow-remote" in p.stderr
 
 
+def test_a_port_in_use_is_a_one_line_error(server: Server) -> None:
+    """A second server on a taken port says so and exits; the first one keeps serving."""
+    p = tether(
+        *("serve", "--port", str(server.port), "--base-url", server.wire.url),
+        *("--data-dir", str(server.data)),
+        OPENAI_API_KEY="sk-web",
+    )
+    assert p.returncode == 2, p.stderr
+    assert f"cannot serve on 127.0.0.1:{server.port}" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert server.api("GET", "/api/runs") == []
+
+
 def test_a_run_the_server_lost_is_finished_by_tether_resume(server: Server) -> None:
     """Runs started from the page are recorded: kill -9 the server mid-reply, and `tether
     resume` finishes the run from the store."""
-    run = server.api("POST", "/api/runs", {"task": "stream slowly"})  # a 4 s reply
-    time.sleep(1.0)
-    assert server.proc is not None
-    server.proc.kill()
-    server.proc.wait()
+    run = server.kill_mid_reply()
     p = subprocess.run(
         [*TETHER, "resume", run["id"], "--json", "--data-dir", str(server.data)],
         capture_output=True,
@@ -363,16 +379,9 @@ def test_a_run_the_server_lost_is_finished_by_tether_resume(server: Server) -> N
 def test_a_restarted_server_finishes_the_runs_it_lost(server: Server) -> None:
     """kill -9 the server mid-reply and start it again: it takes the run over from the store,
     and the run ends on its own."""
-    run = server.api("POST", "/api/runs", {"task": "stream slowly"})  # a 4 s reply
-    time.sleep(1.0)
-    assert server.proc is not None
-    server.proc.kill()
-    server.proc.wait()
+    run = server.kill_mid_reply()
     server.start()
-    deadline = time.monotonic() + 30
-    while server.api("GET", f"/api/runs/{run['id']}")["status"] != "done":
-        assert time.monotonic() < deadline, server.api("GET", f"/api/runs/{run['id']}")
-        time.sleep(0.2)
+    server.wait_for(run["id"], "done")
     shown = server.api("GET", f"/api/runs/{run['id']}")
     assert shown["answer"].startswith("word0 word1")
 
@@ -408,10 +417,14 @@ def test_a_bad_start_request_is_refused_and_registers_nothing(server: Server) ->
 
 def test_the_server_holds_no_file_for_a_run_that_ended(server: Server) -> None:
     ids = [server.api("POST", "/api/runs", {"task": f"chat {i}"})["id"] for i in range(30)]
-    deadline = time.monotonic() + 60
-    while any(r["status"] in ("queued", "running") for r in server.api("GET", "/api/runs")):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until(
+        lambda: all(
+            r["status"] not in ("queued", "running") for r in server.api("GET", "/api/runs")
+        ),
+        "every run to end",
+        60,
+        0.1,
+    )
     assert {r["id"] for r in server.api("GET", "/api/runs")} == set(ids)
     assert server.proc is not None
     fds = Path(f"/proc/{server.proc.pid}/fd")
@@ -435,9 +448,6 @@ def test_runs_over_max_runs_wait_in_a_queue_the_page_shows(
         second = server.api("POST", "/api/runs", {"task": "chat"})
         assert server.api("GET", f"/api/runs/{second['id']}")["status"] == "queued"
         server.api("POST", f"/api/runs/{first['id']}/cancel")
-        deadline = time.monotonic() + 30
-        while server.api("GET", f"/api/runs/{second['id']}")["status"] != "done":
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        server.wait_for(second["id"], "done")
     finally:
         server.stop()

@@ -12,6 +12,7 @@ every request. A reply is protocol-neutral; the route decides how it is written:
     server.add(calls=[("add", {"a": 1}, "c0")])              # ... with the id the server gives
     server.add(status=429, headers={"Retry-After": "0"})     # an error reply
     server.add(fault="reset" | "stall" | "no_done" | "garbage" | "stream_error")
+    server.add(text="late", gate=threading.Event())          # answered once the test sets it
 
 When the queue is empty a `rule` (a function of the request body) may answer instead. The server
 runs in its own thread with its own event loop, so sync tests and CLI subprocesses can use it as
@@ -138,6 +139,8 @@ class WireServer:
         writer = WRITERS[request.path.rsplit("/", 1)[-1]](body, reply, len(self.requests))
         if reply.get("delay"):
             await asyncio.sleep(reply["delay"])
+        if "gate" in reply:  # held until the test lets it go (never for more than a minute)
+            await asyncio.to_thread(reply["gate"].wait, 60)
         if "status" in reply:
             return web.Response(
                 status=reply["status"],

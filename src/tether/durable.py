@@ -1013,7 +1013,12 @@ def client(url: str) -> Any:
         use_modern_sqlite()
     from dbos import DBOSClient
 
-    return DBOSClient(system_database_url=url)
+    store = DBOSClient(system_database_url=url)
+    # DBOS's client never creates its schema; a fresh database gets it here, so runs can be
+    # queued before any worker has started (one query when it is there already; concurrent
+    # migrations are serialised by DBOS under an advisory lock)
+    store._sys_db.run_migrations()
+    return store
 
 
 def status_of(store: Any, run_id: str) -> Any:

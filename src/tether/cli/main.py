@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w = serve.add_argument_group("server")
     w.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    w.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    w.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0: a free one)")
     w.add_argument(
         "--token",
         default=os.environ.get("TETHER_TOKEN"),

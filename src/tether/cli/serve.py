@@ -20,7 +20,6 @@ from .common import cli_runtime, error
 
 
 def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
-    from aiohttp import web
 
     from ..journal import Journal
     from ..web import WebApp
@@ -84,14 +83,38 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
         workspace=Path(options.workspace),
         hosts=served_names(args.host, args.allow_host),
     ).app()
-    shown_host = f"[{args.host}]" if ":" in args.host else args.host
-    print(
-        f"tether serve: open http://{shown_host}:{args.port}/?token={token}",
-        file=sys.stderr,
-        flush=True,
-    )
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    try:
+        asyncio.run(serve_until_stopped(app, args.host, args.port, token))
+    except OSError as e:  # the port is taken, or the address is not this machine's
+        return error(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}")
     return 0
+
+
+async def serve_until_stopped(app: Any, host: str, port: int, token: str) -> None:
+    """Serve `app` until SIGINT or SIGTERM, then shut it down cleanly (running runs are left
+    to the store). The address is printed once it is bound: with port 0, the one chosen."""
+    import signal
+
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        bound = runner.addresses[0][1]
+        shown_host = f"[{host}]" if ":" in host else host
+        say(f"tether serve: open http://{shown_host}:{bound}/?token={token}")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def whole(value: Any, name: str, low: int, high: int) -> int:

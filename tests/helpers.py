@@ -1,0 +1,160 @@
+"""What many test files share: the CLI as a user runs it, free ports, and waits.
+
+Every wait here waits on a condition and raises, naming what it waited for, when the time is
+up: a test never sleeps a fixed time hoping something has happened, and never carries on after
+a wait that timed out. Each test has its own data directory (conftest sets XDG_DATA_HOME), so
+tests can run in parallel (pytest-xdist) without sharing journals or a default store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from tether import tool
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TETHER = [sys.executable, "-m", "tether"]
+SRC = str(Path(__file__).parent.parent / "src")
+KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a `tether` process: this one's without the provider keys (a test
+    names the keys it means), with the source tree importable."""
+    env = {k: v for k, v in os.environ.items() if k not in KEYS}
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def tether(
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    timeout: float = 60,
+    **extra: str,
+) -> subprocess.CompletedProcess[str]:
+    """Run `tether ARGS` to its end, as a user would, and return what it printed. The
+    environment is `env` (default: `cli_env()`) with `extra` laid over it."""
+    return subprocess.run(
+        [*TETHER, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**(cli_env() if env is None else env), **extra},
+    )
+
+
+def json_lines(stdout: str) -> list[dict[str, Any]]:
+    """The JSON objects of a `--json` output, one a line."""
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def free_port() -> int:
+    """A port nobody listens on now (for a server that cannot be told to bind port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Deadline:
+    """The end of a wait: `check` raises, naming what was waited for, once it has passed."""
+
+    def __init__(self, timeout: float, what: str) -> None:
+        self.end, self.timeout, self.what = time.monotonic() + timeout, timeout, what
+
+    def check(self) -> None:
+        if time.monotonic() > self.end:
+            raise AssertionError(f"timed out after {self.timeout} s waiting for {self.what}")
+
+
+def wait_until[T](
+    predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.02
+) -> T:
+    """Poll `predicate` until it returns something true and return that; raise
+    AssertionError naming `what` if `timeout` seconds pass first."""
+    deadline = Deadline(timeout, what)
+    while not (value := predicate()):
+        deadline.check()
+        time.sleep(interval)
+    return value
+
+
+async def until[T](
+    predicate: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.01
+) -> T:
+    """`wait_until` for a test's event loop: polls without blocking it."""
+    deadline = Deadline(timeout, what)
+    while not (value := predicate()):
+        deadline.check()
+        await asyncio.sleep(interval)
+    return value
+
+
+async def within[T](awaitable: Awaitable[T], what: str, timeout: float = 30.0) -> T:
+    """Await something that must happen within `timeout` seconds."""
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
+
+
+def alive(pid: int) -> bool:
+    """Whether a process is running (a zombie waiting to be reaped counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+class Output:
+    """The lines a process writes to one of its pipes, read in a thread as they come, so a
+    test can wait for a line without blocking on the pipe."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.lines: list[str] = []
+        self.closed = threading.Event()
+        self._pipe = pipe
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for line in self._pipe:
+            self.lines.append(line.rstrip("\n"))
+        self.closed.set()
+
+    def wait_for(self, needle: str, timeout: float = 30.0) -> str:
+        """The first line that contains `needle`, once it has been written."""
+
+        def found() -> str | None:
+            hit = next((line for line in self.lines if needle in line), None)
+            if hit is None and self.closed.is_set():
+                raise AssertionError(f"the output ended without {needle!r}: {self.lines[-5:]}")
+            return hit
+
+        return wait_until(found, f"a line with {needle!r}", timeout)
+
+    def text(self) -> str:
+        self.closed.wait(30)
+        return "\n".join(self.lines)
+
+
+@tool
+async def nap(seconds: float) -> str:
+    """Sleep a while (a tool that holds a run in a tool call)."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
