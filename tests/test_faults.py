@@ -132,25 +132,67 @@ def test_a_paused_anthropic_turn_is_sent_back_and_goes_on(wire: WireServer) -> N
     assert sent_back["content"][0]["text"] == "Searching the web took a while. "
 
 
-def test_an_error_in_a_chat_stream_is_classed_by_its_type_and_status(wire: WireServer) -> None:
-    """A gateway's error at HTTP 200, inside the stream: `type` names it (not the `code`
-    detail), and its own status classes it (a 400 is the request's fault, never retried)."""
-    error = {
-        "message": "Failed to call a function.",
-        "type": "invalid_request_error",
-        "code": "tool_use_failed",
-        "status": 400,
-    }
+IN_STREAM_ERRORS = [
+    # a gateway's error at HTTP 200: `type` names it (not the `code` detail), and its own
+    # status classes it (a 400 is the request's fault, never retried)
+    (
+        "chat",
+        {
+            "message": "Failed to call a function.",
+            "type": "invalid_request_error",
+            "code": "tool_use_failed",
+            "status": 400,
+        },
+        ("client_error", 400, "invalid_request_error"),
+    ),
+    # Responses names the kind in `code`
+    (
+        "responses",
+        {"code": "invalid_prompt", "message": "Your prompt was flagged."},
+        ("client_error", None, "invalid_prompt"),
+    ),
+    # a gateway's status wins over a type that would be retried
+    (
+        "responses",
+        {"code": "server_error", "message": "Bad tool schema.", "status": 400},
+        ("client_error", 400, "server_error"),
+    ),
+    (
+        "anthropic",
+        {"type": "invalid_request_error", "message": "messages: roles must alternate"},
+        ("client_error", None, "invalid_request_error"),
+    ),
+    (
+        "anthropic",
+        {"type": "api_error", "message": "Upstream said no.", "status": 403},
+        ("client_error", 403, "api_error"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "error", "expected"),
+    IN_STREAM_ERRORS,
+    ids=[
+        "chat-gateway-400",
+        "responses-invalid-prompt",
+        "responses-gateway-400",
+        "anthropic-invalid-request",
+        "anthropic-gateway-403",
+    ],
+)
+def test_an_error_inside_a_stream_is_classed_by_its_type_and_status(
+    wire: WireServer, protocol: str, error: dict[str, Any], expected: tuple[Any, ...]
+) -> None:
+    """An error event at HTTP 200 that blames the request ends the run at once, with what the
+    server said of it, on every protocol; it is not retried (the same request fails again)."""
     wire.add(text="partial", fault="stream_error", error=error)
-    status, events = run(wire.url, "chat")
+    status, events = run(wire.url, protocol)
     assert status == 1
     err = events[-1]["error"]
-    assert (err["kind"], err["status"], err["error_type"]) == (
-        "client_error",
-        400,
-        "invalid_request_error",
-    )
+    assert (err["kind"], err["status"], err["error_type"]) == expected
     assert not err["retryable"] and len(wire.requests) == 1
+    assert error["message"] in err["message"]
 
 
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
@@ -175,3 +217,41 @@ def test_a_gateways_fragmented_calls_under_one_id_are_two_calls(
     uses = [b["id"] for b in sent[-2]["content"] if b["type"] == "tool_use"]
     answered = [b["tool_use_id"] for b in sent[-1]["content"] if b["type"] == "tool_result"]
     assert uses == ids and sorted(answered) == sorted(ids)
+
+
+def sent_ids(protocol: str, body: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The ids of the calls a request sends back, and of the results, in `protocol`'s shapes."""
+    if protocol == "responses":
+        items = body["input"]
+        calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+        return calls, [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+    if protocol == "chat":
+        messages = body["messages"]
+        calls = [c["id"] for m in messages for c in m.get("tool_calls") or ()]
+        return calls, [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    blocks = [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
+    calls = [b["id"] for b in blocks if b["type"] == "tool_use"]
+    return calls, [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"]
+
+
+@every
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_two_calls_under_one_id_get_distinct_ids_and_each_its_result(
+    wire: WireServer, protocol: str, store: str, tmp_path: Path
+) -> None:
+    """A reply with two calls under one id (the real APIs reject the next request if the
+    duplicate goes back): each call gets an id of its own, a `tool_call` event and a result,
+    and the next request is one the API takes, on every protocol, in memory and durable."""
+    # `look` is no tool here: each call still gets its result (an error), under its own id
+    calls = [("look", {"q": "apples"}, "call_1"), ("look", {"q": "pears"}, "call_1")]
+    wire.add(calls=calls).add(text="Looked twice.")
+    where = "memory" if store == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
+    status, events = run(wire.url, protocol, "--tools", "none", "--store", where)
+    assert status == 0, events[-1]
+    made = [e for e in events if e["type"] == "tool_call"]
+    assert [c["arguments"] for c in made] == [{"q": "apples"}, {"q": "pears"}]
+    ids = [c["id"] for c in made]
+    assert len(set(ids)) == 2
+    assert sorted(e["id"] for e in events if e["type"] == "tool_result") == sorted(ids)
+    calls_sent, results_sent = sent_ids(protocol, wire.requests[1])
+    assert calls_sent == ids and sorted(results_sent) == sorted(ids)

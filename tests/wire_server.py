@@ -504,15 +504,12 @@ class ResponsesWriter(Writer):
         return out, 1
 
     def stream_error(self) -> bytes:
+        fields = self.reply.get("error") or {
+            "code": "server_error",
+            "message": "The server had an error",
+        }
         return named_event(
-            "error",
-            {
-                "type": "error",
-                "code": "server_error",
-                "message": "The server had an error",
-                "param": None,
-                "sequence_number": 2,
-            },
+            "error", {"type": "error", "param": None, **fields, "sequence_number": 2}
         )
 
 
@@ -687,10 +684,8 @@ class AnthropicWriter(Writer):
         return out, 2
 
     def stream_error(self) -> bytes:
-        return named_event(
-            "error",
-            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
-        )
+        error = self.reply.get("error") or {"type": "overloaded_error", "message": "Overloaded"}
+        return named_event("error", {"type": "error", "error": error})
 
 
 WRITERS: dict[str, type[Writer]] = {

@@ -153,6 +153,18 @@ TRANSIENT_TYPES = {
 }
 
 
+# the error types (and Responses' codes) that blame the request, when no status says so
+REQUEST_TYPES = {
+    "invalid_request_error",
+    "authentication_error",
+    "permission_error",
+    "not_found_error",
+    "request_too_large",
+    "invalid_prompt",
+    "context_length_exceeded",
+}
+
+
 def stream_error(
     error_type: str | None, message: str, emitted: bool, status: int | None = None
 ) -> ProviderError:
@@ -163,6 +175,8 @@ def stream_error(
         e = status_error(status, message, error_type, None)
         e.retryable = e.retryable and not emitted
         return e
+    if error_type in REQUEST_TYPES:  # the request's fault: the same request fails again
+        return ClientRequestError(message, error_type=error_type, retryable=False)
     cls = TRANSIENT_TYPES.get(error_type or "")
     if cls is None:
         return ProviderProtocolError(message, error_type=error_type, retryable=False)

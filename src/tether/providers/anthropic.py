@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..errors import ProviderProtocolError, stream_error
+from ..errors import ProviderProtocolError, error_status, stream_error
 from ..messages import (
     Message,
     ModelRequest,
@@ -263,7 +263,10 @@ async def parse_stream(
             elif kind == "error":
                 err = event.get("error") or {}
                 raise stream_error(
-                    err.get("type"), f"error in stream: {err.get('message')}", progress.emitted
+                    err.get("type"),
+                    f"error in stream: {err.get('message')}",
+                    progress.emitted,
+                    error_status(err),  # a gateway's own status, at HTTP 200
                 )
             # ping and unknown events are ignored, as the API reference asks
     raise ProviderProtocolError(

@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from ..errors import ProviderError, ProviderProtocolError, stream_error
+from ..errors import ProviderError, ProviderProtocolError, error_status, stream_error
 from ..messages import (
     Message,
     ModelRequest,
@@ -182,9 +182,16 @@ def stop_reason(data: dict[str, Any], has_calls: bool) -> StopReason:
 def failure(data: dict[str, Any], emitted: bool) -> ProviderError:
     """The error of a `failed` response, or of an `error` event (`data` is then the event)."""
     err: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else data
-    code = err.get("code") or err.get("type")
+    # Responses names the kind in `code` (an error event's `type` is just "error"); a
+    # gateway's error object names it in `type`, with `code` a detail
+    named = err.get("type") if err.get("type") not in (None, "error") else err.get("code")
     message = err.get("message") or "the response failed"
-    return stream_error(code if code != "error" else None, f"response failed: {message}", emitted)
+    return stream_error(
+        named if isinstance(named, str) else None,
+        f"response failed: {message}",
+        emitted,
+        error_status(err),  # a gateway's own status, at HTTP 200
+    )
 
 
 def parse_response(data: Any) -> ModelResponse:
