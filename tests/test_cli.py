@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers import FIXTURES, TETHER, cli_env
+from helpers import FIXTURES, TETHER, cli_env, json_lines
 from helpers import tether as run_tether
 from wire_server import WireServer, tool_results
 
@@ -441,6 +441,45 @@ def test_runs_shows_what_each_run_was_asked_and_how_it_ended(
     assert row["answer"] == "Stored." and row["ended_at"] >= row["started_at"] > 0
     line = tether("runs", "--data-dir", str(data)).stdout.strip().split("\t")
     assert line[0] == "r-1" and line[2:] == ["done", "1 steps", "$0.0000", "say hi"]
+
+
+def test_a_batch_of_tasks_is_queued_at_once_and_listed_by_state(tmp_path: Path) -> None:
+    """`tether run --queue --tasks FILE` queues one run per line into a new store (no worker
+    has run there yet) and prints their ids; `tether runs --state` lists them; bad input is a
+    one-line error that queues nothing."""
+    store = f"sqlite:///{tmp_path / 'queue.sqlite'}"
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("first job\n\nsecond job\nthird job\n")
+    queue = ("run", "--queue", "--store", store, "--base-url", "http://127.0.0.1:9/v1")
+    p = tether(*queue, "--tasks", str(tasks), "--run-id", "batch")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["batch-1", "batch-2", "batch-3"]
+    rows = json_lines(tether("runs", "--store", store, "--json").stdout)
+    assert [(r["id"], r["state"], r["task"]) for r in rows] == [
+        ("batch-1", "queued", "first job"),
+        ("batch-2", "queued", "second job"),
+        ("batch-3", "queued", "third job"),
+    ]
+    assert all(r["queued_at"] > 0 and r["started_at"] is None for r in rows)
+    assert len(tether("runs", "--store", store, "--state", "queued").stdout.splitlines()) == 3
+    assert tether("runs", "--store", store, "--state", "done,failed").stdout == ""
+    from_stdin = tether(*queue, "--tasks", "-", stdin="a\nb\n")
+    assert from_stdin.returncode == 0 and len(from_stdin.stdout.split()) == 2
+    bad = {
+        "again": tether(*queue, "--tasks", str(tasks), "--run-id", "batch"),
+        "no --queue": tether("run", "--tasks", str(tasks), "--store", store),
+        "both": tether(*queue, "a task", "--tasks", str(tasks)),
+        "neither": tether(*queue),
+        "empty": tether(*queue, "--tasks", "-", stdin="\n \n"),
+        "missing": tether(*queue, "--tasks", str(tmp_path / "nope.txt")),
+        "state": tether("runs", "--store", store, "--state", "sleeping"),
+    }
+    for what, refused in bad.items():
+        assert refused.returncode == 2, (what, refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1, (what, refused.stderr)
+        assert "Traceback" not in refused.stderr
+    assert "batch-1" in bad["again"].stderr and "nothing queued" in bad["again"].stderr
+    assert len(tether("runs", "--store", store).stdout.splitlines()) == 5  # nothing more
 
 
 def test_version() -> None:

@@ -1003,13 +1003,20 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
     return messages
 
 
-def client(url: str) -> Any:
+def client(url: str, create: bool = False) -> Any:
     """A DBOS client for reading and messaging runs without executing any (a process that only
-    lists or approves must not pick up pending runs and then exit in the middle of them)."""
+    lists or approves must not pick up pending runs and then exit in the middle of them).
+    A SQLite file that is not there is an error, unless `create` (runs are being queued)."""
     check_url(url)
     if url.startswith("sqlite"):
-        if not Path(url.removeprefix("sqlite:///")).exists():
-            raise ConfigError(f"no store at {url.removeprefix('sqlite:///')}")
+        path = url.removeprefix("sqlite:///")
+        if create:
+            try:
+                private_file(path)  # transcripts: this user's only
+            except OSError as e:
+                raise ConfigError(f"cannot create the store {path}: {e.strerror}") from None
+        elif not Path(path).exists():
+            raise ConfigError(f"no store at {path}")
         use_modern_sqlite()
     from dbos import DBOSClient
 
@@ -1092,24 +1099,67 @@ STATES = {"ENQUEUED": "queued", "PENDING": "running", "ERROR": "failed", "CANCEL
 
 def listing(w: Any) -> dict[str, Any]:
     """One run of a store as `tether runs` shows it: what it was asked, where it stands
-    (queued, running, then its outcome), when, and what it used."""
+    (queued, running on a worker, then its outcome), when, and what it used."""
     inputs = w.input.get("args") if isinstance(w.input, dict) else None
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
     out = w.output if isinstance(w.output, dict) else {}
     state = out.get("outcome", "done") if w.status == "SUCCESS" else STATES.get(w.status)
     ended = w.status in ("SUCCESS", "ERROR", "CANCELLED")
+    queued = bool(w.queue_name)
+    if not queued:
+        started: float | None = (w.created_at or 0) / 1000
+    else:  # a queued run starts when a worker takes it
+        started = w.dequeued_at / 1000 if w.dequeued_at else None
     return {
         "id": w.workflow_id,
         "state": state or str(w.status).lower(),
         "task": task if isinstance(task, str) else "",
-        "started_at": (w.created_at or 0) / 1000,
-        "ended_at": (w.updated_at or 0) / 1000 if ended else None,
+        "queued_at": (w.created_at or 0) / 1000 if queued else None,
+        "started_at": started,
+        "ended_at": ((w.completed_at or w.updated_at or 0) / 1000) if ended else None,
         "steps": out.get("steps"),
         "cost_usd": out.get("cost_usd"),
         "answer": out.get("answer"),
         "status": w.status,
         "executor": w.executor_id,
+        "worker": w.executor_id if w.status == "PENDING" else None,
     }
+
+
+def list_runs(store: Any, states: list[str] | None = None) -> list[dict[str, Any]]:
+    """The runs of a store, oldest first, as `listing` shows them; `states` keeps only those
+    (queued, running, waiting for approval, done, halted, failed, cancelled), asking the
+    store for the matching statuses only."""
+    if states is None:
+        rows = [listing(w) for w in store.list_workflows(name=WORKFLOW)]
+    else:
+        unknown = sorted(set(states) - set(RUN_STATES))
+        if unknown:
+            raise ConfigError(f"--state {', '.join(unknown)}: use {', '.join(RUN_STATES)}")
+        statuses = sorted({RUN_STATES[s] for s in states})
+        rows = [listing(w) for w in store.list_workflows(name=WORKFLOW, status=statuses)]
+    for r in rows:
+        if r["state"] == "running" and waits_for_approval(store, r["id"]):
+            r["state"] = "waiting"
+    return rows if states is None else [r for r in rows if r["state"] in states]
+
+
+def waits_for_approval(store: Any, run_id: str) -> bool:
+    """Whether a running run waits for a person's approval (its request is on the store)."""
+    events = store._sys_db.get_all_events(run_id)
+    return any(isinstance(v, dict) and v.get("state") == "waiting" for v in events.values())
+
+
+# tether's run states, and the DBOS status each is stored as
+RUN_STATES = {
+    "queued": "ENQUEUED",
+    "running": "PENDING",
+    "waiting": "PENDING",  # for a person's approval
+    "done": "SUCCESS",
+    "halted": "SUCCESS",
+    "failed": "ERROR",
+    "cancelled": "CANCELLED",
+}
 
 
 def answer_approval(
@@ -1134,16 +1184,27 @@ def answer_approval(
 # -- the queue --------------------------------------------------------------------------------
 
 
-def enqueue(url: str, run_id: str, record: dict[str, Any], task: str) -> Any:
-    """Put a run on the shared queue for whichever worker is free; returns once it is recorded."""
-    store = client(url)
-    options: Any = {
-        "queue_name": QUEUE,
-        "workflow_name": WORKFLOW,
-        "workflow_id": run_id,
-        "app_version": VERSION,
-    }
-    return store.enqueue(options, run_id, record, task)
+def enqueue(url: str, runs: list[tuple[str, str]], record: dict[str, Any]) -> None:
+    """Put runs (id, task) of one record (agent, options, context) on the shared queue for
+    whichever workers are free, in one transaction: all of them are recorded, or, when one
+    cannot be (an id the store has already), none is. A thousand take about a second."""
+    store = client(url, create=True)
+    ids = [run_id for run_id, _ in runs]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("two runs to queue have the same id")
+    taken = sorted(w.workflow_id for w in store.list_workflows(workflow_ids=ids, load_input=False))
+    if taken:
+        shown = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
+        raise ConfigError(f"the store has runs with these ids already: {shown}; nothing queued")
+    with store._sys_db.engine.begin() as conn:
+        for run_id, task in runs:
+            options: Any = {
+                "queue_name": QUEUE,
+                "workflow_name": WORKFLOW,
+                "workflow_id": run_id,
+                "app_version": VERSION,
+            }
+            store.enqueue_in_transaction(conn, options, run_id, record, task)
 
 
 def ledger_for(url: str) -> Ledger:

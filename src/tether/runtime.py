@@ -298,6 +298,31 @@ class Runtime:
     ) -> str:
         """Put a run on the store's queue for whichever worker (`tether worker`) is free;
         returns its id once it is recorded. The run is not executed here."""
+        ids = None if run_id is None else [run_id]
+        return self.enqueue_many(
+            agent,
+            [task],
+            run_ids=ids,
+            options=options,
+            context=context,
+            restart=restart,
+            approver=approver,
+        )[0]
+
+    def enqueue_many(
+        self,
+        agent: str | Agent,
+        tasks: list[str],
+        *,
+        run_ids: list[str] | None = None,
+        options: dict[str, Any] | None = None,
+        context: RunContext | None = None,
+        restart: RestartPolicy | None = None,
+        approver: Approver | None = None,
+    ) -> list[str]:
+        """Queue one run per task, all with the same agent, options and context, in one
+        transaction (all are queued, or none); returns their ids. `run_ids` names them (one
+        per task, none the store has); by default they are generated."""
         from .durable import enqueue, record_of
 
         if self.store is None:
@@ -305,11 +330,13 @@ class Runtime:
         found = self.agents.get(name := self.named(agent))
         if found is None:
             raise ConfigError(f"no agent named {name!r} is registered here")
-        run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
+        if run_ids is not None and len(run_ids) != len(tasks):
+            raise ConfigError(f"{len(run_ids)} run ids for {len(tasks)} tasks")
+        ids = [check_run_id(i) for i in run_ids or [uuid.uuid4().hex[:12] for _ in tasks]]
         context = context or RunContext()
         record = record_of(found, options, context, approvals_of(approver), restart)
-        enqueue(self.store, run_id, record, task)
-        return run_id
+        enqueue(self.store, list(zip(ids, tasks, strict=True)), record)
+        return ids
 
     async def resume(
         self, run_id: str, *, sinks: list[Sink] | None = None, force: bool = False

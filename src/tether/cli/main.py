@@ -33,7 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tether {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run = sub.add_parser("run", help="run one task to its end", description="Run one task.")
-    run.add_argument("task", metavar="TASK", help="what the agent should do")
+    run.add_argument("task", metavar="TASK", nargs="?", help="what the agent should do")
+    run.add_argument(
+        "--tasks",
+        metavar="FILE",
+        help="with --queue: queue one run per line of FILE (- for standard input), all at "
+        "once, and print their ids (with --run-id ID they are ID-1, ID-2, ...)",
+    )
     ask = sub.add_parser(
         "ask",
         help="an interactive conversation",
@@ -111,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of silence after which a worker counts as dead",
     )
     runs = sub.add_parser("runs", help="list the runs of a durable store")
+    runs.add_argument(
+        "--state",
+        metavar="STATES",
+        help="only runs in these states, comma-separated: queued, running, waiting (for "
+        "approval), done, halted, failed, cancelled",
+    )
     send = sub.add_parser("send", help="send a message to a durable run (kept until it is read)")
     send.add_argument("run_id", metavar="RUN_ID")
     send.add_argument("text", metavar="TEXT")
@@ -329,8 +341,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        return command(build_parser().parse_args(argv))
+    except BrokenPipeError:  # `tether runs | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 0
+
+
+def command(args: argparse.Namespace) -> int:
     if args.command == "show":
         from .store import command_show
 
@@ -365,6 +383,11 @@ def options_of(args: argparse.Namespace) -> RunOptions:
     """The run options of the command line (paths made absolute, the provider chosen)."""
     if getattr(args, "queue", False) and not args.store:
         raise ConfigError("--queue needs --store (the store whose workers will take the run)")
+    if args.command == "run":
+        if args.tasks is not None and not args.queue:
+            raise ConfigError("--tasks queues runs for workers: add --queue and --store")
+        if (args.task is None) == (args.tasks is None):
+            raise ConfigError("give one TASK, or --tasks FILE with --queue")
     options = RunOptions.from_namespace(args).resolved()
     if args.provider is None and options.provider == "local":
         print(

@@ -180,24 +180,44 @@ def user_lines(interactive: bool) -> Iterator[str]:
 
 
 def command_enqueue(args: argparse.Namespace, options: RunOptions, run_id: str) -> int:
-    """`tether run --queue`: record the run on the store's queue for `tether worker`."""
+    """`tether run --queue`: record the run (or, with --tasks, one run per line, all in one
+    transaction) on the store's queue for `tether worker`, and print the ids."""
     from ..options import build_agent
 
     try:
+        tasks = [args.task] if args.tasks is None else read_tasks(args.tasks)
+        if args.tasks is None:
+            ids = [run_id]
+        elif args.run_id:
+            ids = [f"{args.run_id}-{n}" for n in range(1, len(tasks) + 1)]
+        else:
+            ids = None
         agent = build_agent(options)  # a bad option is an error before anything is queued
         asyncio.run(agent.model.aclose())  # the run is built again by the worker
         rt = Runtime(args.store, [agent])
         approver, _ = approvals(rt, options, run_id, can_ask=False)
         context = RunContext(workspace=Path(options.workspace))
-        queued = rt.enqueue(
+        queued = rt.enqueue_many(
             CLI_AGENT,
-            args.task,
-            run_id=run_id,
+            tasks,
+            run_ids=ids,
             options=options.to_dict(),
             context=context,
             approver=approver,
         )
     except ConfigError as e:
         return error(str(e))
-    print(queued)
+    print("\n".join(queued))
     return 0
+
+
+def read_tasks(path: str) -> list[str]:
+    """The tasks of a --tasks file (or standard input): one a line, blank lines skipped."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--tasks {path}: cannot read it ({e})") from None
+    tasks = [line.strip() for line in text.splitlines() if line.strip()]
+    if not tasks:
+        raise ConfigError(f"--tasks {path}: no tasks in it (one a line)")
+    return tasks

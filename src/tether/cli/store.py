@@ -26,13 +26,13 @@ def command_store(args: argparse.Namespace) -> int:
         return command_resume(args)
     if args.command == "worker":
         return command_worker(args)
-    from ..durable import MAIL, answer_approval, client, ledger_for, listing, status_of
+    from ..durable import MAIL, answer_approval, client, ledger_for, list_runs, status_of
 
     try:
         store = client(args.store)
         if args.command == "runs":
-            for w in store.list_workflows():
-                line = listing(w)
+            states = args.state.split(",") if args.state else None
+            for line in list_runs(store, states):
                 print(orjson.dumps(line).decode() if args.json else runs_line(line))
         elif args.command == "cancel":
             store.cancel_workflow(args.run_id)
@@ -54,13 +54,18 @@ def command_store(args: argparse.Namespace) -> int:
 
 
 def runs_line(r: dict[str, Any]) -> str:
-    """id, start time, state, steps, cost and task, a tab between each."""
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"]))
+    """id, when it was queued or started, state (with its worker while it runs), steps, cost
+    and task, a tab between each."""
+    since = r["started_at"] or r["queued_at"] or 0
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+    state = {"running": f"running on {r['worker']}", "waiting": "waiting for approval"}.get(
+        r["state"], r["state"]
+    )
     steps = "" if r["steps"] is None else f"{r['steps']} steps"
     cost = "" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
     task = " ".join(r["task"].split())
     task = task if len(task) <= 60 else task[:59] + "…"
-    return "\t".join([r["id"], started, r["state"], steps, cost, scrub(task)])
+    return "\t".join([r["id"], when, state, steps, cost, scrub(task)])
 
 
 def command_resume(args: argparse.Namespace) -> int:
