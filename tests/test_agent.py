@@ -76,6 +76,17 @@ async def test_token_budget_counts_the_next_input_before_sending() -> None:
     assert result.usage.total_tokens <= 1000
 
 
+async def test_the_last_reply_counts_toward_the_next_calls_input() -> None:
+    """The next request sends the last reply back, so a 1,000-token answer is input of the
+    call after it: with 1,000 input tokens allowed, that call would exceed them and is never
+    made (counting only the small tool result, it would look well within)."""
+    long_answer = reply(tool_calls=[("add", {"a": 1, "b": 1})], usage=Usage(100, 0, 1000))
+    model = ScriptedModel([long_answer, reply("never asked")])
+    result = await Agent(model, [add], budget=Budget(max_input_tokens=1000)).run("go")
+    assert result.outcome == "halted" and "max_input_tokens" in result.reason
+    assert len(model.requests) == 1
+
+
 async def test_cost_budget_halts_before_the_call() -> None:
     script = [reply(tool_calls=[("add", {"a": 1, "b": 1})], usage=Usage(1_000_000, 0, 0))] * 5
     model = ScriptedModel(script, name="priced")

@@ -100,11 +100,12 @@ async def test_request_shape_content_empty_beside_tool_calls(wire: WireServer) -
 
 
 async def test_error_in_stream_body(wire: WireServer) -> None:
-    wire.add(status=200, body={"error": {"message": "x"}})  # a 200 with an error body
+    wire.add(status=200, body={"error": {"message": "quota exhausted for this key"}})
     model = client(wire, False, HTTPSettings(max_retries=0))
-    with pytest.raises(ProviderProtocolError):
+    with pytest.raises(ProviderProtocolError) as info:  # a 200 with an error body, no reply
         await model.respond(request())
     await model.aclose()
+    assert "quota exhausted for this key" in info.value.message
 
 
 async def test_server_error_type(wire: WireServer) -> None:

@@ -93,6 +93,11 @@ async def test_a_context_length_error_shrinks_and_retries_once() -> None:
     )
     assert reader.failed and result.outcome == "done"
     assert any(e.type in ("context_trimmed", "context_summarized") for e in events)
+    work = [r for r in reader.requests if r.messages[-1].text != SUMMARY_PROMPT]
+    sizes = [estimate(list(r.messages), r.system) for r in work]
+    refused = next(i for i, n in enumerate(sizes) if n > 1500)
+    # the refused turn was asked again, smaller, and the run went on from there
+    assert sizes[refused + 1] < sizes[refused] and len(work) > refused + 1
 
 
 async def test_without_a_policy_the_error_ends_the_run() -> None:

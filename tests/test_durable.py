@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("dbos", reason="needs the durable extra")
 
 from crash_suite import run_suite
-from helpers import FIXTURES, TETHER, Output, cli_env, tether, wait_until
+from helpers import FIXTURES, TETHER, Output, cli_env, json_lines, tether, wait_until
 from wire_server import WireServer, tool_results
 
 
@@ -420,3 +420,82 @@ def test_an_approval_applies_only_to_a_waiting_request_for_its_arguments(
     assert (tmp_path / "proof.txt").read_text() == "ok\n"
     again = approve(approval)  # decided, and the run has ended
     assert again.returncode == 2 and "ended" in again.stderr
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new store of each kind."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres"))
+    return f"sqlite:///{tmp_path}/runs.sqlite"
+
+
+def test_a_kill_while_one_call_has_finished_and_its_siblings_run(
+    wire: WireServer, tmp_path: Path, store: str
+) -> None:
+    """Killed at a chosen point, not a drawn one: one call of a reply has finished, two others
+    are running. On resume the finished call is not made again, the interrupted idempotent
+    call runs again (its effect once), the interrupted non-idempotent one reaches the model
+    as "outcome unknown" and is never made twice, and the model is not asked again."""
+    calls = [
+        ("charge", {"amount": 1}, "c-fast"),
+        ("slow_note", {"text": "slow"}, "c-note"),
+        ("slow_charge", {"amount": 2}, "c-slow"),
+    ]
+    wire.add(calls=calls).add(text="All three are back.")
+    env = {**tools_env(tmp_path), "SLOW_SECONDS": "30"}  # they are running at the kill
+    first = kill_at(
+        env,
+        "tool_result",
+        *("run", "pay and note", "--base-url", wire.url, "--store", store, "--run-id", "pick-1"),
+        *("--tools-from", str(FIXTURES / "durable_tools.py"), "--approve", "auto"),
+    )
+    assert first["name"] == "charge"
+    env["SLOW_SECONDS"] = "0"
+    resumed = tether("resume", "pick-1", "--store", store, "--json", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    events = json_lines(resumed.stdout)
+    assert events[-1]["answer"] == "All three are back."
+    results = {e["id"]: e["output"] for e in events if e["type"] == "tool_result"}
+    assert "Outcome unknown" in results["c-slow"]
+    charges = (tmp_path / "charges").read_text().splitlines()
+    assert [c.split()[1] for c in charges] == ["1"]  # the fast charge once, the slow one never
+    notes = (tmp_path / "notes").read_text().splitlines()
+    assert [n.split(" ", 1)[1] for n in notes] == ["slow"]  # run again, written once
+    assert len(wire.requests) == 2  # the first reply was not asked for again
+
+
+def test_a_kill_inside_a_model_stream_asks_for_that_reply_again(
+    wire: WireServer, tmp_path: Path, store: str
+) -> None:
+    """Killed while the reply streams in: nothing of it was recorded, so the resumed run asks
+    for it again (once), and the answer is the whole reply."""
+    text = "a reply that streams in slowly, word by word"
+    wire.add(text=text, deltas=8, chunk_delay=0.5).add(text=text)
+    env = tools_env(tmp_path)
+    kill_at(
+        env,
+        "text_delta",
+        *("run", "talk", "--base-url", wire.url, "--store", store, "--run-id", "stream-1"),
+    )
+    resumed = tether("resume", "stream-1", "--store", store, "--json", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json_lines(resumed.stdout)[-1]["answer"] == text
+    assert len(wire.requests) == 2
+
+
+def test_the_idempotency_key_names_the_run_and_the_call(wire: WireServer, tmp_path: Path) -> None:
+    """Two runs whose servers gave their calls the same id get different keys: the key is
+    run id and call id, so a payment service never takes one run's charge for another's."""
+    env = tools_env(tmp_path)
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    for run_id in ("pay-a", "pay-b"):
+        wire.add(calls=[("charge", {"amount": 5}, "call_same")]).add(text="Paid.")
+        p = tether(
+            *("run", "pay", "--base-url", wire.url, "--store", store, "--run-id", run_id),
+            *("--tools-from", str(FIXTURES / "durable_tools.py"), "--approve", "auto"),
+            env=env,
+        )
+        assert p.returncode == 0, p.stderr
+    keys = [line.split()[0] for line in (tmp_path / "charges").read_text().splitlines()]
+    assert keys == ["pay-a:call_same", "pay-b:call_same"]

@@ -66,6 +66,9 @@ def test_garbage_then_success(wire: WireServer, protocol: str) -> None:
     wire.add(calls=[("x", {})], fault="garbage").add(text="clean")
     status, events = run(wire.url, protocol)
     assert status == 0 and events[-1]["answer"] == "clean"
+    types = [e["type"] for e in events]
+    # the reply with the unreadable line was asked for again, not read past
+    assert types.count("retry") == 1 and "tool_call" not in types and len(wire.requests) == 2
 
 
 @every

@@ -4,8 +4,11 @@ the same behaviour on Chat Completions, Responses and Anthropic Messages, stream
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import time
+from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 
 from helpers import until
@@ -15,7 +18,6 @@ from tether import (
     Model,
     ModelRequest,
     ProviderConnectionError,
-    ProviderError,
     ProviderProtocolError,
     ProviderTimeout,
     RateLimited,
@@ -216,6 +218,74 @@ async def test_a_retry_after_beyond_the_longest_wait_fails_at_once(
 
 
 @every
+async def test_retry_after_in_milliseconds_and_as_an_http_date_are_obeyed(
+    wire: WireServer, protocol: str
+) -> None:
+    """`retry-after-ms` (OpenAI's) is the wait, in milliseconds; a `Retry-After` date an hour
+    ahead is beyond the longest wait, so the call fails at once instead of asking again."""
+    wire.add(status=429, type="rate_limit_error", headers={"retry-after-ms": "150"})
+    wire.add(text="after 150 ms")
+    retries: list[tuple[int, float]] = []
+    r = await respond(
+        client(wire, protocol, False), on_retry=lambda a, d, e: retries.append((a, d))
+    )
+    assert r.message.text == "after 150 ms" and retries == [(1, 0.15)]
+    later = email.utils.format_datetime(datetime.now(UTC) + timedelta(hours=1), usegmt=True)
+    wire.add(status=429, type="rate_limit_error", headers={"Retry-After": later})
+    wire.add(text="too early")
+    with pytest.raises(RateLimited) as info:
+        await respond(client(wire, protocol, False))
+    assert len(wire.requests) == 3 and not info.value.retryable
+
+
+async def test_anthropic_redacted_thinking_is_sent_back_unchanged(wire: WireServer) -> None:
+    """A `redacted_thinking` block (encrypted by Anthropic's safety systems) goes back as it
+    came, in its place before the tool call, or the API refuses the next request."""
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [
+            {
+                "type": "redacted_thinking",
+                "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIw",
+            },
+            {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 1, "b": 2}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+    wire.add(raw=orjson.dumps(message)).add(text="3")
+    model = client(wire, "anthropic", False)
+    first = await model.respond(request(Message.user("add")))
+    call = first.message.tool_calls[0]
+    result = Message("tool", (ToolResult(call.id, "add", "3"),))
+    await respond(model, request(Message.user("add"), first.message, result))
+    assert wire.requests[1]["messages"][1]["content"] == message["content"]
+
+
+@every
+async def test_an_error_body_at_status_200_is_that_error(wire: WireServer, protocol: str) -> None:
+    """A gateway that answers 200 with an error object instead of a reply: the error is what
+    the server said, classed by its type (the request's fault is not retried; an overload is,
+    and the next reply is used)."""
+
+    def refusal(kind: str, message: str) -> dict[str, object]:
+        error = {"type": kind, "message": message}
+        return {"type": "error", "error": error} if protocol == "anthropic" else {"error": error}
+
+    wire.add(status=200, body=refusal("invalid_request_error", "quota exhausted for this key"))
+    with pytest.raises(ClientRequestError) as info:
+        await respond(client(wire, protocol, False))
+    assert "quota exhausted for this key" in info.value.message and len(wire.requests) == 1
+    wire.add(status=200, body=refusal("overloaded_error", "busy")).add(text="now then")
+    r = await respond(client(wire, protocol, False))
+    assert r.message.text == "now then" and len(wire.requests) == 3
+
+
+@every
 async def test_5xx_then_success(wire: WireServer, protocol: str) -> None:
     wire.add(status=500).add(status=529, type="overloaded_error").add(text="third time")
     r = await respond(client(wire, protocol, True))
@@ -289,6 +359,7 @@ async def test_garbage_sse_line_is_a_protocol_error(wire: WireServer, protocol: 
         wire.add(text="x", fault="garbage")
     with pytest.raises(ProviderProtocolError, match="unreadable"):
         await respond(client(wire, protocol, True))
+    assert len(wire.requests) == 3  # asked again each time (nothing was shown), never read past
 
 
 @every
@@ -305,10 +376,12 @@ async def test_error_event_in_stream_fails_when_retries_run_out(
     wire: WireServer, protocol: str
 ) -> None:
     wire.add(calls=[("add", {})], fault="stream_error")
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(ServerError) as info:
         await respond(client(wire, protocol, True, HTTPSettings(max_retries=0)))
-    assert isinstance(info.value, (ServerError, ProviderProtocolError))
-    assert "error" in str(info.value).lower()
+    said = {"anthropic": ("overloaded_error", "Overloaded")}
+    error_type, message = said.get(protocol, ("server_error", "The server had an error"))
+    assert info.value.error_type == error_type and message in info.value.message
+    assert info.value.retryable and len(wire.requests) == 1  # transient, but no retries left
 
 
 @every

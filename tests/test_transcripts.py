@@ -171,3 +171,25 @@ def test_a_planted_secret_reaches_no_output(wire: WireServer, tmp_path: Path) ->
     assert "Incorrect API key provided: [redacted]" in runs[0].stdout
     assert '"name": "invoke_agent tether"' in runs[0].stderr
     assert len(wire.headers) == 4 and wire.headers[0]["Authorization"] == f"Bearer {KEY}"
+
+
+def test_secrets_are_found_by_their_shape_too(wire: WireServer, tmp_path: Path) -> None:
+    """Keys that are in no environment variable of Tether's (a file's, another service's) are
+    found by their shape: `sk-...`, `Bearer ...`, `x-api-key: ...`, and kept out of the events,
+    the store, and what goes back to the model."""
+    secrets = ["sk-proj-Zq81LmNo0pQrStUvWxYz12", "eyJhbGciOi.J9fakeToken77", "ant-3c9f0d1e2b4a5968"]
+    config = f"{secrets[0]}\nAuthorization: Bearer {secrets[1]}\nx-api-key: {secrets[2]}\n"
+    (tmp_path / "config.txt").write_text(config)
+    wire.add(calls=[("bash", {"command": "cat config.txt"})]).add(text="Read it.")
+    p = tether(
+        *("run", "read the config", "--base-url", wire.url, "--tools", "bash", "--json"),
+        *("--approve", "auto", "--workspace", str(tmp_path), "--run-id", "shapes"),
+        data=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    shown = tether("show", "shapes", "--json", data=tmp_path).stdout
+    sent = json.dumps(wire.requests[1])  # the tool result, as the model gets it
+    for where, text in {"events": p.stdout, "store": shown, "model": sent}.items():
+        for secret in secrets:
+            assert secret not in text, f"{secret} reached the {where}"
+    assert sent.count("[redacted]") == 3  # the output went back, with the keys replaced

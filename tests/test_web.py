@@ -304,6 +304,29 @@ def raw_request(
         conn.close()
 
 
+def test_a_wrong_token_in_the_link_is_refused_even_with_the_right_cookie(server: Server) -> None:
+    """`/?token=X` sets the cookie only when X is the token: a link with a wrong one is
+    refused, whatever cookie the browser already holds (it must not be swapped in)."""
+    here = {"Host": f"127.0.0.1:{server.port}", "Cookie": f"tether_token={TOKEN}"}
+    status, headers, _ = raw_request(server, "GET", "/?token=not-the-token", here)
+    assert status == 401 and "set-cookie" not in headers
+    status, headers, _ = raw_request(server, "GET", f"/?token={TOKEN}", here)
+    assert status == 302 and headers["set-cookie"].startswith(f"tether_token={TOKEN};")
+
+
+def test_the_runs_list_shows_a_task_as_text(server: Server) -> None:
+    """The index page lists each run's task escaped: markup in a task is never markup."""
+    task = '<img src=x onerror="window.pwned=3"> and <b>bold</b>'
+    run = server.api("POST", "/api/runs", {"task": task})
+    server.wait_for(run["id"], "done")
+    here = {"Host": f"127.0.0.1:{server.port}", "Authorization": f"Bearer {TOKEN}"}
+    status, _, body = raw_request(server, "GET", "/", here)
+    page = body.decode()
+    assert status == 200 and run["id"] in page
+    assert "<img src=x" not in page and "<b>bold" not in page
+    assert "&lt;img src=x onerror=&quot;window.pwned=3&quot;&gt;" in page
+
+
 def test_requests_come_from_where_they_should(server: Server) -> None:
     here = f"127.0.0.1:{server.port}"
     bearer = {"Authorization": f"Bearer {TOKEN}"}

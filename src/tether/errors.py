@@ -153,6 +153,13 @@ TRANSIENT_TYPES = {
 }
 
 
+def error_kind(err: dict[str, Any]) -> str | None:
+    """What kind of error an error object names: its `type`, or, when that is only "error"
+    (a Responses error event), its `code`; a gateway's `code` beside a type is a detail."""
+    named = err.get("type") if err.get("type") not in (None, "error") else err.get("code")
+    return named if isinstance(named, str) else None
+
+
 # the error types (and Responses' codes) that blame the request, when no status says so
 REQUEST_TYPES = {
     "invalid_request_error",

@@ -34,7 +34,16 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import HTTPModel, HTTPSettings, Progress, RetryHook, json_reply, loads_event, sse_batches
+from .http import (
+    HTTPModel,
+    HTTPSettings,
+    Progress,
+    RetryHook,
+    json_reply,
+    loads_event,
+    reply_error,
+    sse_batches,
+)
 from .openai_chat import parse_arguments
 
 PROVIDER = "anthropic"
@@ -89,6 +98,8 @@ class AnthropicModel(HTTPModel):
             if self.stream:
                 return await parse_stream(resp, progress, on_text)
             data = await json_reply(resp)
+            if (refused := reply_error(data)) is not None:
+                raise refused
             if not isinstance(data, dict) or data.get("type") != "message":
                 raise ProviderProtocolError("reply is not a message", retryable=True)
             return parse_message(data)

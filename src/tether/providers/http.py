@@ -30,7 +30,10 @@ from ..errors import (
     ProviderError,
     ProviderProtocolError,
     ProviderTimeout,
+    error_kind,
+    error_status,
     status_error,
+    stream_error,
 )
 from ..redact import scrub
 
@@ -241,6 +244,16 @@ def retry_after_seconds(headers: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def reply_error(body: Any) -> ProviderError | None:
+    """The error a server sent in place of a reply at HTTP 200 (a gateway's `{"error": ...}`),
+    classed by its kind and its own status, with what it said (secrets scrubbed)."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict) or any(k in body for k in ("choices", "content", "output")):
+        return None  # a reply that carries an error of its own (a failed response) is read as one
+    said = scrub(str(err.get("message") or "no message"))
+    return stream_error(error_kind(err), f"error in reply: {said}", False, error_status(err))
 
 
 async def json_reply(resp: aiohttp.ClientResponse) -> Any:

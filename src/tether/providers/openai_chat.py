@@ -32,7 +32,15 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
+from .http import (
+    OpenAIModel,
+    Progress,
+    RetryHook,
+    json_reply,
+    loads_event,
+    reply_error,
+    sse_batches,
+)
 
 FINISH_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -159,6 +167,8 @@ def stop_reason(finish: str | None, has_calls: bool) -> StopReason:
 
 async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
     body = await json_reply(resp)
+    if (refused := reply_error(body)) is not None:
+        raise refused
     try:
         choice = body["choices"][0]
         msg = choice["message"]

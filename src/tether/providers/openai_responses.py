@@ -15,7 +15,13 @@ from typing import Any
 
 import aiohttp
 
-from ..errors import ProviderError, ProviderProtocolError, error_status, stream_error
+from ..errors import (
+    ProviderError,
+    ProviderProtocolError,
+    error_kind,
+    error_status,
+    stream_error,
+)
 from ..messages import (
     Message,
     ModelRequest,
@@ -29,7 +35,15 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
+from .http import (
+    OpenAIModel,
+    Progress,
+    RetryHook,
+    json_reply,
+    loads_event,
+    reply_error,
+    sse_batches,
+)
 from .openai_chat import parse_arguments
 
 PROVIDER = "openai-responses"
@@ -50,6 +64,8 @@ class OpenAIResponsesModel(OpenAIModel):
             if self.stream:
                 return await parse_stream(resp, progress, on_text)
             data = await json_reply(resp)
+            if (refused := reply_error(data)) is not None:
+                raise refused
             return parse_response(data)
 
         response: ModelResponse = await self.http.post(
@@ -182,12 +198,9 @@ def stop_reason(data: dict[str, Any], has_calls: bool) -> StopReason:
 def failure(data: dict[str, Any], emitted: bool) -> ProviderError:
     """The error of a `failed` response, or of an `error` event (`data` is then the event)."""
     err: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else data
-    # Responses names the kind in `code` (an error event's `type` is just "error"); a
-    # gateway's error object names it in `type`, with `code` a detail
-    named = err.get("type") if err.get("type") not in (None, "error") else err.get("code")
     message = err.get("message") or "the response failed"
     return stream_error(
-        named if isinstance(named, str) else None,
+        error_kind(err),
         f"response failed: {message}",
         emitted,
         error_status(err),  # a gateway's own status, at HTTP 200
