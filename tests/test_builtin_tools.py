@@ -401,3 +401,40 @@ def test_the_sandbox_never_runs_a_call_unsandboxed(wire: Any, tmp_path: Path) ->
     )  # fmt: skip
     assert p.returncode == 2 and "--sandbox needs bubblewrap" in p.stderr, p.stderr
     assert not (tmp_path / "ran.txt").exists() and wire.requests == []
+
+
+def test_a_secret_of_eight_characters_is_redacted_and_one_of_seven_is_not() -> None:
+    """Eight characters are enough for a secret; shorter values would redact ordinary words."""
+    from tether.redact import Redactor
+
+    r = Redactor({"MY_API_KEY": "8chars!!", "SHORT_TOKEN": "7chars!"})
+    assert r.scrub("a 8chars!! b 7chars!") == "a [redacted] b 7chars!"
+
+
+def test_a_secret_inside_json_is_redacted_whole() -> None:
+    """In a JSON line a secret is escaped (quotes, backslashes): that form goes whole too, not
+    leaving a character of it behind."""
+    import orjson
+
+    from tether.redact import Redactor
+
+    r = Redactor({"DB_PASSWORD": 'pa"ss/word\\1'})
+    line = orjson.dumps({"out": 'x pa"ss/word\\1 y'})
+    assert r.scrub_bytes(line) == orjson.dumps({"out": "x [redacted] y"})
+
+
+def test_a_secret_that_holds_another_is_redacted_whole() -> None:
+    """The longer of two secrets goes first, so the shorter cannot leave the longer's tail."""
+    from tether.redact import Redactor
+
+    r = Redactor({"A_TOKEN": "abcdefgh12", "B_TOKEN": "abcdefgh12345"})
+    assert r.scrub("see abcdefgh12345 and abcdefgh12") == "see [redacted] and [redacted]"
+
+
+def test_keys_in_no_environment_are_redacted_by_their_shape() -> None:
+    from tether.redact import Redactor
+
+    r = Redactor({})
+    assert r.scrub("key sk-abcdefghijklmnop end") == "key [redacted] end"
+    line = b'{"o": "Authorization: Bearer abcdefghijklmnop"}'
+    assert r.scrub_bytes(line) == b'{"o": "Authorization: Bearer [redacted]"}'

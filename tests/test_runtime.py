@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from tether import (
     reply,
     tool,
 )
-from tether.approvals import ApprovalError, approve_all, arguments_hash
+from tether.approvals import ApprovalError, approve_all, arguments_hash, deny_all
 from tether.errors import NoSuchRun, RunEnded, RunExists
 from tether.events import Event
 from tether.run import RestartPolicy, Run
@@ -475,3 +476,25 @@ async def test_runs_sharing_a_script_file_each_play_it_from_the_top(
             assert result is not None
             answers.append((result.outcome, result.answer))
     assert answers == [("done", "Wrote a.")] * 3
+
+
+async def test_the_deny_policy_denies_and_says_why() -> None:
+    """`--approve deny` (no one is there to ask): the call is not made, and the model is told
+    why, then goes on."""
+    model = ScriptedModel(
+        [reply(tool_calls=[("pay", {"amount": 5, "to": "eve"})]), reply("Not paid.")]
+    )
+    run = Supervisor().start(Agent(model, [pay]), "pay eve", approver=deny_all)
+    result = await run.wait()
+    assert result is not None and result.answer == "Not paid."
+    (denied,) = run.transcript[2].tool_results
+    assert denied.is_error and "denied by policy" in denied.output and "paid 5" not in denied.output
+
+
+def test_an_approval_request_expires_its_ttl_from_now() -> None:
+    from tether.approvals import ApprovalRequest
+    from tether.messages import ToolCall
+
+    request = ApprovalRequest.for_call(ToolCall("c1", "pay", {"amount": 5}), ttl=60)
+    assert request.expires_at is not None and 50 < request.expires_at - time.time() <= 60
+    assert ApprovalRequest.for_call(ToolCall("c2", "pay", {}), ttl=None).expires_at is None

@@ -1,0 +1,207 @@
+"""Mutation testing: break the modules that carry Tether's guarantees one small change at a
+time, run their fast tests against each break, and count how many breaks the tests catch.
+
+    .venv/bin/python tests/mutate.py [MODULE ...] [--list] [--max N]
+
+A mutant flips one comparison (`<` and `<=`, `==` and `!=`, `in` and `not in`, `is` and
+`is not`), swaps `and` and `or`, drops a `not`, swaps `True` and `False`, adds one to a whole
+number, or turns `+` into `-`. It is killed when its module's tests fail (or hang past the
+timeout), and survives when they pass: a survivor is either a test to write or an equivalent
+change (one that no caller could tell apart), to be named as such. The source file is put back
+after every mutant, and at the end whatever happens.
+
+Not part of CI: each mutant runs its tests once (a module takes minutes). Do not run other
+tests or durable runs from this checkout meanwhile: they would import the mutants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+PYTHON = sys.executable
+
+# the modules that carry the guarantees, and the fast tests that guard each
+TARGETS: dict[str, list[str]] = {
+    "src/tether/loop.py": ["tests/test_loop.py", "tests/test_agent.py", "tests/test_context.py"],
+    "src/tether/approvals.py": ["tests/test_runtime.py", "tests/test_agent.py"],
+    "src/tether/redact.py": ["tests/test_builtin_tools.py", "tests/test_tools.py"],
+    "src/tether/admission.py": ["tests/test_runtime.py"],
+    "src/tether/providers/http.py": ["tests/test_providers.py", "tests/test_hostile_servers.py"],
+    "src/tether/web/server.py": ["tests/test_web.py"],
+    "src/tether/ledger.py": ["tests/test_durable_python.py", "tests/test_one_driver.py"],
+}
+
+FLIPS: dict[type[ast.AST], type[ast.AST]] = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.And: ast.Or,
+    ast.Or: ast.And,
+    ast.Add: ast.Sub,
+}
+
+
+@dataclass
+class Site:
+    """One place a mutant changes: the n-th mutable node of the module, and what it becomes."""
+
+    index: int
+    line: int
+    what: str
+
+
+def mutable(tree: ast.AST) -> Iterator[tuple[ast.AST, str]]:
+    """The nodes a mutant may change, in a fixed order, with a word on the change."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and type(node.ops[0]) in FLIPS:
+            yield node, f"{type(node.ops[0]).__name__} -> {FLIPS[type(node.ops[0])].__name__}"
+        elif isinstance(node, ast.BoolOp):
+            yield node, f"{type(node.op).__name__} -> {FLIPS[type(node.op)].__name__}"
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            if not any(
+                isinstance(s, ast.Constant) and isinstance(s.value, str)
+                for s in (node.left, node.right)
+            ):
+                yield node, "Add -> Sub"
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            yield node, "not x -> x"
+        elif isinstance(node, ast.Constant) and type(node.value) is bool:
+            yield node, f"{node.value} -> {not node.value}"
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
+            yield node, f"{node.value} -> {node.value + 1}"
+
+
+def annotation_nodes(tree: ast.AST) -> set[int]:
+    """The nodes of annotations: never mutated (they change no behaviour)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        for field in ("returns", "annotation"):
+            sub = getattr(node, field, None)
+            if sub is not None:
+                skip |= {id(n) for n in ast.walk(sub)}
+    return skip
+
+
+def sites(source: str) -> list[Site]:
+    tree = ast.parse(source)
+    skip = annotation_nodes(tree)
+    found = [(n, w) for n, w in mutable(tree) if id(n) not in skip]
+    return [Site(i, getattr(n, "lineno", 0), w) for i, (n, w) in enumerate(found)]
+
+
+def mutant(source: str, index: int) -> str:
+    """The module with its `index`-th mutable node changed."""
+    tree = ast.parse(source)
+    skip = annotation_nodes(tree)
+    node = [n for n, _ in mutable(tree) if id(n) not in skip][index]
+    if isinstance(node, ast.Compare):
+        node.ops[0] = FLIPS[type(node.ops[0])]()
+    elif isinstance(node, ast.BoolOp):
+        node.op = FLIPS[type(node.op)]()
+    elif isinstance(node, ast.BinOp):
+        node.op = ast.Sub()
+    elif isinstance(node, ast.UnaryOp):
+        return replace_node(tree, node, node.operand)
+    elif isinstance(node, ast.Constant) and type(node.value) is bool:
+        node.value = not node.value
+    elif isinstance(node, ast.Constant):
+        node.value = node.value + 1
+    return ast.unparse(tree)
+
+
+def replace_node(tree: ast.AST, old: ast.AST, new: ast.AST) -> str:
+    for parent in ast.walk(tree):
+        for field, value in ast.iter_fields(parent):
+            if value is old:
+                setattr(parent, field, new)
+            elif isinstance(value, list):
+                parent_list = value
+                for i, item in enumerate(parent_list):
+                    if item is old:
+                        parent_list[i] = new
+    return ast.unparse(tree)
+
+
+def killed(tests: list[str], timeout: float) -> bool:
+    """Whether the tests fail (or hang) against the module as it is on disk now."""
+    command = [PYTHON, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *tests]
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return True
+    return done.returncode != 0
+
+
+def run(module: str, limit: int | None, timeout: float) -> tuple[int, int, list[str]]:
+    path = ROOT / module
+    original = path.read_text()
+    found = sites(original)[:limit]
+    survivors = []
+    lines = original.splitlines()
+    try:
+        for n, site in enumerate(found, 1):
+            path.write_text(mutant(original, site.index))
+            if not killed(TARGETS[module], timeout):
+                code = lines[site.line - 1].strip() if site.line else ""
+                survivors.append(f"{module}:{site.line}: {site.what}    {code}")
+            print(f"\r{module}: {n}/{len(found)}, {len(survivors)} survived", end="", flush=True)
+    finally:
+        path.write_text(original)
+    print()
+    return len(found), len(found) - len(survivors), survivors
+
+
+def stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("modules", nargs="*", help=f"default: {', '.join(TARGETS)}")
+    ap.add_argument("--list", action="store_true", help="print the mutants, run nothing")
+    ap.add_argument("--max", type=int, help="at most N mutants a module")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds a test run may take")
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, stop)  # the source is put back on SIGTERM too, not only ^C
+    modules = args.modules or list(TARGETS)
+    unknown = [m for m in modules if m not in TARGETS]
+    if unknown:
+        sys.exit(f"mutate: no tests named for {', '.join(unknown)} (see TARGETS)")
+    if args.list:
+        for m in modules:
+            for s in sites((ROOT / m).read_text())[: args.max]:
+                print(f"{m}:{s.line}: {s.what}")
+        return
+    t0 = time.monotonic()
+    total = caught = 0
+    everything: list[str] = []
+    for m in modules:
+        n, k, survivors = run(m, args.max, args.timeout)
+        total, caught = total + n, caught + k
+        everything += survivors
+        print(f"{m}: {k}/{n} killed ({100 * k / max(n, 1):.0f}%)")
+    share = 100 * caught / max(total, 1)
+    print(f"\nkilled {caught}/{total} ({share:.0f}%) in {time.monotonic() - t0:.0f} s")
+    if everything:
+        print("survivors:")
+        print("\n".join(everything))
+
+
+if __name__ == "__main__":
+    main()
