@@ -1196,14 +1196,10 @@ def enqueue(url: str, runs: list[tuple[str, str]], record: dict[str, Any]) -> No
     if taken:
         shown = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
         raise ConfigError(f"the store has runs with these ids already: {shown}; nothing queued")
+    queue = {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": VERSION}
     with store._sys_db.engine.begin() as conn:
         for run_id, task in runs:
-            options: Any = {
-                "queue_name": QUEUE,
-                "workflow_name": WORKFLOW,
-                "workflow_id": run_id,
-                "app_version": VERSION,
-            }
+            options: Any = {**queue, "workflow_id": run_id}
             store.enqueue_in_transaction(conn, options, run_id, record, task)
 
 

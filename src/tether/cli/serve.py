@@ -103,7 +103,8 @@ async def serve_until_stopped(app: Any, host: str, port: int, token: str) -> Non
         await web.TCPSite(runner, host, port).start()
         bound = runner.addresses[0][1]
         shown_host = f"[{host}]" if ":" in host else host
-        say(f"tether serve: open http://{shown_host}:{bound}/?token={token}")
+        url = f"http://{shown_host}:{bound}/?token={token}"
+        print(f"tether serve: open {url}", file=sys.stderr, flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -111,10 +112,6 @@ async def serve_until_stopped(app: Any, host: str, port: int, token: str) -> Non
         await stop.wait()
     finally:
         await runner.cleanup()
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def whole(value: Any, name: str, low: int, high: int) -> int:

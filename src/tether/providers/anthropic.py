@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..errors import ProviderProtocolError, error_status, stream_error
+from ..errors import ProviderProtocolError, error_kind, error_status, stream_error
 from ..messages import (
     Message,
     ModelRequest,
@@ -34,16 +34,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import (
-    HTTPModel,
-    HTTPSettings,
-    Progress,
-    RetryHook,
-    json_reply,
-    loads_event,
-    reply_error,
-    sse_batches,
-)
+from .http import HTTPModel, HTTPSettings, Progress, RetryHook, json_reply, loads_event, sse_batches
 from .openai_chat import parse_arguments
 
 PROVIDER = "anthropic"
@@ -98,8 +89,6 @@ class AnthropicModel(HTTPModel):
             if self.stream:
                 return await parse_stream(resp, progress, on_text)
             data = await json_reply(resp)
-            if (refused := reply_error(data)) is not None:
-                raise refused
             if not isinstance(data, dict) or data.get("type") != "message":
                 raise ProviderProtocolError("reply is not a message", retryable=True)
             return parse_message(data)
@@ -274,7 +263,7 @@ async def parse_stream(
             elif kind == "error":
                 err = event.get("error") or {}
                 raise stream_error(
-                    err.get("type"),
+                    error_kind(err),
                     f"error in stream: {err.get('message')}",
                     progress.emitted,
                     error_status(err),  # a gateway's own status, at HTTP 200

@@ -257,16 +257,20 @@ def reply_error(body: Any) -> ProviderError | None:
 
 
 async def json_reply(resp: aiohttp.ClientResponse) -> Any:
-    """A non-streamed reply's JSON, read up to `MAX_REPLY` bytes."""
+    """A non-streamed reply's JSON, read up to `MAX_REPLY` bytes; an error object sent in its
+    place at HTTP 200 is raised as that error (`reply_error`)."""
     raw = await read_up_to(resp, MAX_REPLY + 1)
     if len(raw) > MAX_REPLY:
         raise ProviderProtocolError(
             f"the reply is over {MAX_REPLY >> 20} MB; it was not read further", retryable=False
         )
     try:
-        return orjson.loads(raw)
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise unexpected(resp, raw, "a JSON reply") from None
+    if (refused := reply_error(body)) is not None:
+        raise refused
+    return body
 
 
 async def read_up_to(resp: aiohttp.ClientResponse, limit: int) -> bytes:

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..errors import ProviderProtocolError, error_status, stream_error
+from ..errors import ProviderProtocolError, error_kind, error_status, stream_error
 from ..messages import (
     Message,
     ModelRequest,
@@ -32,15 +32,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import (
-    OpenAIModel,
-    Progress,
-    RetryHook,
-    json_reply,
-    loads_event,
-    reply_error,
-    sse_batches,
-)
+from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
 
 FINISH_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -167,8 +159,6 @@ def stop_reason(finish: str | None, has_calls: bool) -> StopReason:
 
 async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
     body = await json_reply(resp)
-    if (refused := reply_error(body)) is not None:
-        raise refused
     try:
         choice = body["choices"][0]
         msg = choice["message"]
@@ -215,9 +205,8 @@ async def parse_stream(
                 raise ProviderProtocolError("stream chunk is not an object", retryable=True)
             if chunk.get("error"):
                 err = chunk["error"] if isinstance(chunk["error"], dict) else {}
-                code = err.get("code")
                 raise stream_error(  # the type names the kind; a code is often a detail
-                    err.get("type") or (code if isinstance(code, str) else None),
+                    error_kind(err),
                     f"error in stream: {err.get('message') or chunk['error']}",
                     progress.emitted,
                     error_status(err),

@@ -15,13 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from ..errors import (
-    ProviderError,
-    ProviderProtocolError,
-    error_kind,
-    error_status,
-    stream_error,
-)
+from ..errors import ProviderError, ProviderProtocolError, error_kind, error_status, stream_error
 from ..messages import (
     Message,
     ModelRequest,
@@ -35,15 +29,7 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import (
-    OpenAIModel,
-    Progress,
-    RetryHook,
-    json_reply,
-    loads_event,
-    reply_error,
-    sse_batches,
-)
+from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
 from .openai_chat import parse_arguments
 
 PROVIDER = "openai-responses"
@@ -64,8 +50,6 @@ class OpenAIResponsesModel(OpenAIModel):
             if self.stream:
                 return await parse_stream(resp, progress, on_text)
             data = await json_reply(resp)
-            if (refused := reply_error(data)) is not None:
-                raise refused
             return parse_response(data)
 
         response: ModelResponse = await self.http.post(
