@@ -83,6 +83,35 @@ async def test_bash_cancel_kills_the_whole_tree(tmp_path: Path) -> None:
     await until(lambda: not alive(pid), "the cancelled command's child to end", 5)
 
 
+async def test_bash_cancel_while_the_command_starts_kills_what_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shell runs before asyncio has connected its pipes; a cancel in that window (seen
+    under load) used to kill the shell alone and leave its children running."""
+    loop = asyncio.get_running_loop()
+    connect = loop.connect_read_pipe
+    connecting, go_on = asyncio.Event(), asyncio.Event()
+
+    async def held_connect(*args: Any, **kwargs: Any) -> Any:
+        connecting.set()
+        await go_on.wait()
+        return await connect(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "connect_read_pipe", held_connect)
+    task = asyncio.create_task(
+        run("bash", RunContext(workspace=tmp_path), command="sleep 30 & echo $! > child.pid; wait")
+    )
+    pid_file = tmp_path / "child.pid"
+    await connecting.wait()
+    await until(lambda: pid_file.exists() and pid_file.read_text().strip(), "the child's pid")
+    task.cancel()
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 10)  # not when the child would have ended by itself
+    pid = int(pid_file.read_text())
+    await until(lambda: not alive(pid), "the child of the command cancelled as it started", 5)
+
+
 async def test_bash_background_child_holding_the_pipe_does_not_hang(tmp_path: Path) -> None:
     t0 = time.monotonic()
     out, _ = await run("bash", RunContext(workspace=tmp_path), command="(sleep 3 &) ; echo quick")

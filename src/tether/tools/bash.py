@@ -21,7 +21,8 @@ import contextlib
 import os
 import signal
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from .sandbox import Sandbox
 from .tool import RunContext, Tool, tool
@@ -111,6 +112,26 @@ def kill_all(pid: int, cookie: str) -> None:
                 os.kill(p, signal.SIGKILL)
 
 
+async def start(
+    spawn: Coroutine[Any, Any, asyncio.subprocess.Process], cookie: str
+) -> asyncio.subprocess.Process:
+    """The started process, even when the call is cancelled or times out while it starts.
+
+    The process runs before `create_subprocess_exec` returns (asyncio still connects its
+    pipes), and a cancel in that window makes asyncio kill the shell alone: what the shell had
+    started by then lived on. So the start is shielded, and on a cancel the call waits for it
+    and kills everything it started before going on with the cancel."""
+    starting = asyncio.ensure_future(spawn)
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # it failed to start: nothing to kill
+            proc = await starting
+            kill_all(proc.pid, cookie)
+            await proc.wait()
+        raise
+
+
 async def run_command(
     command: str,
     cwd: str,
@@ -122,15 +143,18 @@ async def run_command(
     dies with this coroutine."""
     cookie = uuid.uuid4().hex
     argv = sandbox.argv(command, cwd) if sandbox else ["bash", "-c", command]
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=environment(passed, cwd, cookie),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=sandbox.limits() if sandbox else None,
+    proc = await start(
+        asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=environment(passed, cwd, cookie),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=sandbox.limits() if sandbox else None,
+        ),
+        cookie,
     )
     assert proc.stdout is not None
 
