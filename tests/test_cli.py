@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -152,12 +151,11 @@ def test_failing_unknown_and_malformed_tools_do_not_end_the_run(wire: WireServer
 
 
 def test_tool_timeout_option(wire: WireServer) -> None:
-    wire.add(calls=[("slow_echo", {"text": "zzz", "ms": 5000})]).add(text="ok")
-    t0 = time.monotonic()
+    wire.add(calls=[("slow_echo", {"text": "zzz", "ms": 30_000})]).add(text="ok")
     p = run_json(wire, "--tool-timeout", "0.3")
-    assert p.returncode == 0 and time.monotonic() - t0 < 4
+    assert p.returncode == 0
     result = next(e for e in events(p.stdout) if e["type"] == "tool_result")
-    assert result["is_error"] and "timed out" in result["output"]
+    assert result["is_error"] and "timed out after 0.3 s" in result["output"]
 
 
 def test_max_steps_halts_with_status_3(wire: WireServer) -> None:

@@ -5,6 +5,7 @@ test-artifacts/."""
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from helpers import FIXTURES, TETHER, Output, cli_env, tether, wait_until
+from helpers import FIXTURES, TETHER, Output, alive, cli_env, tether, wait_until
 from wire_server import WireServer, tool_results
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -53,6 +54,10 @@ def script(body: dict[str, Any]) -> dict[str, Any]:
                 ]
             }
         return {"text": "One command ran, the other was denied."}
+    if first == "sleep in a tool":
+        if done == 0:
+            return {"calls": [("bash", {"command": "sleep 30 & echo $! > child.pid; wait"})]}
+        return {"text": "Woke up."}
     if first == "cancel me":
         return {"text": "never ending " * 100, "deltas": 200, "chunk_delay": 0.2}
     if first == "inject":
@@ -131,6 +136,14 @@ class Server:
         if self.proc is not None:
             self.proc.terminate()
             self.proc.wait(10)
+
+    def stream(self, run_id: str) -> Output:
+        """The run's Server-Sent Events from the first, read in a thread as they come."""
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        conn.request("GET", f"/api/runs/{run_id}/events?offset=0", headers=auth)
+        return Output(io.TextIOWrapper(conn.getresponse(), encoding="utf-8"))
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         request = urllib.request.Request(
@@ -474,3 +487,157 @@ def test_runs_over_max_runs_wait_in_a_queue_the_page_shows(
         server.wait_for(second["id"], "done")
     finally:
         server.stop()
+
+
+# -- runs that workers on other machines execute ------------------------------------------------
+
+
+def sse(out: Output) -> list[dict[str, Any]]:
+    """The events an `Server.stream` has received so far."""
+    return [json.loads(line[6:]) for line in list(out.lines) if line.startswith("data: ")]
+
+
+class Fleet(Server):
+    """`tether serve` on a Postgres store, and workers beside it that the store's queue
+    feeds: the page's server executes none of the runs (two machines, on one)."""
+
+    def __init__(self, wire: WireServer, tmp: Path, store: str) -> None:
+        (tmp / "ws").mkdir()
+        super().__init__(wire, tmp / "data", tmp / "ws", "--store", store)
+        self.store = store
+        self.workers: list[subprocess.Popen[str]] = []
+
+    def worker(self, name: str = "far-worker") -> None:
+        proc = subprocess.Popen(
+            [*TETHER, "worker", "--store", self.store, "--executor-id", name, "--beat", "0.5"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(OPENAI_API_KEY="sk-web"),
+        )
+        self.workers.append(proc)
+        Output(proc.stderr).wait_for("taking queued runs")
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            for proc in self.workers:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def fleet(wire: WireServer, tmp_path: Path, postgres: str) -> Iterator[Fleet]:
+    wire.rule = script
+    fleet = Fleet(wire, tmp_path, postgres)
+    fleet.start()
+    yield fleet
+    fleet.stop()
+
+
+def test_the_page_follows_and_answers_a_run_a_worker_executes(
+    fleet: Fleet, wire: WireServer
+) -> None:
+    queued = fleet.api("POST", "/api/runs", {"tasks": ["run two commands"], "run_id": "far"})
+    assert queued == {"ids": ["far"], "status": "queued"}
+    events = fleet.stream("far")
+    assert fleet.api("GET", "/api/runs/far")["status"] == "queued"
+    fleet.worker()  # after the server has been up with the run queued: it never takes it
+    wait_until(
+        lambda: [e for e in sse(events) if e["type"] == "approval_requested"][1:],
+        "both approval requests on the page's stream",
+    )
+    run = fleet.api("GET", "/api/runs/far")
+    assert run["status"] == "waiting" and run["worker"] == "far-worker"
+    listed = {r["id"]: r for r in fleet.api("GET", "/api/runs")}
+    assert listed["far"]["status"] == "waiting" and listed["far"]["task"] == "run two commands"
+    fleet.api("POST", "/api/runs/far/messages", {"text": "and say thanks"})
+    asked = {a["arguments"]["command"]: a for a in run["approvals"]}
+    yes, no = asked["echo yes > approved.txt"], asked["echo no > denied.txt"]
+    fleet.api(
+        "POST",
+        "/api/runs/far/approve",
+        {"approval_id": yes["approval_id"], "args_hash": yes["args_hash"]},
+    )
+    fleet.api("POST", "/api/runs/far/deny", {"approval_id": no["approval_id"]})
+    events.wait_for('"run_finished"')
+    seen = sse(events)
+    types = [e["type"] for e in seen]
+    assert types[-1] == "end" and types[-2] == "run_finished"
+    assert seen[-2]["outcome"] == "done"
+    assert types.index("approval_decided") < types.index("tool_result")
+    decided = {e["approval_id"]: e for e in seen if e["type"] == "approval_decided"}
+    assert decided[yes["approval_id"]]["approved"] is True
+    assert decided[no["approval_id"]]["reason"] == "denied in the web page"
+    assert (fleet.workspace / "approved.txt").read_text() == "yes\n"
+    assert not (fleet.workspace / "denied.txt").exists()
+    last = wire.requests[-1]["messages"]
+    assert last[-1] == {"role": "user", "content": "and say thanks"}
+    assert fleet.api("GET", "/api/runs/far")["status"] == "done"
+
+
+def test_the_page_cancels_a_run_a_worker_executes_at_once(fleet: Fleet) -> None:
+    fleet.worker()
+    fleet.api("POST", "/api/runs", {"task": "sleep in a tool", "queue": True, "run_id": "nap"})
+    ask = wait_until(lambda: fleet.api("GET", "/api/runs/nap")["approvals"], "the approval")
+    fleet.api("POST", "/api/runs/nap/approve", {"approval_id": ask[0]["approval_id"]})
+    pid_file = fleet.workspace / "child.pid"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), "the tool's child")
+    answer = fleet.api("POST", "/api/runs/nap/cancel")
+    assert answer == {"cancelled": True, "status": "cancelled"}
+    # the worker stops the tool now, not at the run's next step 30 s later
+    pid = int(pid_file.read_text())
+    wait_until(lambda: not alive(pid), "the worker to stop the cancelled tool", 10)
+    ended = fleet.stream("nap")
+    ended.wait_for('"end"')
+    finished = [e for e in sse(ended) if e["type"] == "run_finished"]
+    assert [e["outcome"] for e in finished] == ["cancelled"]
+    assert fleet.api("POST", "/api/runs/nap/cancel") == {"cancelled": False, "status": "cancelled"}
+
+
+def test_a_queue_request_that_cannot_be_met_queues_nothing(fleet: Fleet) -> None:
+    def refused(body: dict[str, Any]) -> tuple[int, str]:
+        try:
+            fleet.api("POST", "/api/runs", body)
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())["error"]
+        raise AssertionError(f"{body} was queued")
+
+    assert refused({"tasks": []})[0] == 400
+    assert refused({"tasks": ["ok", ""]})[0] == 400
+    assert refused({"tasks": "one"})[0] == 400
+    fleet.api("POST", "/api/runs", {"tasks": ["chat"], "run_id": "taken"})
+    code, message = refused({"tasks": ["a", "b"], "run_id": "taken", "max_steps": "x"})
+    assert code == 400
+    code, message = refused({"task": "again", "queue": True, "run_id": "taken"})
+    assert code == 400 and "taken" in message and "nothing queued" in message
+    ids = {r["id"] for r in fleet.api("GET", "/api/runs")}
+    assert "taken" in ids and not {"taken-1", "taken-2"} & ids
+
+
+def test_the_page_shows_a_worker_s_run_live_and_approves_it_in_a_browser(
+    browser: Browser, fleet: Fleet
+) -> None:
+    fleet.worker()
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{fleet.url}/?token={TOKEN}")
+    page.fill("textarea[name=task]", "run two commands")
+    page.check("input[name=queue]")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/runs/*")
+    expect(page.locator(".approval")).to_have_count(2, timeout=15_000)
+    approve_box = page.locator(".tool", has_text="approved.txt")
+    deny_box = page.locator(".tool", has_text="denied.txt")
+    approve_box.locator("button.approve").click()
+    deny_box.locator("button.deny").click()
+    expect(page.locator("#status")).to_have_text("done", timeout=15_000)
+    expect(approve_box).to_contain_text("Approved")
+    expect(deny_box.locator(".result")).to_contain_text("not approved")
+    assert (fleet.workspace / "approved.txt").read_text() == "yes\n"
+    run_id = page.url.rsplit("/", 1)[1]
+    page.goto(fleet.url)
+    expect(page.locator("#runs tr", has_text=run_id)).to_contain_text("done", timeout=5_000)
+    shot(page, "worker-run-listed")
+    context.close()

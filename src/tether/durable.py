@@ -53,54 +53,25 @@ from .errors import ConfigError, NoSuchRun, ProviderError, RunEnded, RunExists
 from .events import Emitter, Event, Sink, call_dict, model_response_data, tool_result_data
 from .journal import private_file
 from .ledger import Ledger
-from .loop import LoopState, close_open_calls, unique_calls
+from .loop import LoopState, unique_calls
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
-from .pricing import Price, price_for
 from .run import RestartPolicy, after_attempt, forget_old
+from .store import (
+    MAIL,
+    QUEUE,
+    VERSION,
+    WORKFLOW,
+    Tally,
+    approval_id,
+    check_url,
+    client,
+    messages_of,
+    status_of,
+    use_modern_sqlite,
+)
 from .tools.tool import RunContext
 
 APP = "tether"
-WORKFLOW = "tether.durable_run"
-QUEUE = "tether"
-VERSION = "tether-3"  # the workflow's shape: a run recorded by another cannot resume
-
-
-def use_modern_sqlite() -> None:
-    """Swap in pysqlite3's SQLite when the interpreter's is older than DBOS needs, and set up
-    every SQLite connection of the process for many small commits (`tune_sqlite`)."""
-    import sqlite3
-
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    if not event.contains(Engine, "connect", tune_sqlite):
-        event.listen(Engine, "connect", tune_sqlite)
-    if sqlite3.sqlite_version_info >= (3, 42):
-        return
-    try:
-        import pysqlite3  # type: ignore[import-untyped,import-not-found,unused-ignore]
-        import pysqlite3.dbapi2  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    except ImportError:
-        raise ConfigError(
-            f"a SQLite store needs SQLite 3.42+ (this Python has {sqlite3.sqlite_version}): "
-            "pip install pysqlite3-binary, or use a postgresql:// store"
-        ) from None
-    sys.modules["sqlite3"] = pysqlite3
-    sys.modules["sqlite3.dbapi2"] = pysqlite3.dbapi2
-
-
-def tune_sqlite(dbapi_conn: Any, connection_record: Any) -> None:
-    """Write-ahead logging, synced at checkpoints rather than at every commit: a commit is
-    then one append to the log, and it survives the process being killed at any point (the
-    crash suite checks this); only the power failing can lose the last commits."""
-    if "sqlite" not in type(dbapi_conn).__module__:
-        return
-    mode = dbapi_conn.isolation_level
-    dbapi_conn.isolation_level = None  # PRAGMA journal_mode cannot run inside a transaction
-    dbapi_conn.execute("PRAGMA journal_mode=WAL")
-    dbapi_conn.execute("PRAGMA synchronous=NORMAL")
-    dbapi_conn.execute("PRAGMA busy_timeout=30000")  # wait out other writers, as DBOS does
-    dbapi_conn.isolation_level = mode
 
 
 # -- what a store records of a run -----------------------------------------------------------
@@ -113,9 +84,9 @@ Resolver = Callable[[str, "dict[str, Any] | None"], Awaitable[Agent]]
 (`options.RunOptions`, as the CLI and the page record them) by the runtime's factory."""
 
 APPROVALS = ("wait", "auto", "deny")
-MAIL = "tether.mail"
-"""The topic of the DBOS message that wakes an idle (permanent) run when its inbox gets one."""
 IDLE_WAIT_S = 24 * 3600.0
+CANCEL_POLL_S = 0.5
+"""How soon a run executing here stops once it is cancelled in the store from elsewhere."""
 
 
 def record_of(
@@ -205,6 +176,7 @@ class DurableRuns:
         self.stepped: set[str] = set()
         self.shown: dict[str, set[str]] = {}
         self.background: set[asyncio.Task[Any]] = set()
+        self.watcher: asyncio.Task[None] | None = None  # see watch_cancels
         self._ledger: Ledger | None = None
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -236,6 +208,10 @@ class DurableRuns:
             "executor_id": self.executor_id,
         }
         DBOS(config=config)  # type: ignore[arg-type]
+        # DBOS 3 has every launched process dequeue from every queue the store knows: a
+        # `tether run` or `tether serve` would take queued runs and exit in their middle.
+        # Only a worker takes them (`work` adds the queue).
+        DBOS.listen_queues([])
         DBOS.launch()
         _launched = self.url
 
@@ -323,7 +299,7 @@ class DurableRuns:
         if not result.messages:
             result.messages = run.transcript
         if run.summary is None:
-            self.emitter_for(run.id).emit("run_finished", **run.tally.fill(result).summary())
+            self.emitter_for(run.id).emit("run_finished", **filled(result, run.tally).summary())
         run.result = result
         run.status = result.outcome
         self.bus.log(run.id).close()
@@ -393,6 +369,30 @@ class DurableRuns:
             task.cancel()
             await asyncio.wait([task], timeout=10.0)
 
+    def watch_cancels(self) -> None:
+        """Start (once) the task that stops at once a run executing here that was cancelled
+        in the store from elsewhere (`tether cancel`, the page on another machine): DBOS by
+        itself stops it only at its next step, after a tool call or an approval that may
+        take hours. It reads the store every `CANCEL_POLL_S`, and only while runs execute."""
+        if self.watcher is None or self.watcher.done():
+            self.watcher = self.spawn(self.stop_cancelled())
+
+    async def stop_cancelled(self) -> None:
+        from dbos import DBOS
+
+        while True:
+            await asyncio.sleep(CANCEL_POLL_S)
+            executing = [run_id for run_id, task in self.tasks.items() if not task.done()]
+            if not executing:
+                continue
+            cancelled = await DBOS.list_workflows_async(
+                workflow_ids=executing, status="CANCELLED", load_input=False, load_output=False
+            )
+            for w in cancelled:
+                task = self.tasks.pop(w.workflow_id, None)
+                if task is not None:
+                    task.cancel()
+
     def get(self, run_id: str) -> StoredRun:
         run = self.runs.get(run_id)
         if run is None:
@@ -407,8 +407,9 @@ class DurableRuns:
         if record.get("format") != FORMAT:
             raise ConfigError(f"run {run_id} was recorded in another format")
         this = asyncio.current_task()
-        if this is not None:  # so that a cancel here can stop the run at once
+        if this is not None:  # so that a cancel here or in the store can stop the run at once
             self.tasks[run_id] = this
+            self.watch_cancels()
         try:
             agent = self.agents[run_id] = await self.resolve(record["agent"], record["options"])
             self.contexts[run_id] = context_of(run_id, record)
@@ -515,6 +516,7 @@ class DurableRuns:
         from dbos import DBOS
 
         await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
+        listen_to_queue()
         name = self.executor_id
         while True:
             taken = await self.take_over()  # runs of `tether run` processes that died here
@@ -531,6 +533,16 @@ class DurableRuns:
                     f"recovered {len(recovered)} runs"
                 )
             await asyncio.sleep(beat)
+
+
+def listen_to_queue() -> None:
+    """Make this process take runs from the queue (see `open`). DBOS reads the queues a
+    process listens to every second and has no public call to add one after launch."""
+    from dbos._dbos import _get_dbos_instance
+
+    listening = _get_dbos_instance()._listening_queues
+    if listening is not None and QUEUE not in listening:
+        listening.append(QUEUE)
 
 
 def say(line: str) -> None:
@@ -626,29 +638,12 @@ class StoredRun:
         return self.result
 
 
-class Tally:
-    """Counts what a run's live events show, for the end of a run cut short elsewhere."""
-
-    def __init__(self) -> None:
-        self.usage = Usage()
-        self.steps = 0
-        self.cost = 0.0
-        self.price: Price | None = None
-
-    def __call__(self, event: Event) -> None:
-        if event.type == "run_started":
-            self.price = price_for(str(event.data.get("model", "")))
-        elif event.type == "model_response":
-            usage = Usage.from_dict(event.data.get("usage") or {})
-            self.usage = self.usage + usage
-            self.cost += self.price.cost(usage) if self.price else 0.0
-            self.steps += 1
-
-    def fill(self, result: RunResult) -> RunResult:
-        """`result` with the figures seen, where the store had none (a cancelled run)."""
-        if result.steps == 0 and self.steps:
-            result.usage, result.steps, result.cost_usd = self.usage, self.steps, self.cost
-        return result
+def filled(result: RunResult, tally: Tally) -> RunResult:
+    """`result` with the figures its events showed, where the store had none (a cancelled
+    run)."""
+    if result.steps == 0 and tally.steps:
+        result.usage, result.steps, result.cost_usd = tally.usage, tally.steps, tally.cost
+    return result
 
 
 # -- the workflow and its steps ----------------------------------------------------------------
@@ -727,17 +722,13 @@ class RecordedEffects:
             tool = self.agent.toolbox.tools.get(call.name)
             if tool is None or not needs_approval(tool.approval, call.arguments):
                 continue
-            approval_id = f"ap_{call.id}"
-            shown = {
-                "name": call.name,
-                "arguments": call.arguments,
-                "args_hash": arguments_hash(call.name, call.arguments),
-            }
+            ap = approval_id(call.id)
+            shown = shown_of(call)
             if policy == "wait":  # what `tether approve` checks an answer against
-                await DBOS.set_event_async(approval_id, {**shown, "state": "waiting"})
+                await DBOS.set_event_async(ap, {**shown, "state": "waiting"})
             emitter.emit(
                 "approval_requested",
-                approval_id=approval_id,
+                approval_id=ap,
                 id=call.id,
                 name=call.name,
                 arguments=call.arguments or {},
@@ -749,18 +740,37 @@ class RecordedEffects:
             elif policy == "deny":
                 decisions[i] = Decision(False, "denied by policy (--approve deny)")
             else:
-                waiting.append((i, call, approval_id))
+                waiting.append((i, call, ap))
                 continue
-            decided(emitter, approval_id, call, decisions[i])
-        for i, call, approval_id in waiting:
-            answer = await DBOS.recv_async(approval_id, timeout_seconds=24 * 3600)
+            decided(emitter, ap, call, decisions[i])
+        for i, call, ap in waiting:
+            answer = await DBOS.recv_async(ap, timeout_seconds=24 * 3600)
             if answer is None:
-                decisions[i] = Decision(False, "the approval expired")
+                decision = Decision(False, "the approval expired")
             else:
-                decisions[i] = Decision(bool(answer.get("approved")), str(answer.get("reason", "")))
-            await DBOS.set_event_async(approval_id, {"state": "decided"})
-            decided(emitter, approval_id, call, decisions[i])
+                decision = Decision(bool(answer.get("approved")), str(answer.get("reason", "")))
+            decisions[i] = decision
+            # what it showed stays, with the answer: a page following the store shows both
+            await DBOS.set_event_async(
+                ap,
+                {
+                    **shown_of(call),
+                    "state": "decided",
+                    "approved": decision.approved,
+                    "reason": decision.reason,
+                },
+            )
+            decided(emitter, ap, call, decision)
         return decisions
+
+
+def shown_of(call: ToolCall) -> dict[str, Any]:
+    """What a person is asked to approve, and what `tether approve` checks an answer against."""
+    return {
+        "name": call.name,
+        "arguments": call.arguments,
+        "args_hash": arguments_hash(call.name, call.arguments),
+    }
 
 
 def decided(emitter: Emitter, approval_id: str, call: ToolCall, decision: Decision | None) -> None:
@@ -935,11 +945,6 @@ def workflow() -> Any:
 _launched: str | None = None
 
 
-def check_url(url: str) -> None:
-    if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
-        raise ConfigError(f"--store: {url!r} is not sqlite:///PATH or postgresql://...")
-
-
 def process_executor_id() -> str:
     return f"cli-{socket.gethostname()}-{os.getpid()}"
 
@@ -977,234 +982,3 @@ async def orphans(run_ids: list[str] | None = None) -> dict[str, str]:
         for run_id, owner in owners.items()
         if owner.startswith(host) and not executor_alive(owner)
     }
-
-
-def messages_of(store: Any, run_id: str) -> list[Message]:
-    """A run's conversation as far as its store has it: the history and task it started with,
-    then each recorded reply and tool result; calls left open are closed as cancelled."""
-    status = status_of(store, run_id)
-    inputs = status.input.get("args") if isinstance(status.input, dict) else None
-    if not isinstance(inputs, (list, tuple)) or len(inputs) < 3:
-        return []
-    history = inputs[3] if len(inputs) > 3 and inputs[3] else []
-    messages: list[Message] = [*history, Message.user(inputs[2])]
-    for s in store.list_workflow_steps(run_id):
-        output, name = s.get("output"), s.get("function_name", "")
-        if name.endswith("model_step") and isinstance(output, tuple):
-            response, _, _, arrived, late = output
-            messages.extend(Message.user(text) for _, text in arrived)
-            messages.append(response.message)
-            messages.extend(Message.user(text) for _, text in late)
-        elif name.endswith("tools_step") and isinstance(output, tuple):
-            messages.append(Message("tool", tuple(output[0])))
-        elif name.endswith("context_step") and isinstance(output, tuple):
-            messages = list(output[0])
-    close_open_calls(messages, "Cancelled before the tool finished.")
-    return messages
-
-
-def client(url: str, create: bool = False) -> Any:
-    """A DBOS client for reading and messaging runs without executing any (a process that only
-    lists or approves must not pick up pending runs and then exit in the middle of them).
-    A SQLite file that is not there is an error, unless `create` (runs are being queued)."""
-    check_url(url)
-    if url.startswith("sqlite"):
-        path = url.removeprefix("sqlite:///")
-        if create:
-            try:
-                private_file(path)  # transcripts: this user's only
-            except OSError as e:
-                raise ConfigError(f"cannot create the store {path}: {e.strerror}") from None
-        elif not Path(path).exists():
-            raise ConfigError(f"no store at {path}")
-        use_modern_sqlite()
-    from dbos import DBOSClient
-
-    store = DBOSClient(system_database_url=url)
-    # DBOS's client never creates its schema; a fresh database gets it here, so runs can be
-    # queued before any worker has started (one query when it is there already; concurrent
-    # migrations are serialised by DBOS under an advisory lock)
-    store._sys_db.run_migrations()
-    return store
-
-
-def status_of(store: Any, run_id: str) -> Any:
-    """A run's DBOS status, read through a client; an unknown id is a ConfigError."""
-    from dbos._error import DBOSNonExistentWorkflowError
-
-    try:
-        return store.retrieve_workflow(run_id).get_status()
-    except DBOSNonExistentWorkflowError:
-        raise ConfigError(f"no run {run_id} in the store") from None
-
-
-def events_of(store: Any, run_id: str) -> list[Any]:
-    """A durable run's persisted history as events: its completed model replies and tool
-    results (step outputs), and its end (the workflow's result)."""
-    from .events import Event
-
-    out: list[Event] = []
-
-    def add(type: str, ts: float, **data: Any) -> None:
-        out.append(Event(type, run_id, len(out), data, ts))
-
-    status = status_of(store, run_id)
-    inputs = status.input.get("args") if isinstance(status.input, dict) else None
-    task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
-    steps = store.list_workflow_steps(run_id)
-    record = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else {}
-    first = next(
-        (
-            s["output"][0]
-            for s in steps
-            if s.get("function_name", "").endswith("model_step")
-            and isinstance(s.get("output"), tuple)
-        ),
-        None,
-    )
-    add(
-        "run_started",
-        (status.created_at or 0) / 1000,
-        task=task,
-        provider=record.get("provider") if isinstance(record, dict) else None,
-        model=first.model if first is not None else None,
-    )
-    for s in steps:
-        output = s.get("output")
-        name = s.get("function_name", "")
-        if name.endswith("model_step") and isinstance(output, tuple):
-            response, _, ts, arrived, late = output
-            for _, text in arrived:
-                add("user_message", ts, text=text)
-            add("model_response", ts, **model_response_data(response))
-            for c in response.message.tool_calls:
-                add("tool_call", ts, id=c.id, name=c.name, arguments=c.arguments or {})
-            for _, text in late:
-                add("user_message", ts, text=text)
-        elif name.endswith("context_step") and isinstance(output, tuple):
-            for type_, data in output[2]:
-                add(type_, (s.get("completed_at_epoch_ms") or 0) / 1000, **data)
-        elif name.endswith("tools_step") and isinstance(output, tuple):
-            results, ts = output
-            for result in results:
-                add("tool_result", ts, **tool_result_data(result))
-    if status.status == "SUCCESS" and isinstance(status.output, dict):
-        data = {k: v for k, v in status.output.items() if k != "messages"}
-        add("run_finished", (status.updated_at or 0) / 1000, **data)
-    return out
-
-
-STATES = {"ENQUEUED": "queued", "PENDING": "running", "ERROR": "failed", "CANCELLED": "cancelled"}
-
-
-def listing(w: Any) -> dict[str, Any]:
-    """One run of a store as `tether runs` shows it: what it was asked, where it stands
-    (queued, running on a worker, then its outcome), when, and what it used."""
-    inputs = w.input.get("args") if isinstance(w.input, dict) else None
-    task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
-    out = w.output if isinstance(w.output, dict) else {}
-    state = out.get("outcome", "done") if w.status == "SUCCESS" else STATES.get(w.status)
-    ended = w.status in ("SUCCESS", "ERROR", "CANCELLED")
-    queued = bool(w.queue_name)
-    if not queued:
-        started: float | None = (w.created_at or 0) / 1000
-    else:  # a queued run starts when a worker takes it
-        started = w.dequeued_at / 1000 if w.dequeued_at else None
-    return {
-        "id": w.workflow_id,
-        "state": state or str(w.status).lower(),
-        "task": task if isinstance(task, str) else "",
-        "queued_at": (w.created_at or 0) / 1000 if queued else None,
-        "started_at": started,
-        "ended_at": ((w.completed_at or w.updated_at or 0) / 1000) if ended else None,
-        "steps": out.get("steps"),
-        "cost_usd": out.get("cost_usd"),
-        "answer": out.get("answer"),
-        "status": w.status,
-        "executor": w.executor_id,
-        "worker": w.executor_id if w.status == "PENDING" else None,
-    }
-
-
-def list_runs(store: Any, states: list[str] | None = None) -> list[dict[str, Any]]:
-    """The runs of a store, oldest first, as `listing` shows them; `states` keeps only those
-    (queued, running, waiting for approval, done, halted, failed, cancelled), asking the
-    store for the matching statuses only."""
-    if states is None:
-        rows = [listing(w) for w in store.list_workflows(name=WORKFLOW)]
-    else:
-        unknown = sorted(set(states) - set(RUN_STATES))
-        if unknown:
-            raise ConfigError(f"--state {', '.join(unknown)}: use {', '.join(RUN_STATES)}")
-        statuses = sorted({RUN_STATES[s] for s in states})
-        rows = [listing(w) for w in store.list_workflows(name=WORKFLOW, status=statuses)]
-    for r in rows:
-        if r["state"] == "running" and waits_for_approval(store, r["id"]):
-            r["state"] = "waiting"
-    return rows if states is None else [r for r in rows if r["state"] in states]
-
-
-def waits_for_approval(store: Any, run_id: str) -> bool:
-    """Whether a running run waits for a person's approval (its request is on the store)."""
-    events = store._sys_db.get_all_events(run_id)
-    return any(isinstance(v, dict) and v.get("state") == "waiting" for v in events.values())
-
-
-# tether's run states, and the DBOS status each is stored as
-RUN_STATES = {
-    "queued": "ENQUEUED",
-    "running": "PENDING",
-    "waiting": "PENDING",  # for a person's approval
-    "done": "SUCCESS",
-    "halted": "SUCCESS",
-    "failed": "ERROR",
-    "cancelled": "CANCELLED",
-}
-
-
-def answer_approval(
-    store: Any, run_id: str, approval_id: str, reply: dict[str, Any], args_hash: str | None
-) -> None:
-    """Answer a durable run's approval request from outside (`tether approve`): only one
-    that is waiting now, and with `args_hash`, only for the arguments it showed."""
-    status = status_of(store, run_id)
-    if status.status in ("SUCCESS", "ERROR", "CANCELLED"):
-        raise ConfigError(f"run {run_id} has ended ({status.status.lower()})")
-    request = store.get_event(run_id, approval_id, timeout_seconds=0)
-    if not isinstance(request, dict) or request.get("state") != "waiting":
-        raise ConfigError(
-            f"run {run_id} is not waiting for approval {approval_id} (decided already, or "
-            "never requested)"
-        )
-    if args_hash is not None and args_hash != request.get("args_hash"):
-        raise ConfigError(f"approval {approval_id} was shown other arguments")
-    store.send(run_id, reply, approval_id)
-
-
-# -- the queue --------------------------------------------------------------------------------
-
-
-def enqueue(url: str, runs: list[tuple[str, str]], record: dict[str, Any]) -> None:
-    """Put runs (id, task) of one record (agent, options, context) on the shared queue for
-    whichever workers are free, in one transaction: all of them are recorded, or, when one
-    cannot be (an id the store has already), none is. A thousand take about a second."""
-    store = client(url, create=True)
-    ids = [run_id for run_id, _ in runs]
-    if len(set(ids)) != len(ids):
-        raise ConfigError("two runs to queue have the same id")
-    taken = sorted(w.workflow_id for w in store.list_workflows(workflow_ids=ids, load_input=False))
-    if taken:
-        shown = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
-        raise ConfigError(f"the store has runs with these ids already: {shown}; nothing queued")
-    queue = {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": VERSION}
-    with store._sys_db.engine.begin() as conn:
-        for run_id, task in runs:
-            options: Any = {**queue, "workflow_id": run_id}
-            store.enqueue_in_transaction(conn, options, run_id, record, task)
-
-
-def ledger_for(url: str) -> Ledger:
-    """The ledger of a store, for a process that only messages it (`tether send`)."""
-    if url.startswith("sqlite"):
-        use_modern_sqlite()
-    return Ledger(url)

@@ -33,7 +33,7 @@ import orjson
 
 from .agent import Agent, RunResult
 from .approvals import ApprovalRequest, Approver, approve_all, deny_all
-from .bus import Bus, EventLog
+from .bus import Bus
 from .errors import ConfigError, NoSuchRun
 from .events import Event, Sink
 from .messages import Message
@@ -43,6 +43,7 @@ from .tools.tool import RunContext, Tool
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
     from .durable import DurableRuns
+    from .store import StoreView
 
 Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
 """Builds the agent a run was recorded with from its name and options (see `Runtime`)."""
@@ -115,6 +116,7 @@ class Runtime:
         self.held: dict[str, asyncio.Future[list[Tool]]] = {}  # MCP tools by server list
         self.background: set[asyncio.Task[Any]] = set()
         self.durable: DurableRuns | None = None  # once entered with a store
+        self.view: StoreView | None = None  # the store's runs executed elsewhere, likewise
         self.entered = False
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -136,6 +138,7 @@ class Runtime:
             return
         if self.store is not None:
             from .durable import DurableRuns
+            from .store import StoreView
 
             sup = self.supervisor
             self.durable = DurableRuns(
@@ -147,6 +150,7 @@ class Runtime:
                 keep_finished=sup.keep_finished,
             )
             self.durable.open()
+            self.view = StoreView(self.store)
             if self.take_over_on_enter:
                 await self.durable.take_over(sinks=[])
         self.entered = True
@@ -154,6 +158,8 @@ class Runtime:
     async def close(self, deadline: float = 10.0) -> None:
         """In memory: give live runs `deadline` seconds, then cancel them. On a store: stop
         following runs (they stay recorded). Then close what the runtime built."""
+        if self.view is not None:
+            await self.view.close()
         if self.durable is not None:
             await self.durable.close()
         await self.supervisor.shutdown(deadline=deadline)
@@ -323,13 +329,16 @@ class Runtime:
         """Queue one run per task, all with the same agent, options and context, in one
         transaction (all are queued, or none); returns their ids. `run_ids` names them (one
         per task, none the store has); by default they are generated."""
-        from .durable import enqueue, record_of
+        from .durable import record_of
+        from .store import enqueue
 
         if self.store is None:
             raise ConfigError("a queue needs a store (the store whose workers take the run)")
-        found = self.agents.get(name := self.named(agent))
+        # an agent given itself is recorded by its name and not registered: this runtime
+        # does not execute the runs (one built from options is its own, by the same name)
+        found = agent if isinstance(agent, Agent) else self.agents.get(agent)
         if found is None:
-            raise ConfigError(f"no agent named {name!r} is registered here")
+            raise ConfigError(f"no agent named {agent!r} is registered here")
         if run_ids is not None and len(run_ids) != len(tasks):
             raise ConfigError(f"{len(run_ids)} run ids for {len(tasks)} tasks")
         ids = [check_run_id(i) for i in run_ids or [uuid.uuid4().hex[:12] for _ in tasks]]
@@ -350,10 +359,19 @@ class Runtime:
         return await self.durable.resume(run_id, list(sinks or []), force)
 
     def get(self, run_id: str) -> RunHandle:
-        """A run of this runtime by id (NoSuchRun if there is none here)."""
+        """A run by id (NoSuchRun if there is none): one this runtime executes, or, on a
+        store, any run of the store, wherever it executes (a worker elsewhere, or none yet)."""
         if self.durable is not None and run_id in self.durable.runs:
             return self.durable.get(run_id)
+        if self.view is not None and run_id not in self.supervisor.runs:
+            return self.view.get(run_id)
         return self.supervisor.get(run_id)
+
+    def has(self, run_id: str) -> bool:
+        """Whether `get(run_id)` finds a run."""
+        if run_id in self.bus.logs:
+            return True
+        return self.view is not None and self.view.has(run_id)
 
     def send(self, run_id: str, text: str) -> None:
         """A user message, delivered before the run's next model call."""
@@ -399,25 +417,23 @@ class Runtime:
 
     def events(self, run_id: str, offset: int = 0) -> AsyncIterator[Event]:
         """The run's events from `offset`: replayed, then live, ending after `run_finished`.
-        A durable run that is not live here is read from its store."""
+        A run of the store that does not execute here is followed in its store (its steps
+        as they are recorded; token deltas are only live where it executes)."""
         log = self.bus.logs.get(run_id)
         if log is None:
-            log = self.stored_log(run_id)
+            if self.view is None or not self.view.has(run_id):
+                raise NoSuchRun(f"no run {run_id!r}")
+            log = self.view.log(run_id)
         return log.follow(offset)
 
-    def stored_log(self, run_id: str) -> EventLog:
-        if self.durable is None:
-            raise NoSuchRun(f"no run {run_id!r}")
-        from .durable import client, events_of
+    def stored_runs(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The runs of the store, wherever they execute, as `tether runs --json` lists them,
+        oldest first (with `limit`, the most recent); none in memory."""
+        return self.view.rows(limit) if self.view is not None else []
 
-        try:
-            events = events_of(client(self.store or ""), run_id)
-        except ConfigError:
-            raise NoSuchRun(f"no run {run_id!r}") from None
-        log = EventLog(run_id)
-        log.events.extend(events)
-        log.close()
-        return log
+    def stored_run(self, run_id: str) -> dict[str, Any] | None:
+        """One run of the store as `stored_runs` lists it; None if the store has none."""
+        return self.view.row(run_id) if self.view is not None else None
 
     def check_open(self) -> None:
         if not self.entered:

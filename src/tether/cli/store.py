@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from ..agent import RunResult
-from ..errors import ConfigError, RunError
+from ..errors import ConfigError, RunEnded, RunError
 from ..redact import scrub
 from .common import cli_runtime, default_store, error, exit_status, output_sink, until_end
 
@@ -26,7 +26,7 @@ def command_store(args: argparse.Namespace) -> int:
         return command_resume(args)
     if args.command == "worker":
         return command_worker(args)
-    from ..durable import MAIL, answer_approval, client, ledger_for, list_runs, status_of
+    from ..store import answer_approval, client, ledger_for, list_runs, send_message
 
     try:
         store = client(args.store)
@@ -37,18 +37,14 @@ def command_store(args: argparse.Namespace) -> int:
         elif args.command == "cancel":
             store.cancel_workflow(args.run_id)
         elif args.command == "send":
-            status = status_of(store, args.run_id)
-            if status.status in ("SUCCESS", "ERROR", "CANCELLED"):
-                raise ConfigError(f"run {args.run_id} has ended ({status.status.lower()})")
-            seq = ledger_for(args.store).send(args.run_id, args.text)
-            store.send(args.run_id, seq, MAIL)  # wakes the run if it idles
+            send_message(store, ledger_for(args.store), args.run_id, args.text)
         else:
             approved = args.command == "approve"
             reason = "approved by the user" if approved else args.reason
             reply = {"approved": approved, "reason": reason}
             given = getattr(args, "args_hash", None)
             answer_approval(store, args.run_id, args.approval_id, reply, given)
-    except ConfigError as e:
+    except (ConfigError, RunEnded) as e:
         return error(str(e))
     return 0
 
@@ -125,7 +121,7 @@ def command_show(args: argparse.Namespace) -> int:
     if default and not path.exists():  # not journaled: a durable run, in the store
         store = default_store(args.data_dir)
     if store:
-        from ..durable import client, events_of
+        from ..store import client, events_of
 
         try:
             events = events_of(client(store), args.run_id)

@@ -43,7 +43,7 @@ INDEX_PAGE = """<!doctype html>
      <label>Tool choice <select name="tool_choice"><option value="">auto</option>
        <option>required</option><option>none</option></select></label></p>
   <p>Tools: __TOOLS__</p>
-  <button type="submit">Start run</button> <span id="start-error" class="note"></span>
+  <button type="submit">Start run</button> __QUEUE__<span id="start-error" class="note"></span>
 </form>
 <table><thead><tr><th>Run</th><th>Task</th><th>Status</th><th>Steps</th><th>Tokens</th>
 <th>Cost</th></tr></thead><tbody id="runs">__ROWS__</tbody></table>
@@ -55,11 +55,11 @@ document.getElementById('start').addEventListener('submit', async (ev) => {
   const body = {task: f.get('task'), model: f.get('model') || null,
                 tools: f.getAll('tools'), max_steps: Number(f.get('max_steps')) || null,
                 max_cost: f.get('max_cost') ? Number(f.get('max_cost')) : null,
-                tool_choice: f.get('tool_choice') || null};
+                tool_choice: f.get('tool_choice') || null, queue: f.get('queue') === 'on'};
   const r = await fetch('/api/runs', {method: 'POST', body: JSON.stringify(body),
     headers: {'Content-Type': 'application/json', 'X-Tether-CSRF': csrf}});
   const out = await r.json();
-  if (r.ok) { location.href = '/runs/' + encodeURIComponent(out.id); }
+  if (r.ok) { location.href = '/runs/' + encodeURIComponent(out.id || out.ids[0]); }
   else { document.getElementById('start-error').textContent = out.error; }
 });
 function cell(tr, text, cls) {

@@ -3,11 +3,15 @@
 The runs live in the server's Runtime (in memory, or recorded in a store, the same surface
 either way); the browser is only a viewer. Closing a tab never stops
 a run, and reopening it never starts another: the page replays the run's events from offset 0
-over Server-Sent Events, then follows them live.
+over Server-Sent Events, then follows them live. On a store, the page also shows and controls
+the store's runs that workers on other machines execute (followed in the store, step by step;
+every request goes through the store: `store.RemoteRun`).
 
     GET  /                                   the list of runs and a form to start one
     GET  /runs/{id}                          a run, live
     POST /api/runs                           {task, model?, tools?, max_steps?, max_cost?} -> {id}
+                                             {tasks: [...] | task, queue: true, run_id?, ...}
+                                               -> {ids}: queued in the store for its workers
     GET  /api/runs                           [{id, task, status, steps, usage, cost_usd, ...}]
     GET  /api/runs/{id}                      the same for one run, with its transcript
     GET  /api/runs/{id}/events?offset=N      Server-Sent Events from seq N (or Last-Event-ID)
@@ -46,12 +50,18 @@ from ..events import Event, Sink
 from ..journal import Journal
 from ..messages import Message, TextPart, ToolCall, ToolResult
 from ..options import CLI_AGENT
-from ..runtime import Runtime
+from ..runtime import RunHandle, Runtime
+from ..store import RemoteRun
 from ..tools.tool import RunContext
 from .pages import INDEX_PAGE, RUN_PAGE, fill
 
 COOKIE = "tether_token"
 HEARTBEAT_S = 15.0
+QUEUE_BOX = (
+    '<label><input type="checkbox" name="queue"> for a worker (queued in the store)</label> '
+)
+SHOWN_FROM_STORE = 500
+"""How many of the store's runs executed elsewhere the page lists (the most recent)."""
 
 OptionsFor = Callable[[dict[str, Any]], dict[str, Any]]
 """The run options (`options.RunOptions` as a dict) for a new run from the form's overrides
@@ -190,7 +200,7 @@ class WebApp:
             f'<td>{esc(s["task"][:120])}</td><td class="status-{esc(s["status"])}">'
             f"{esc(s['status'])}</td><td>{s['steps']}</td><td>{s['tokens']}</td>"
             f"<td>${s['cost_usd']:.4f}</td></tr>"
-            for s in reversed(self.summaries())
+            for s in reversed(await self.summaries())
         )
         nonce = secrets.token_urlsafe(16)
         page = fill(
@@ -205,12 +215,13 @@ class WebApp:
                 for t in self.defaults.get("available_tools", [])
             ),
             max_steps=esc(str(self.defaults.get("max_steps", ""))),
+            queue=QUEUE_BOX if self.runtime.store is not None else "",
         )
         return html_page(page, nonce)
 
     async def run_page(self, request: web.Request) -> web.Response:
         run_id = request.match_info["id"]
-        if run_id not in self.runtime.bus.logs:
+        if not await asyncio.to_thread(self.runtime.has, run_id):
             return web.Response(status=404, text="no such run", content_type="text/plain")
         nonce = secrets.token_urlsafe(16)
         page = fill(
@@ -221,6 +232,8 @@ class WebApp:
     # -- API ------------------------------------------------------------------------------------
     async def start_run(self, request: web.Request) -> web.Response:
         body = await json_body(request)
+        if "tasks" in body or body.get("queue"):
+            return await self.queue_runs(body)
         task = body.get("task")
         if not isinstance(task, str) or not task.strip():
             return json_error(400, "task: a non-empty string is required")
@@ -246,22 +259,65 @@ class WebApp:
             return json_error(400, str(e))
         return web.json_response({"id": run.id, "status": run.status}, status=201)
 
+    async def queue_runs(self, body: dict[str, Any]) -> web.Response:
+        """Runs for the store's workers, wherever they are: `tasks` (a list; `run_id`, if
+        given, names them ID-1..N) or one `task` with `queue: true`. All are queued, or none."""
+        tasks = body.get("tasks", [body.get("task")])
+        if (
+            not isinstance(tasks, list)
+            or not tasks
+            or not all(isinstance(x, str) and x.strip() for x in tasks)
+        ):
+            return json_error(400, "tasks: a non-empty list of non-empty strings is required")
+        run_id = body.get("run_id") or None
+        if run_id is not None and not isinstance(run_id, str):
+            return json_error(400, "run_id: a string is required")
+        ids = None
+        if run_id is not None:
+            ids = (
+                [run_id] if len(tasks) == 1 else [f"{run_id}-{i}" for i in range(1, len(tasks) + 1)]
+            )
+        try:
+            options = self.options_for(body) if self.options_for else None
+            agent = await self.runtime.agent_for(self.agent, options)  # a bad option: refused
+            queued = await asyncio.to_thread(
+                self.runtime.enqueue_many,
+                agent,
+                [x.strip() for x in tasks],
+                run_ids=ids,
+                options=options,
+                context=RunContext(workspace=self.workspace),
+            )
+        except (ConfigError, ValueError, TypeError) as e:
+            return json_error(400, str(e))
+        return web.json_response({"ids": queued, "status": "queued"}, status=201)
+
     async def list_runs(self, request: web.Request) -> web.Response:
-        return web.json_response(self.summaries(), dumps=dumps)
+        return web.json_response(await self.summaries(), dumps=dumps)
 
     async def get_run(self, request: web.Request) -> web.Response:
         run_id = request.match_info["id"]
-        if run_id not in self.runtime.bus.logs:
-            return json_error(404, f"no run {run_id!r}")
-        summary = self.summary(run_id)
-        run = self.runtime.runs.get(run_id)
-        summary["transcript"] = [message_dict(m) for m in run.transcript] if run else None
-        summary["approvals"] = [r.to_dict() for r in run.waiting()] if run else []
+        if run_id in self.runtime.bus.logs:
+            summary = self.summary(run_id)
+        else:  # a run of the store executed elsewhere, or none
+            row = await asyncio.to_thread(self.runtime.stored_run, run_id)
+            if row is None:
+                return json_error(404, f"no run {run_id!r}")
+            summary = row_summary(row)
+        try:
+            run: RunHandle | None = await asyncio.to_thread(self.runtime.get, run_id)
+        except NoSuchRun:  # journaled by a server here before, and not in a store
+            run = None
+        summary["transcript"], summary["approvals"] = None, []
+        if run is not None:
+            transcript, waiting = await act(run, lambda: (run.transcript, run.waiting()))
+            summary["transcript"] = [message_dict(m) for m in transcript]
+            summary["approvals"] = [r.to_dict() for r in waiting]
         return web.json_response(summary, dumps=dumps)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["id"]
-        if run_id not in self.runtime.bus.logs:
+        if not await asyncio.to_thread(self.runtime.has, run_id):
             return json_error(404, f"no run {run_id!r}")
         try:
             offset = int(request.query.get("offset", "-1"))
@@ -279,7 +335,7 @@ class WebApp:
         await response.prepare(request)
         position = max(0, offset)
         while True:
-            subscription = self.runtime.bus.subscribe(run_id, position)
+            subscription = self.runtime.events(run_id, position)
             try:
                 while True:
                     async with asyncio.timeout(HEARTBEAT_S):
@@ -304,8 +360,9 @@ class WebApp:
         text = body.get("text")
         if not isinstance(text, str) or not text.strip():
             return json_error(400, "text: a non-empty string is required")
+        run = await self.live(request)
         try:
-            self.live(request).send(text.strip())
+            await act(run, lambda: run.send(text.strip()))
         except RunEnded as e:
             return json_error(409, str(e))
         return web.json_response({"queued": True})
@@ -321,34 +378,43 @@ class WebApp:
         approval_id = body.get("approval_id")
         if not isinstance(approval_id, str):
             return json_error(400, "approval_id: a string is required")
-        run = self.live(request)
+        run = await self.live(request)
         try:
             if approved:
-                run.approve(approval_id, body.get("args_hash"))
+                await act(run, lambda: run.approve(approval_id, body.get("args_hash")))
             else:
-                run.deny(approval_id, str(body.get("reason") or "denied in the web page"))
+                reason = str(body.get("reason") or "denied in the web page")
+                await act(run, lambda: run.deny(approval_id, reason))
         except ApprovalError as e:
             return json_error(409, str(e))
         return web.json_response({"approval_id": approval_id, "approved": approved})
 
     async def cancel(self, request: web.Request) -> web.Response:
-        run = self.live(request)
-        cancelled = run.cancel()
+        run = await self.live(request)
+        cancelled = await act(run, run.cancel)
         if cancelled:
             await run.wait()
-        return web.json_response({"cancelled": cancelled, "status": run.status})
+        status = await act(run, lambda: run.status)
+        return web.json_response({"cancelled": cancelled, "status": status})
 
-    def live(self, request: web.Request) -> Any:
+    async def live(self, request: web.Request) -> RunHandle:
+        """The run a request controls: executed here, or a run of the store executed
+        elsewhere (its requests go through the store)."""
         run_id = request.match_info["id"]
         try:
-            return self.runtime.get(run_id)
+            return await asyncio.to_thread(self.runtime.get, run_id)
         except NoSuchRun:
             status = 409 if run_id in self.archived else 404
             raise json_http_error(status, f"run {run_id!r} is not running here") from None
 
     # -- summaries ------------------------------------------------------------------------------
-    def summaries(self) -> list[dict[str, Any]]:
-        return [self.summary(run_id) for run_id in self.runtime.bus.logs]
+    async def summaries(self) -> list[dict[str, Any]]:
+        """The runs of this server, then those of its store that execute elsewhere (the most
+        recent `SHOWN_FROM_STORE`, oldest first)."""
+        here = [self.summary(run_id) for run_id in self.runtime.bus.logs]
+        stored = await asyncio.to_thread(self.runtime.stored_runs, SHOWN_FROM_STORE)
+        seen = set(self.runtime.bus.logs)
+        return here + [row_summary(r) for r in stored if r["id"] not in seen]
 
     def summary(self, run_id: str) -> dict[str, Any]:
         run = self.runtime.runs.get(run_id)
@@ -359,6 +425,32 @@ class WebApp:
         elif s["status"] in ("queued", "running", "idle"):
             s["status"] = "interrupted"  # its server stopped before it ended
         return s
+
+
+async def act[T](run: RunHandle, request: Callable[[], T]) -> T:
+    """A request to a run: in a thread for a run of the store executed elsewhere (it reads
+    and writes the store), here for one this server executes (its handle lives on this loop)."""
+    if isinstance(run, RemoteRun):
+        return await asyncio.to_thread(request)
+    return request()
+
+
+def row_summary(row: dict[str, Any]) -> dict[str, Any]:
+    """A store's listing of a run (`store.listing`) in the shape of `summary`."""
+    usage = row.get("usage") or {}
+    return {
+        "id": row["id"],
+        "task": row["task"],
+        "status": row["state"],
+        "steps": row.get("steps") or 0,
+        "tokens": usage.get("input_tokens", 0) + usage.get("output_tokens", 0),
+        "cost_usd": row.get("cost_usd") or 0.0,
+        "answer": row.get("answer") or "",
+        "started": row.get("started_at"),
+        "usage": row.get("usage"),
+        "model": "",
+        "worker": row.get("worker"),
+    }
 
 
 def summarize(events: list[Event]) -> dict[str, Any]:
