@@ -171,6 +171,69 @@ def test_a_batch_queued_before_any_worker_survives_a_dead_worker(
     assert len(wire.requests) <= 2 * runs + len(lost)  # only interrupted replies asked again
 
 
+def test_a_worker_keeps_to_its_store_connections_under_load(
+    wire: WireServer, tmp_path: Path, postgres: str
+) -> None:
+    """Many runs at once on a worker given 2 connections: every run ends done, and the store
+    never sees more connections from it than its pools allow (DBOS's and the ledger's, 2
+    each, DBOS's own few). Unbounded, DBOS's threads reached for 20 at once and, at 1,000
+    runs, waited past its pool's time-out and stalled every run."""
+    runs, bound = 60, 2
+
+    def one_turn(body: dict[str, Any]) -> dict[str, Any]:
+        if tool_results(body) == 0:
+            return {"calls": [("note", {"text": body["messages"][1]["content"]})] * 3}
+        return {"text": "Noted."}
+
+    wire.rule = one_turn
+    env = tools_env(tmp_path)
+    queued = tether(
+        *("run", "--queue", "--tasks", "-", "--approve", "auto", "--store", postgres),
+        *("--base-url", wire.url, "--tools-from", str(FIXTURES / "durable_tools.py")),
+        stdin="".join(f"job {i}\n" for i in range(runs)),
+        env=env,
+    )
+    assert queued.returncode == 0, queued.stderr
+    peak, sampling = [0], threading.Event()
+
+    def sample() -> None:  # connections to this test's database, but the sampler's own
+        import psycopg
+
+        with psycopg.connect(postgres, autocommit=True) as conn:
+            while not sampling.is_set():
+                row = conn.execute(
+                    "SELECT count(*) - 1 FROM pg_stat_activity WHERE datname = current_database()"
+                ).fetchone()
+                peak[0] = max(peak[0], int(row[0]) if row else 0)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    worker = subprocess.Popen(
+        [
+            *(*TETHER, "worker", "--store", postgres),
+            *("--store-connections", str(bound), "--concurrency", str(runs)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+
+        def ended() -> bool:
+            p = tether("runs", "--store", postgres, "--json", "--state", "done", env=env)
+            return len(p.stdout.splitlines()) == runs
+
+        wait_until(ended, "every run to end done", 120, 0.5)
+    finally:
+        sampling.set()
+        worker.kill()
+        worker.wait()
+    sampler.join()
+    listener, dbos_own = 1, 2  # DBOS's notification listener and its own small pool
+    assert bound <= peak[0] <= 2 * bound + listener + dbos_own + 1, peak  # + 1: `tether runs`
+
+
 def test_a_message_sent_while_the_run_is_down_is_delivered(
     wire: WireServer, tmp_path: Path
 ) -> None:

@@ -85,6 +85,14 @@ Resolver = Callable[[str, "dict[str, Any] | None"], Awaitable[Agent]]
 
 APPROVALS = ("wait", "auto", "deny")
 IDLE_WAIT_S = 24 * 3600.0
+CONNECTIONS = 20
+"""The connections to the store a process executes runs over: DBOS's pool and, as many, the
+ledger's. DBOS records each step from a thread of its pool of threads, and that pool is
+unbounded by default: 1,000 runs at once on Postgres made hundreds of threads wait for 20
+connections, time out after 30 s and stall every run (#20). Bounded to as many threads as
+connections, a step waits for a thread instead, in order and without a time-out. Runs beyond
+what the threads keep up with wait in the executor's queue, not in the pool; `max_runs`
+bounds how many execute at once besides."""
 CANCEL_POLL_S = 0.5
 """How soon a run executing here stops once it is cancelled in the store from elsewhere."""
 
@@ -155,11 +163,16 @@ class DurableRuns:
         run_slots: Limiter | None = None,
         limiter_for: Callable[[Agent], Limiter | None] | None = None,
         keep_finished: int | None = 10_000,
+        connections: int = CONNECTIONS,
     ) -> None:
         """`run_slots` bounds the runs this process executes at once (the rest wait, visibly);
         `limiter_for` gives the bound on concurrent calls to an agent's model endpoint;
-        `keep_finished`: how many ended runs keep their handle and events here."""
+        `keep_finished`: how many ended runs keep their handle and events here.
+        `connections`: see `CONNECTIONS`."""
         check_url(url)
+        if connections < 1:
+            raise ConfigError(f"connections: {connections} is not a positive number")
+        self.connections = connections
         self.run_slots = run_slots
         self.limiter_for = limiter_for or (lambda agent: None)
         self.keep_finished = keep_finished
@@ -191,7 +204,7 @@ class DurableRuns:
             use_modern_sqlite()
             private_file(self.url.removeprefix("sqlite:///"))  # transcripts: this user's only
         workflow()
-        self._ledger = Ledger(self.url)
+        self._ledger = Ledger(self.url, self.connections)
         _active = self
         if _launched is not None:
             if _launched != self.url:
@@ -206,6 +219,9 @@ class DurableRuns:
             "notification_listener_polling_interval_sec": 0.05,
             "application_version": VERSION,
             "executor_id": self.executor_id,
+            # as many threads as connections: a thread never waits for one (see CONNECTIONS)
+            "sys_db_pool_size": self.connections,
+            "max_executor_threads": self.connections,
         }
         DBOS(config=config)  # type: ignore[arg-type]
         # DBOS 3 has every launched process dequeue from every queue the store knows: a

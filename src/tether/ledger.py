@@ -58,7 +58,9 @@ def ledger_url(store: str) -> str:
 
 
 class Ledger:
-    def __init__(self, store: str) -> None:
+    def __init__(self, store: str, connections: int = 5) -> None:
+        """`connections`: the Postgres pool (the process's threads that use it are as many,
+        so none waits for one); SQLite has its one connection."""
         self.conn: sqlite3.Connection | None = None
         self.engine: Any = None
         if store.startswith("sqlite:///"):
@@ -71,7 +73,7 @@ class Ledger:
         else:
             from sqlalchemy import create_engine
 
-            self.engine = create_engine(ledger_url(store))
+            self.engine = create_engine(ledger_url(store), pool_size=connections, max_overflow=0)
         with self.transaction() as run:
             for ddl in TABLES:
                 run(ddl, {})

@@ -91,13 +91,15 @@ class Runtime:
         keep_finished: int | None = 10_000,
         gc_tuning: bool = True,
         take_over: bool = True,
+        store_connections: int | None = None,
     ) -> None:
         """`store`: None (or "memory") runs in memory; `sqlite:///PATH` or `postgresql://...`
         makes every run durable. `agents` are found by their names; `factory` builds agents
         from options (`start(..., options=...)`) here and in any process that executes the run.
         `executor_id` names this process to the store (default: host and pid). `take_over`:
-        on entering, execute the runs that dead processes on this machine left. The rest
-        bounds the runs in memory (see `Supervisor`)."""
+        on entering, execute the runs that dead processes on this machine left.
+        `store_connections`: how many connections to the store the runs use (default 20, see
+        `durable.CONNECTIONS`). The rest bounds the runs in memory (see `Supervisor`)."""
         self.store = None if store in (None, "", "memory") else store
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -105,6 +107,7 @@ class Runtime:
         self.factory = factory
         self.executor_id = executor_id
         self.take_over_on_enter = take_over
+        self.store_connections = store_connections
         self.supervisor = Supervisor(
             max_runs=max_runs,
             max_model_calls=max_model_calls,
@@ -137,7 +140,7 @@ class Runtime:
         if self.entered:
             return
         if self.store is not None:
-            from .durable import DurableRuns
+            from .durable import CONNECTIONS, DurableRuns
             from .store import StoreView
 
             sup = self.supervisor
@@ -148,6 +151,7 @@ class Runtime:
                 run_slots=sup.run_slots,
                 limiter_for=sup.limiter_for,
                 keep_finished=sup.keep_finished,
+                connections=self.store_connections or CONNECTIONS,
             )
             self.durable.open()
             self.view = StoreView(self.store)

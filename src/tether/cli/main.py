@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="runs of the page executed at once; more wait in a queue, shown (default: 64)",
     )
+    connections_option(w)
     w.add_argument(
         "--allow-remote",
         action="store_true",
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--executor-id", help="this worker's name (default: host-pid)")
     worker.add_argument("--concurrency", type=int, default=16, help="runs at once (default 16)")
+    connections_option(worker)
     worker.add_argument("--beat", type=float, default=2.0, help="seconds between heartbeats")
     worker.add_argument(
         "--dead-after",
@@ -162,6 +164,17 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--data-dir", default=str(data_dir()), help="where the journals are")
     show.add_argument("--store", metavar="URL", help="read a durable run from its store")
     return parser
+
+
+def connections_option(group: argparse._ActionsContainer) -> None:
+    group.add_argument(
+        "--store-connections",
+        type=int,
+        default=20,
+        metavar="N",
+        help="connections to the store for the runs this process executes; steps wait for "
+        "one in turn (default: 20; Postgres allows 100 in all by default)",
+    )
 
 
 STORE_COMMANDS = ("resume", "runs", "send", "cancel", "approve", "deny", "worker")

@@ -88,6 +88,8 @@ def command_resume(args: argparse.Namespace) -> int:
 
 def command_worker(args: argparse.Namespace) -> int:
     executor_id = args.executor_id or f"{socket.gethostname()}-{os.getpid()}"
+    if args.store_connections < 1:
+        return error("--store-connections must be at least 1")
     print(
         f"tether worker {executor_id}: taking queued runs from the store",
         file=sys.stderr,
@@ -95,7 +97,8 @@ def command_worker(args: argparse.Namespace) -> int:
     )
 
     async def go() -> None:
-        async with cli_runtime(args.store, executor_id=executor_id, take_over=False) as rt:
+        settings = {"executor_id": executor_id, "store_connections": args.store_connections}
+        async with cli_runtime(args.store, take_over=False, **settings) as rt:
             await rt.work(args.concurrency, args.beat, args.dead_after)
 
     try:
