@@ -91,6 +91,17 @@ def fresh_store(spec: str | None, tmp: Path) -> str | None:
     return f"{server}/{name}"
 
 
+def drop_store(store: str | None) -> None:
+    """Drop a repetition's Postgres database (SQLite files go with the temporary directory)."""
+    if store is None or not store.startswith("postgres"):
+        return
+    import psycopg
+
+    server, name = store.rsplit("/", 1)
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 async def in_process(store: str | None, base_url: str, runs: int, limit: float) -> dict[str, Any]:
     """`runs` runs started at once on one Runtime (in memory for `store=None`)."""
     from tether import Runtime
@@ -117,11 +128,12 @@ async def in_process(store: str | None, base_url: str, runs: int, limit: float) 
 
 
 def by_workers(
-    store: str, base_url: str, runs: int, workers: int, timeout: float
+    store: str, base_url: str, runs: int, workers: int, timeout: float, kill_at: int = 0
 ) -> dict[str, Any]:
-    """`runs` runs queued at once, executed by `workers` worker processes."""
+    """`runs` runs queued at once, executed by `workers` worker processes; with `kill_at`,
+    the first worker is killed with SIGKILL once that many runs have ended."""
     from tether import Runtime
-    from tether.store import client, list_runs
+    from tether.store import ENDED, WORKFLOW, client
 
     agent = load_agent(base_url)
     procs = [
@@ -135,12 +147,17 @@ def by_workers(
         t0 = time.perf_counter()
         Runtime(store, [agent]).enqueue_many(agent, [TASK] * runs)
         reader = client(store)
-        ended: list[dict[str, Any]] = []
+        ended: list[Any] = []
+        killed = False
         while time.perf_counter() - t0 < timeout:
-            rows = list_runs(reader, ["done", "halted", "failed", "cancelled"])
-            ended = rows
-            if len(rows) >= runs:
+            ended = reader.list_workflows(
+                name=WORKFLOW, status=list(ENDED), load_input=False, load_output=True
+            )
+            if len(ended) >= runs:
                 break
+            if kill_at and not killed and len(ended) >= kill_at:
+                procs[0].kill()
+                killed = True
             time.sleep(0.5)
         wall = time.perf_counter() - t0
     finally:
@@ -148,7 +165,7 @@ def by_workers(
             p.terminate()
         for p in procs:
             p.wait(30)
-    done = sum(r["state"] == "done" for r in ended)
+    done = sum(w.status == "SUCCESS" and (w.output or {}).get("outcome") == "done" for w in ended)
     return {
         "completed": done,
         "failed": len(ended) - done,
@@ -185,6 +202,9 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true")
     ap.add_argument("--workers", type=int, default=0, help="queue the runs for N workers")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument(
+        "--kill-at", type=int, default=0, metavar="K", help="SIGKILL a worker after K runs end"
+    )
     ap.add_argument("--mock", default=str(BENCH.parents[1] / "shared/bench/mock_llm.py"))
     ap.add_argument("--be-worker", metavar="STORE", help=argparse.SUPPRESS)
     ap.add_argument("--be-process", metavar="STORE", help=argparse.SUPPRESS)
@@ -205,7 +225,7 @@ def main() -> None:
                 store = None if a.memory else fresh_store(a.store, Path(tmp))
                 with Connections(store) as conns:
                     if a.workers and store:
-                        out = by_workers(store, base_url, a.runs, a.workers, a.timeout)
+                        out = by_workers(store, base_url, a.runs, a.workers, a.timeout, a.kill_at)
                     elif store is None:
                         out = asyncio.run(in_process(store, base_url, a.runs, a.timeout))
                     else:  # DBOS launches once per process: a process per repetition
@@ -215,6 +235,7 @@ def main() -> None:
                 if conns.peak:
                     line["peak_connections"] = conns.peak
                 print(json.dumps(line), flush=True)
+                drop_store(store)
     finally:
         mock.terminate()
 
