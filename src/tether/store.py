@@ -527,7 +527,10 @@ class RemoteRun:
 
     @property
     def status(self) -> str:
-        row = listing(status_of(self.view.client, self.id))
+        """Its state as `tether runs` shows it (queued, running, waiting, then its outcome)."""
+        row = self.view.row(self.id)
+        if row is None:
+            raise NoSuchRun(f"run {self.id!r} is gone from its store")
         return str(row["state"])
 
     @property
