@@ -61,10 +61,10 @@ from .store import (
     QUEUE,
     VERSION,
     WORKFLOW,
+    StoreView,
     Tally,
     approval_id,
     check_url,
-    client,
     messages_of,
     status_of,
     use_modern_sqlite,
@@ -190,6 +190,7 @@ class DurableRuns:
         self.shown: dict[str, set[str]] = {}
         self.background: set[asyncio.Task[Any]] = set()
         self.watcher: asyncio.Task[None] | None = None  # see watch_cancels
+        self.view: StoreView | None = None  # the store read as from outside, once open
         self._ledger: Ledger | None = None
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -205,6 +206,7 @@ class DurableRuns:
             private_file(self.url.removeprefix("sqlite:///"))  # transcripts: this user's only
         workflow()
         self._ledger = Ledger(self.url, self.connections)
+        self.view = StoreView(self.url, self._ledger)
         _active = self
         if _launched is not None:
             if _launched != self.url:
@@ -235,6 +237,8 @@ class DurableRuns:
         """Stop following runs and cancel the background tasks; runs still going stay
         recorded, and `resume` (or a worker, or the next runtime here) finishes them."""
         global _active
+        if self.view is not None:
+            await self.view.close()
         for task in list(self.background):
             task.cancel()
         if self.background:
@@ -246,6 +250,12 @@ class DurableRuns:
     def ledger(self) -> Ledger:
         assert self._ledger is not None, "open the store first"
         return self._ledger
+
+    @property
+    def reader(self) -> Any:
+        """The client that reads the store (one per process, the view's)."""
+        assert self.view is not None, "open the store first"
+        return self.view.client
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run `work` as a task of its own, in a fresh context: inside a workflow's, DBOS would
@@ -315,7 +325,7 @@ class DurableRuns:
         if not result.messages:
             result.messages = run.transcript
         if run.summary is None:
-            self.emitter_for(run.id).emit("run_finished", **filled(result, run.tally).summary())
+            self.emitter_for(run.id).emit("run_finished", **run.tally.fill(result).summary())
         run.result = result
         run.status = result.outcome
         self.bus.log(run.id).close()
@@ -331,7 +341,7 @@ class DurableRuns:
         if here is not None and here.alive:  # executed here already (taken over on entering)
             self.emitters[run_id].sinks.extend(sinks)
             return here
-        status = await asyncio.to_thread(status_of, client(self.url), run_id)
+        status = await asyncio.to_thread(status_of, self.reader, run_id)
         if status.status == "PENDING":
             owner = status.executor_id or "local"
             if owner != self.executor_id and executor_alive(owner) and not force:
@@ -593,7 +603,7 @@ class StoredRun:
         if self.result is not None and self.result.messages:
             return list(self.result.messages)
         try:
-            return messages_of(client(self.owner.url), self.id)
+            return messages_of(self.owner.reader, self.id)
         except ConfigError:
             return []
 
@@ -652,14 +662,6 @@ class StoredRun:
         await self.ended.wait()
         assert self.result is not None
         return self.result
-
-
-def filled(result: RunResult, tally: Tally) -> RunResult:
-    """`result` with the figures its events showed, where the store had none (a cancelled
-    run)."""
-    if result.steps == 0 and tally.steps:
-        result.usage, result.steps, result.cost_usd = tally.usage, tally.steps, tally.cost
-    return result
 
 
 # -- the workflow and its steps ----------------------------------------------------------------

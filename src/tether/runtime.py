@@ -119,7 +119,6 @@ class Runtime:
         self.held: dict[str, asyncio.Future[list[Tool]]] = {}  # MCP tools by server list
         self.background: set[asyncio.Task[Any]] = set()
         self.durable: DurableRuns | None = None  # once entered with a store
-        self.view: StoreView | None = None  # the store's runs executed elsewhere, likewise
         self.entered = False
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -141,7 +140,6 @@ class Runtime:
             return
         if self.store is not None:
             from .durable import CONNECTIONS, DurableRuns
-            from .store import StoreView
 
             sup = self.supervisor
             self.durable = DurableRuns(
@@ -154,7 +152,6 @@ class Runtime:
                 connections=self.store_connections or CONNECTIONS,
             )
             self.durable.open()
-            self.view = StoreView(self.store)
             if self.take_over_on_enter:
                 await self.durable.take_over(sinks=[])
         self.entered = True
@@ -162,8 +159,6 @@ class Runtime:
     async def close(self, deadline: float = 10.0) -> None:
         """In memory: give live runs `deadline` seconds, then cancel them. On a store: stop
         following runs (they stay recorded). Then close what the runtime built."""
-        if self.view is not None:
-            await self.view.close()
         if self.durable is not None:
             await self.durable.close()
         await self.supervisor.shutdown(deadline=deadline)
@@ -425,10 +420,15 @@ class Runtime:
         as they are recorded; token deltas are only live where it executes)."""
         log = self.bus.logs.get(run_id)
         if log is None:
-            if self.view is None or not self.view.has(run_id):
+            if self.view is None:
                 raise NoSuchRun(f"no run {run_id!r}")
             log = self.view.log(run_id)
         return log.follow(offset)
+
+    @property
+    def view(self) -> StoreView | None:
+        """The store's runs wherever they execute (None in memory, or before entering)."""
+        return self.durable.view if self.durable is not None else None
 
     def stored_runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The runs of the store, wherever they execute, as `tether runs --json` lists them,

@@ -247,16 +247,10 @@ def ending(status: Any, events: list[Event]) -> dict[str, Any] | None:
     tally = Tally()
     for event in events:
         tally(event)
-    outcome = "cancelled" if status.status == "CANCELLED" else "failed"
-    reason = "cancelled" if outcome == "cancelled" else str(status.error or "failed")
-    return {
-        "outcome": outcome,
-        "answer": "",
-        "reason": reason,
-        "usage": tally.usage.to_dict(),
-        "cost_usd": round(tally.cost, 6),
-        "steps": tally.steps,
-    }
+    cancelled = status.status == "CANCELLED"
+    reason = "cancelled" if cancelled else str(status.error or "failed")
+    stopped = {"outcome": "cancelled" if cancelled else "failed", "reason": reason}
+    return tally.fill(RunResult.from_dict(status.workflow_id, stopped)).summary()
 
 
 class Tally:
@@ -277,7 +271,15 @@ class Tally:
             self.cost += self.price.cost(usage) if self.price else 0.0
             self.steps += 1
 
+    def fill(self, result: RunResult) -> RunResult:
+        """`result` with the figures seen, where the store had none (a cancelled run)."""
+        if result.steps == 0 and self.steps:
+            result.usage, result.steps, result.cost_usd = self.usage, self.steps, self.cost
+        return result
 
+
+ENDED = ("SUCCESS", "ERROR", "CANCELLED")
+"""The DBOS statuses of a run that has ended."""
 STATES = {"ENQUEUED": "queued", "PENDING": "running", "ERROR": "failed", "CANCELLED": "cancelled"}
 
 
@@ -288,7 +290,7 @@ def listing(w: Any) -> dict[str, Any]:
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
     out = w.output if isinstance(w.output, dict) else {}
     state = out.get("outcome", "done") if w.status == "SUCCESS" else STATES.get(w.status)
-    ended = w.status in ("SUCCESS", "ERROR", "CANCELLED")
+    ended = w.status in ENDED
     queued = bool(w.queue_name)
     if not queued:
         started: float | None = (w.created_at or 0) / 1000
@@ -361,7 +363,7 @@ def answer_approval(
     """Answer a durable run's approval request from outside (`tether approve`): only one
     that is waiting now, and with `args_hash`, only for the arguments it showed."""
     status = status_of(store, run_id)
-    if status.status in ("SUCCESS", "ERROR", "CANCELLED"):
+    if status.status in ENDED:
         raise ConfigError(f"run {run_id} has ended ({status.status.lower()})")
     request = store.get_event(run_id, approval_id, timeout_seconds=0)
     if not isinstance(request, dict) or request.get("state") != "waiting":
@@ -413,10 +415,6 @@ def send_message(store: Any, ledger: Ledger, run_id: str, text: str) -> None:
     store.send(run_id, seq, MAIL)
 
 
-ENDED = ("SUCCESS", "ERROR", "CANCELLED")
-"""The DBOS statuses of a run that has ended."""
-
-
 # -- runs executed elsewhere, followed from here ------------------------------------------------
 
 POLL_S = 0.5
@@ -426,15 +424,17 @@ another machine within this (one read of its steps and approvals, about 1 ms on 
 
 class StoreView:
     """The runs of a store that this process does not execute (workers elsewhere do, or none
-    has yet): found by id, followed live, and asked what a run here can be asked. It owns one
-    client and one ledger connection for all of it, and the tasks that follow runs; closing
-    the view ends those. Reads go to a thread: a page's server must not stop for the store."""
+    has yet): found by id, followed live, and asked what a run here can be asked. It owns the
+    process's one client of the store (a process that executes runs reads through it too),
+    and the tasks that follow runs; closing the view ends those. Its followers read in a
+    thread; its other methods are plain calls, which the page makes in a thread."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, ledger: Ledger | None = None) -> None:
+        """`ledger`: the store's ledger where this process has one open already."""
         check_url(url)
         self.url = url
         self._client: Any = None
-        self._ledger: Ledger | None = None
+        self._ledger = ledger
         self.logs: dict[str, EventLog] = {}  # runs followed now, by id
         self.followers: set[asyncio.Task[None]] = set()
 
@@ -468,9 +468,12 @@ class StoreView:
         return RemoteRun(self, run_id)
 
     def log(self, run_id: str) -> EventLog:
-        """The run's events from its store, read again every `POLL_S` until the run ends."""
+        """The run's events from its store, read again every `POLL_S` until the run ends
+        (NoSuchRun when the store has no such run)."""
         log = self.logs.get(run_id)
         if log is None:
+            if not self.has(run_id):
+                raise NoSuchRun(f"no run {run_id!r}")
             log = self.logs[run_id] = EventLog(run_id)
             task = asyncio.get_running_loop().create_task(self.follow(log))
             self.followers.add(task)
