@@ -476,6 +476,7 @@ async def test_runs_sharing_a_script_file_each_play_it_from_the_top(
             assert result is not None
             answers.append((result.outcome, result.answer))
     assert answers == [("done", "Wrote a.")] * 3
+    assert (tmp_path / "a").read_text() == "x"  # in the options' workspace, not the cwd
 
 
 async def test_the_deny_policy_denies_and_says_why() -> None:

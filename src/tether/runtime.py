@@ -26,6 +26,7 @@ import contextvars
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -75,6 +76,13 @@ class RunHandle(Protocol):
     def waiting(self) -> list[ApprovalRequest]: ...
 
     async def wait(self) -> RunResult | None: ...
+
+
+def context_for(options: dict[str, Any] | None) -> RunContext:
+    """The tools' context of a run given no other: in the workspace its options name (the
+    page's and a worker's runs, built from options), else in the current directory."""
+    workspace = (options or {}).get("workspace")
+    return RunContext(workspace=Path(workspace)) if workspace else RunContext()
 
 
 class Runtime:
@@ -273,7 +281,7 @@ class Runtime:
         found = await self.agent_for(self.named(agent), options)
         chosen = run_id is not None
         run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
-        context = context or RunContext()
+        context = context or context_for(options)
         if self.durable is None:
             return self.supervisor.start(
                 found,
@@ -341,7 +349,7 @@ class Runtime:
         if run_ids is not None and len(run_ids) != len(tasks):
             raise ConfigError(f"{len(run_ids)} run ids for {len(tasks)} tasks")
         ids = [check_run_id(i) for i in run_ids or [uuid.uuid4().hex[:12] for _ in tasks]]
-        context = context or RunContext()
+        context = context or context_for(options)
         record = record_of(found, options, context, approvals_of(approver), restart)
         enqueue(self.store, list(zip(ids, tasks, strict=True)), record)
         return ids
