@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("loop and agent", {"loop", "context", "agent"}),
     ("run options", {"options"}),
     ("runs in memory", {"run", "supervisor", "bus"}),
-    ("durable runs", {"durable", "ledger", "store"}),
+    ("durable runs", {"durable", "ledger", "store", "outage"}),
     ("the Runtime", {"runtime"}),
     ("the package's public names", {"tether"}),
     ("interfaces", {"cli", "web", "mcp_server", "harbor", "__main__"}),

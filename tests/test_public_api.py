@@ -33,6 +33,7 @@ EXPECTED = {
     "Runtime",
     "ScriptedModel",
     "ServerError",
+    "StoreUnavailable",
     "TetherError",
     "TextPart",
     "Tool",
@@ -71,3 +72,4 @@ def test_provider_errors_form_one_tree() -> None:
         assert issubclass(getattr(tether, name), tether.ProviderError)
     assert issubclass(tether.ProviderError, tether.TetherError)
     assert issubclass(tether.MissingAPIKey, tether.ConfigError)
+    assert issubclass(tether.StoreUnavailable, tether.TetherError)

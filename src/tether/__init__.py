@@ -14,6 +14,7 @@ from .errors import (
     ProviderTimeout,
     RateLimited,
     ServerError,
+    StoreUnavailable,
     TetherError,
 )
 from .events import Event
@@ -74,6 +75,7 @@ __all__ = [
     "Runtime",
     "ScriptedModel",
     "ServerError",
+    "StoreUnavailable",
     "TetherError",
     "TextPart",
     "Tool",

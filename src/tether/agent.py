@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from .admission import Limiter
 from .approvals import Approver
 from .context import ContextPolicy, estimate, fit, is_context_error
-from .errors import ProviderError
+from .errors import ProviderError, StoreUnavailable
 from .events import Emitter, Sink, model_response_data, tool_result_data
 from .loop import (
     CHOICES,
@@ -236,6 +236,12 @@ class Effects(Protocol):
         """The calls of one reply, approvals decided, results in the order of the calls."""
         ...
 
+    def stopped(self) -> StoreUnavailable | None:
+        """Why the effects had the run's task cancelled, when it was not a cancel: a durable
+        store that stopped answering ends the run `failed` with this error (it is not lost:
+        the store keeps it). None for a cancel."""
+        ...
+
 
 async def drive(agent: Agent, state: LoopState, effects: Effects) -> Finish:
     """Perform what the step function decides until it says to finish."""
@@ -291,9 +297,15 @@ async def execute(
             reason = f"timeout: the limit of {limit:g} s was reached"
             finish = Finish("halted", last_answer(state.messages), reason)
     except asyncio.CancelledError:
-        close(emitter, state, "Cancelled before the tool finished.")
-        cancelled = Finish("cancelled", last_answer(state.messages), "cancelled")
-        result = finish_run(emitter, state, cancelled)
+        stopped = effects.stopped()
+        if stopped is None:
+            close(emitter, state, "Cancelled before the tool finished.")
+            ended = Finish("cancelled", last_answer(state.messages), "cancelled")
+        else:
+            close(emitter, state, f"Not finished: {stopped}.")
+            error = stopped.to_dict()
+            ended = Finish("failed", last_answer(state.messages), str(stopped))
+        result = finish_run(emitter, state, ended, error)
         task_ = asyncio.current_task()
         if reraise_cancel or task_ is None:
             raise
@@ -356,6 +368,9 @@ class LocalEffects:
 
     def now(self) -> float:
         return time.monotonic()
+
+    def stopped(self) -> StoreUnavailable | None:
+        return None  # nothing but a cancel stops a run in memory
 
     async def fit(self, state: LoopState, force: bool) -> None:
         agent = self.agent

@@ -33,11 +33,13 @@ older, the bundled one of `pysqlite3-binary` is used.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import os
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -49,12 +51,21 @@ from .agent import Agent, RunResult, execute, respond
 from .approvals import ApprovalError, ApprovalRequest, Decision, arguments_hash, needs_approval
 from .bus import Bus, EventLog
 from .context import fit
-from .errors import ConfigError, NoSuchRun, ProviderError, RunEnded, RunExists
+from .errors import (
+    ConfigError,
+    NoSuchRun,
+    ProviderError,
+    RunEnded,
+    RunExists,
+    StoreUnavailable,
+    TetherError,
+)
 from .events import Emitter, Event, Sink, call_dict, model_response_data, tool_result_data
 from .journal import private_file
 from .ledger import Ledger
 from .loop import LoopState, unique_calls
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
+from .outage import POSTGRES_CONNECT_ARGS, STORE_PATIENCE_S, QuietStoreLog, cause_of, unavailable
 from .run import RestartPolicy, after_attempt, forget_old
 from .store import (
     MAIL,
@@ -94,7 +105,8 @@ connections, a step waits for a thread instead, in order and without a time-out.
 what the threads keep up with wait in the executor's queue, not in the pool; `max_runs`
 bounds how many execute at once besides."""
 CANCEL_POLL_S = 0.5
-"""How soon a run executing here stops once it is cancelled in the store from elsewhere."""
+"""How soon a run executing here stops once it is cancelled in the store from elsewhere; the
+same query tells that the store answers (see `watch`)."""
 
 
 def record_of(
@@ -164,15 +176,23 @@ class DurableRuns:
         limiter_for: Callable[[Agent], Limiter | None] | None = None,
         keep_finished: int | None = 10_000,
         connections: int = CONNECTIONS,
+        patience: float = STORE_PATIENCE_S,
     ) -> None:
         """`run_slots` bounds the runs this process executes at once (the rest wait, visibly);
         `limiter_for` gives the bound on concurrent calls to an agent's model endpoint;
         `keep_finished`: how many ended runs keep their handle and events here.
-        `connections`: see `CONNECTIONS`."""
+        `connections`: see `CONNECTIONS`. `patience`: how many seconds runs wait for a
+        store that stopped answering (see `outage`)."""
         check_url(url)
         if connections < 1:
             raise ConfigError(f"connections: {connections} is not a positive number")
+        if not patience > 0:
+            raise ConfigError(f"patience: {patience} is not a positive number of seconds")
         self.connections = connections
+        self.patience = patience
+        self.quiet = _quiet  # DBOS's log, quiet about the store while DBOS runs (the process)
+        self.lost: dict[str, StoreUnavailable] = {}  # runs stopped here for want of the store
+        self.abandoned: set[str] = set()  # those of them a worker puts back on the queue
         self.run_slots = run_slots
         self.limiter_for = limiter_for or (lambda agent: None)
         self.keep_finished = keep_finished
@@ -189,7 +209,7 @@ class DurableRuns:
         self.stepped: set[str] = set()
         self.shown: dict[str, set[str]] = {}
         self.background: set[asyncio.Task[Any]] = set()
-        self.watcher: asyncio.Task[None] | None = None  # see watch_cancels
+        self.watcher: asyncio.Task[None] | None = None  # see watch
         self.view: StoreView | None = None  # the store read as from outside, once open
         self._ledger: Ledger | None = None
 
@@ -198,16 +218,25 @@ class DurableRuns:
     def open(self) -> None:
         """Register the workflow, launch DBOS on the store, open the ledger. DBOS recovers this
         executor's pending runs as it launches, so everything they need is set up first."""
-        global _active, _launched
+        global _active
         if _active is not None and _active is not self:
             raise ConfigError("one durable store per process is open already")
         if self.url.startswith("sqlite"):
             use_modern_sqlite()
             private_file(self.url.removeprefix("sqlite:///"))  # transcripts: this user's only
         workflow()
-        self._ledger = Ledger(self.url, self.connections)
-        self.view = StoreView(self.url, self._ledger)
+        try:
+            self._ledger = Ledger(self.url, self.connections)
+            self.launch()
+            self.view = StoreView(self.url, self._ledger)
+        except Exception as e:
+            if isinstance(e, TetherError):
+                raise
+            raise StoreUnavailable(f"cannot open the store: {cause_of(str(e))}") from None
         _active = self
+
+    def launch(self) -> None:
+        global _launched
         if _launched is not None:
             if _launched != self.url:
                 raise ConfigError("one store per process")
@@ -225,7 +254,10 @@ class DurableRuns:
             "sys_db_pool_size": self.connections,
             "max_executor_threads": self.connections,
         }
+        if not self.url.startswith("sqlite"):
+            config["db_engine_kwargs"] = {"connect_args": dict(POSTGRES_CONNECT_ARGS)}
         DBOS(config=config)  # type: ignore[arg-type]
+        _quiet.install()
         # DBOS 3 has every launched process dequeue from every queue the store knows: a
         # `tether run` or `tether serve` would take queued runs and exit in their middle.
         # Only a worker takes them (`work` adds the queue).
@@ -281,12 +313,17 @@ class DurableRuns:
         has it); a generated one cannot be there, and costs no read."""
         from dbos import DBOS, SetWorkflowID
 
-        taken = chosen and await DBOS.get_workflow_status_async(run_id) is not None
+        taken = chosen and await self.in_time(DBOS.get_workflow_status_async(run_id)) is not None
         if run_id in self.runs or taken:
             raise RunExists(f"the store has a run {run_id!r} already; resume it or use another id")
         run = self.attach(run_id, sinks)
-        with SetWorkflowID(run_id):
-            handle = await DBOS.start_workflow_async(workflow(), run_id, record, task, history)
+        try:
+            with SetWorkflowID(run_id):
+                started = DBOS.start_workflow_async(workflow(), run_id, record, task, history)
+                handle = await self.in_time(started)
+        except StoreUnavailable:
+            self.runs.pop(run_id, None)
+            raise
         self.spawn(self.follow(run, handle))  # "queued" until it starts (its events say so)
         return run
 
@@ -351,7 +388,9 @@ class DurableRuns:
                 )
         run = self.attach(run_id, sinks)
         self.emitter_for(run_id).emit("run_resumed")
-        if status.status == "PENDING":
+        if status.status == "PENDING" and owner == self.executor_id:  # stopped here (give_up)
+            await DBOS.resume_workflow_async(run_id)
+        elif status.status == "PENDING":
             await asyncio.to_thread(DBOS._recover_pending_workflows, [owner])
         elif status.status != "SUCCESS":
             await DBOS.resume_workflow_async(run_id)
@@ -395,29 +434,63 @@ class DurableRuns:
             task.cancel()
             await asyncio.wait([task], timeout=10.0)
 
-    def watch_cancels(self) -> None:
-        """Start (once) the task that stops at once a run executing here that was cancelled
-        in the store from elsewhere (`tether cancel`, the page on another machine): DBOS by
-        itself stops it only at its next step, after a tool call or an approval that may
-        take hours. It reads the store every `CANCEL_POLL_S`, and only while runs execute."""
+    async def in_time[T](self, work: Awaitable[T]) -> T:
+        """`work` (a request to the store), or StoreUnavailable after the patience."""
+        try:
+            return await asyncio.wait_for(work, self.patience)
+        except TimeoutError:
+            raise unavailable(self.patience, self.quiet.cause) from None
+
+    def watch(self) -> None:
+        """Start (once) the task that watches the store for the runs executing here. It reads
+        the store every `CANCEL_POLL_S`, and only while runs execute, for two things:
+        - a run cancelled in the store from elsewhere (`tether cancel`, the page on another
+          machine) stops at once: DBOS by itself stops it only at its next step, after a
+          tool call or an approval that may take hours;
+        - a store that has not answered for the patience: the runs stop waiting for it
+          (`give_up`)."""
         if self.watcher is None or self.watcher.done():
-            self.watcher = self.spawn(self.stop_cancelled())
+            self.watcher = self.spawn(self.watching())
 
-    async def stop_cancelled(self) -> None:
-        from dbos import DBOS
-
+    async def watching(self) -> None:
+        answered = time.monotonic()
+        probe: asyncio.Future[list[str]] | None = None
         while True:
             await asyncio.sleep(CANCEL_POLL_S)
+            if probe is not None and probe.done():
+                cancelled = None if probe.exception() else probe.result()
+                probe = None
+                if cancelled is not None:
+                    answered = time.monotonic()
+                    self.stop(cancelled)
             executing = [run_id for run_id, task in self.tasks.items() if not task.done()]
             if not executing:
+                answered = time.monotonic()
+            elif probe is None:
+                probe = cancelled_among(executing)
+            elif time.monotonic() - answered > self.patience:
+                self.give_up(executing)
+
+    def stop(self, run_ids: list[str], lost: bool = False) -> None:
+        """Stop runs executing here now: cancelled, or (`lost`) for want of the store."""
+        for run_id in run_ids:
+            task = self.tasks.pop(run_id, None)
+            if task is None:
                 continue
-            cancelled = await DBOS.list_workflows_async(
-                workflow_ids=executing, status="CANCELLED", load_input=False, load_output=False
-            )
-            for w in cancelled:
-                task = self.tasks.pop(w.workflow_id, None)
-                if task is not None:
-                    task.cancel()
+            if lost:
+                self.lost[run_id] = unavailable(self.patience, self.quiet.cause, run_id)
+                self.abandoned.add(run_id)
+            task.cancel()
+
+    def give_up(self, run_ids: list[str]) -> None:
+        """The store has not answered for the patience: the runs executing here stop waiting
+        for it. Each ends `failed` with StoreUnavailable here (its effects say so, see
+        `RecordedEffects.stopped`) and stays PENDING in the store, as a crash would leave it:
+        `resume` (or a worker, `work`) goes on from its last recorded step. Stopping the
+        runs keeps them from doing more that the store cannot record."""
+        lost = unavailable(self.patience, self.quiet.cause)
+        say(f"tether: {lost}; {len(run_ids)} runs executing here stop waiting for it")
+        self.stop(run_ids, lost=True)
 
     def get(self, run_id: str) -> StoredRun:
         run = self.runs.get(run_id)
@@ -435,7 +508,7 @@ class DurableRuns:
         this = asyncio.current_task()
         if this is not None:  # so that a cancel here or in the store can stop the run at once
             self.tasks[run_id] = this
-            self.watch_cancels()
+            self.watch()
         try:
             agent = self.agents[run_id] = await self.resolve(record["agent"], record["options"])
             self.contexts[run_id] = context_of(run_id, record)
@@ -520,6 +593,7 @@ class DurableRuns:
         self.contexts.pop(run_id, None)
         self.stepped.discard(run_id)
         self.shown.pop(run_id, None)
+        self.lost.pop(run_id, None)
         if run_id not in self.runs:  # nobody here follows it
             self.emitters.pop(run_id, None)
             self.bus.logs.pop(run_id, None)
@@ -544,21 +618,83 @@ class DurableRuns:
         await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
         listen_to_queue()
         name = self.executor_id
+        waiting_since: float | None = None  # for the store, while it does not answer
         while True:
-            taken = await self.take_over()  # runs of `tether run` processes that died here
-            if taken:
-                say(
-                    f"tether worker {name}: took over {len(taken)} runs whose process died: "
-                    f"{', '.join(taken)}"
-                )
-            dead = await self.ledger.call(self.ledger.beat, name, dead_after)
-            if dead:
-                recovered = await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
-                say(
-                    f"tether worker {name}: executors {', '.join(dead)} stopped beating; "
-                    f"recovered {len(recovered)} runs"
-                )
+            try:
+                await self.in_time(self.tend(name, dead_after))
+            except Exception as e:  # the store does not answer: the worker waits for it
+                if waiting_since is None:
+                    waiting_since = time.monotonic()
+                    cause = str(e) if isinstance(e, StoreUnavailable) else cause_of(str(e))
+                    say(f"tether worker {name}: the store does not answer ({cause}); waiting")
+            else:
+                if waiting_since is not None:
+                    waited = time.monotonic() - waiting_since
+                    say(f"tether worker {name}: the store answers again (after {waited:.0f} s)")
+                    waiting_since = None
             await asyncio.sleep(beat)
+
+    async def tend(self, name: str, dead_after: float) -> None:
+        """A worker's round: take over the runs of dead processes here, beat, recover the
+        runs of workers that stopped beating, and queue again the runs this worker stopped
+        when the store did not answer (`give_up`), now that it does."""
+        from dbos import DBOS
+
+        taken = await self.take_over()  # runs of `tether run` processes that died here
+        if taken:
+            say(
+                f"tether worker {name}: took over {len(taken)} runs whose process died: "
+                f"{', '.join(taken)}"
+            )
+        dead = await self.ledger.call(self.ledger.beat, name, dead_after)
+        if dead:
+            recovered = await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
+            say(
+                f"tether worker {name}: executors {', '.join(dead)} stopped beating; "
+                f"recovered {len(recovered)} runs"
+            )
+        if self.abandoned:
+            runs = sorted(self.abandoned)
+            for run_id in runs:
+                await DBOS.resume_workflow_async(run_id, queue_name=QUEUE)
+                self.abandoned.discard(run_id)
+            say(
+                f"tether worker {name}: queued again {len(runs)} runs stopped while the store "
+                f"did not answer: {', '.join(runs)}"
+            )
+
+
+def cancelled_among(run_ids: list[str]) -> asyncio.Future[list[str]]:
+    """Which of `run_ids` are cancelled in the store, asked from a thread of its own: while
+    the store does not answer, DBOS's call waits for it, and a daemon thread that waits does
+    not hold up the process's exit (the default executor's threads would)."""
+    from dbos import DBOS
+
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[list[str]] = loop.create_future()
+
+    def settle(found: list[str] | None, error: BaseException | None) -> None:
+        if answer.done():
+            return
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(found or [])
+
+    def ask() -> None:
+        found, error = None, None
+        try:
+            rows = DBOS.list_workflows(
+                workflow_ids=run_ids, status="CANCELLED", load_input=False, load_output=False
+            )
+            found = [w.workflow_id for w in rows]
+        except Exception as e:
+            error = e
+        with contextlib.suppress(RuntimeError):  # the loop closed while the store kept us
+            loop.call_soon_threadsafe(settle, found, error)
+
+    threading.Thread(target=ask, name="tether-store-watch", daemon=True).start()
+    return answer
 
 
 def listen_to_queue() -> None:
@@ -686,6 +822,9 @@ class RecordedEffects:
 
     def now(self) -> float:
         return self.clock
+
+    def stopped(self) -> StoreUnavailable | None:
+        return self.owner.lost.get(self.run_id)
 
     async def fit(self, state: LoopState, force: bool) -> None:
         messages, usage, _ = await steps().context_step(self.run_id, list(state.messages), force)
@@ -961,6 +1100,7 @@ def workflow() -> Any:
 
 
 _launched: str | None = None
+_quiet = QuietStoreLog()  # on DBOS's log once it launches, for as long as its threads (the process)
 
 
 def process_executor_id() -> str:

@@ -7,6 +7,8 @@
      │    ├── RunExists              a live run already has this id
      │    ├── NoSuchRun              no run has this id
      │    └── RunEnded               the run is over: it takes no more messages
+     ├── StoreUnavailable            the durable store stopped answering; what it recorded is
+     │                               kept, and the run goes on once it answers (resume)
      └── ProviderError               the model call failed: .status .error_type .message
           │                          .retryable .retry_after
           ├── ProviderConnectionError   could not connect, or the connection dropped
@@ -54,6 +56,18 @@ class NoSuchRun(RunError, KeyError):
 
 class RunEnded(RunError):
     pass
+
+
+class StoreUnavailable(TetherError):
+    """The durable store did not answer for the runtime's patience (`store_patience`): the
+    runs this process executes stop waiting for it and end `failed` here, with this error.
+    Nothing they completed is lost; the store keeps them, and they go on from there when it
+    answers again (`tether resume`, or a worker puts them back on its queue)."""
+
+    kind = "store_unavailable"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "status": None, "message": str(self), "retryable": True}
 
 
 class ProviderError(TetherError):

@@ -43,6 +43,19 @@ TABLES = (
 
 CallState = Literal["fresh", "finished", "interrupted"]
 
+RETRY_FIRST_S = 0.1
+RETRY_MAX_S = 5.0
+
+
+def connection_lost(e: Exception) -> bool:
+    """Whether a Postgres call failed for want of its connection (the server went away, the
+    network dropped it, no connection came free in time), not for what it asked."""
+    from sqlalchemy import exc
+
+    if isinstance(e, (exc.OperationalError, exc.TimeoutError)):
+        return True
+    return isinstance(e, exc.DBAPIError) and e.connection_invalidated
+
 
 T = TypeVar("T")
 Run = Callable[[str, dict[str, Any]], list[tuple[Any, ...]]]
@@ -73,7 +86,14 @@ class Ledger:
         else:
             from sqlalchemy import create_engine
 
-            self.engine = create_engine(ledger_url(store), pool_size=connections, max_overflow=0)
+            from .outage import POSTGRES_CONNECT_ARGS
+
+            self.engine = create_engine(
+                ledger_url(store),
+                pool_size=connections,
+                max_overflow=0,
+                connect_args=dict(POSTGRES_CONNECT_ARGS),
+            )
         with self.transaction() as run:
             for ddl in TABLES:
                 run(ddl, {})
@@ -101,10 +121,26 @@ class Ledger:
             yield run
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a ledger method from async code: inline for SQLite, in a thread for Postgres."""
+        """Run a ledger method from async code: inline for SQLite, in a thread for Postgres.
+
+        A method the connection failed under is called again, after a pause that doubles up
+        to `RETRY_MAX_S`, until the store answers: as DBOS does for its own records, a run
+        waits for its store, and the runtime's patience decides how long (`outage`). Without
+        it, a Postgres restart while a model step read the inbox ended the run `failed` for
+        good. Every method called this way may be called twice: reads, an update to the same
+        value, and `start_calls`, which at worst sees its own first attempt as an earlier
+        one (the call is then not run: never run twice)."""
         if self.conn is not None:
             return fn(*args)
-        return await asyncio.to_thread(fn, *args)
+        pause = RETRY_FIRST_S
+        while True:
+            try:
+                return await asyncio.to_thread(fn, *args)
+            except Exception as e:
+                if not connection_lost(e):
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, RETRY_MAX_S)
 
     # -- the journal of tool calls -----------------------------------------------------------
 

@@ -100,6 +100,7 @@ class Runtime:
         gc_tuning: bool = True,
         take_over: bool = True,
         store_connections: int | None = None,
+        store_patience: float | None = None,
     ) -> None:
         """`store`: None (or "memory") runs in memory; `sqlite:///PATH` or `postgresql://...`
         makes every run durable. `agents` are found by their names; `factory` builds agents
@@ -107,7 +108,10 @@ class Runtime:
         `executor_id` names this process to the store (default: host and pid). `take_over`:
         on entering, execute the runs that dead processes on this machine left.
         `store_connections`: how many connections to the store the runs use (default 20, see
-        `durable.CONNECTIONS`). The rest bounds the runs in memory (see `Supervisor`)."""
+        `durable.CONNECTIONS`). `store_patience`: how many seconds runs wait for a store that
+        stops answering before they end `failed` with StoreUnavailable (default 30; they stay
+        in the store, to resume; see `outage`). The rest bounds the runs in memory (see
+        `Supervisor`)."""
         self.store = None if store in (None, "", "memory") else store
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -116,6 +120,7 @@ class Runtime:
         self.executor_id = executor_id
         self.take_over_on_enter = take_over
         self.store_connections = store_connections
+        self.store_patience = store_patience
         self.supervisor = Supervisor(
             max_runs=max_runs,
             max_model_calls=max_model_calls,
@@ -148,6 +153,7 @@ class Runtime:
             return
         if self.store is not None:
             from .durable import CONNECTIONS, DurableRuns
+            from .outage import STORE_PATIENCE_S
 
             sup = self.supervisor
             self.durable = DurableRuns(
@@ -158,6 +164,7 @@ class Runtime:
                 limiter_for=sup.limiter_for,
                 keep_finished=sup.keep_finished,
                 connections=self.store_connections or CONNECTIONS,
+                patience=STORE_PATIENCE_S if self.store_patience is None else self.store_patience,
             )
             self.durable.open()
             if self.take_over_on_enter:

@@ -20,12 +20,13 @@ from typing import Any, TypeVar
 from .agent import RunResult
 from .approvals import ApprovalError, ApprovalRequest
 from .bus import EventLog
-from .errors import ConfigError, NoSuchRun, RunEnded
+from .errors import ConfigError, NoSuchRun, RunEnded, StoreUnavailable
 from .events import Event, model_response_data, tool_result_data
 from .journal import private_file
 from .ledger import Ledger
 from .loop import close_open_calls
 from .messages import Message, ToolCall, Usage
+from .outage import cause_of, said_by_us
 from .pricing import Price, price_for
 
 T = TypeVar("T")
@@ -123,11 +124,20 @@ def client(url: str, create: bool = False) -> Any:
         use_modern_sqlite()
     from dbos import DBOSClient
 
-    store = DBOSClient(system_database_url=url)
-    # DBOS's client never creates its schema; a fresh database gets it here, so runs can be
-    # queued before any worker has started (one query when it is there already; concurrent
-    # migrations are serialised by DBOS under an advisory lock)
-    store._sys_db.run_migrations()
+    # a client fails at once when the store does not answer, where DBOS's default waits for it
+    # without end: a page or a `tether runs` says so instead of hanging
+    store: Any = None
+    try:
+        with said_by_us():
+            store = DBOSClient(system_database_url=url, retry_connection_errors=False)
+            # DBOS's client never creates its schema; a fresh database gets it here, so runs
+            # can be queued before any worker has started (one query when it is there
+            # already; concurrent migrations are serialised by DBOS under an advisory lock)
+            store._sys_db.run_migrations()
+    except Exception as e:
+        if store is not None:
+            store.destroy()
+        raise StoreUnavailable(f"cannot open the store: {cause_of(str(e))}") from None
     return store
 
 

@@ -9,7 +9,7 @@ import re
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import orjson
 
@@ -242,7 +242,17 @@ def exit_status(result: RunResult, as_json: bool) -> int:
         return 130
     if not as_json:
         report(result, sys.stderr)
+    if (result.error or {}).get("kind") == "store_unavailable":
+        leave(result.exit_status)
     return result.exit_status
+
+
+def leave(status: int) -> NoReturn:
+    """Exit now, with `status`, when the store stopped answering: DBOS's threads wait for it
+    without end, and an ordinary exit waits for them (the run is kept in the store)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def report(result: RunResult, err: TextIO, quiet_done: bool = False) -> None:

@@ -16,12 +16,13 @@ import argparse
 import os
 import sys
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreUnavailable
 from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS, RunOptions
+from ..outage import STORE_PATIENCE_S
 from ..providers import PROVIDERS
 from ..tools import BUILTINS
 from ..version import __version__
-from .common import STORE_HELP, data_dir, default_store, error
+from .common import STORE_HELP, data_dir, default_store, error, leave
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--data-dir", default=str(data_dir()), help="where the default store is kept"
         )
+    for p in (resume, worker):
+        patience_option(p)
     show = sub.add_parser(
         "show",
         help="a past run: its transcript, events or ATIF trajectory",
@@ -175,6 +178,26 @@ def connections_option(group: argparse._ActionsContainer) -> None:
         help="connections to the store for the runs this process executes; steps wait for "
         "one in turn (default: 20; Postgres allows 100 in all by default)",
     )
+
+
+def patience_option(group: argparse._ActionsContainer) -> None:
+    group.add_argument(
+        "--store-patience",
+        type=float,
+        default=STORE_PATIENCE_S,
+        metavar="SECONDS",
+        help="how long runs wait for a store that stops answering; then they end failed here "
+        f"and stay in the store, to resume (default: {STORE_PATIENCE_S:g})",
+    )
+
+
+def check_store_settings(args: argparse.Namespace) -> str | None:
+    """What is wrong with the store settings of a command line, if anything."""
+    if getattr(args, "store_connections", 1) < 1:
+        return "--store-connections must be at least 1"
+    if not getattr(args, "store_patience", 1) > 0:
+        return "--store-patience must be more than 0 seconds"
+    return None
 
 
 STORE_COMMANDS = ("resume", "runs", "send", "cancel", "approve", "deny", "worker")
@@ -335,6 +358,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         help="where durable runs are recorded: sqlite:///PATH or postgresql://..., or memory "
         f"for a run that is not recorded (default: $TETHER_STORE, else {STORE_HELP})",
     )
+    patience_option(o)
     o.add_argument(
         "--queue",
         action="store_true",
@@ -356,6 +380,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         return command(build_parser().parse_args(argv))
+    except StoreUnavailable as e:
+        print(f"tether: {e}", file=sys.stderr)
+        leave(1)
     except BrokenPipeError:  # `tether runs | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 0
@@ -367,6 +394,9 @@ def command(args: argparse.Namespace) -> int:
 
         return command_show(args)
     resolve_store(args)
+    wrong = check_store_settings(args)
+    if wrong is not None:
+        return error(wrong)
     if args.command in STORE_COMMANDS and not args.store:
         return error(f"{args.command} needs a store (--store URL)")
     if args.command in STORE_COMMANDS:

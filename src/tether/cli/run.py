@@ -63,7 +63,7 @@ def command_run(args: argparse.Namespace, options: RunOptions) -> int:
 async def run_task(
     args: argparse.Namespace, options: RunOptions, run_id: str, sinks: list[Sink]
 ) -> RunResult:
-    rt = cli_runtime(args.store, take_over=False)
+    rt = cli_runtime(args.store, take_over=False, store_patience=args.store_patience)
     try:
         await ready(rt, options)
         return await one_run(rt, args, options, args.task, run_id, sinks, [])
@@ -124,7 +124,7 @@ def command_ask(args: argparse.Namespace, options: RunOptions) -> int:
     sinks = [output_sink(args.json), *journal_sinks(args.data_dir, args.log, not args.store)]
     interactive = sys.stdin.isatty()
     status = 0
-    rt = cli_runtime(args.store, take_over=False)
+    rt = cli_runtime(args.store, take_over=False, store_patience=args.store_patience)
     with asyncio.Runner() as runner:
         try:
             runner.run(ready(rt, options))

@@ -73,13 +73,12 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
     journal = Journal(Path(args.data_dir) / "events")
     if args.max_runs < 1:
         return error("--max-runs must be at least 1")
-    if args.store_connections < 1:
-        return error("--store-connections must be at least 1")
     runtime = cli_runtime(
         args.store,
         take_over=False,
         max_runs=args.max_runs,
         store_connections=args.store_connections,
+        store_patience=args.store_patience,
     )
     app = WebApp(
         runtime,

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from ..agent import RunResult
-from ..errors import ConfigError, RunEnded, RunError
+from ..errors import ConfigError, RunEnded, RunError, StoreUnavailable
 from ..redact import scrub
 from .common import cli_runtime, default_store, error, exit_status, output_sink, until_end
 
@@ -69,7 +69,9 @@ def command_resume(args: argparse.Namespace) -> int:
     sinks = [output_sink(args.json)]
 
     async def go() -> RunResult:
-        async with cli_runtime(args.store, take_over=False) as rt:
+        async with cli_runtime(
+            args.store, take_over=False, store_patience=args.store_patience
+        ) as rt:
             run = await rt.resume(args.run_id, sinks=sinks, force=args.force)
             return await until_end(run)
 
@@ -80,6 +82,8 @@ def command_resume(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("\n[cancelled]", file=sys.stderr)
         return 130
+    except StoreUnavailable:
+        raise  # said by main
     except Exception as e:  # the workflow failed inside DBOS
         print(f"tether: run {args.run_id} did not finish: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -88,8 +92,6 @@ def command_resume(args: argparse.Namespace) -> int:
 
 def command_worker(args: argparse.Namespace) -> int:
     executor_id = args.executor_id or f"{socket.gethostname()}-{os.getpid()}"
-    if args.store_connections < 1:
-        return error("--store-connections must be at least 1")
     print(
         f"tether worker {executor_id}: taking queued runs from the store",
         file=sys.stderr,
@@ -97,7 +99,11 @@ def command_worker(args: argparse.Namespace) -> int:
     )
 
     async def go() -> None:
-        settings = {"executor_id": executor_id, "store_connections": args.store_connections}
+        settings = {
+            "executor_id": executor_id,
+            "store_connections": args.store_connections,
+            "store_patience": args.store_patience,
+        }
         async with cli_runtime(args.store, take_over=False, **settings) as rt:
             await rt.work(args.concurrency, args.beat, args.dead_after)
 

@@ -1,0 +1,214 @@
+"""A Postgres store that stops answering in the middle of runs, through a TCP proxy the test
+cuts (the server died, a failover) or freezes (a network that drops packets): runs wait for it
+for the patience, then end `failed` with a clear error, never hang, and lose nothing; once the
+store answers, `tether resume` (or the worker, by itself) goes on without repeating what was
+done."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("dbos", reason="needs the durable extra")
+
+from helpers import FIXTURES, TETHER, Output, json_lines, tether, wait_until
+from tcp_proxy import TcpProxy
+from test_durable import tools_env
+from wire_server import WireServer, tool_results
+
+PATIENCE = "2"  # seconds a run waits for the store in these tests (30 by default)
+
+
+def charge_then_answer(wire: WireServer, gate: threading.Event) -> None:
+    """The model charges once, then answers; the answer waits for `gate`, so the test can
+    take the store away while the run is in its second model call."""
+
+    def rule(body: dict[str, Any]) -> dict[str, Any]:
+        if tool_results(body) == 0:
+            return {"calls": [("charge", {"amount": 7})]}
+        return {"text": "Charged once.", "gate": gate}
+
+    wire.rule = rule
+
+
+def charges(tmp_path: Path) -> list[str]:
+    path = tmp_path / "charges"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.parametrize("how", ["cut", "freeze"])
+def test_a_run_whose_store_stops_answering_fails_clearly_and_resumes_later(
+    wire: WireServer, tmp_path: Path, postgres: str, how: str
+) -> None:
+    gate = threading.Event()
+    charge_then_answer(wire, gate)
+    proxy, store = TcpProxy.to_url(postgres)
+    env = tools_env(tmp_path)
+    run = subprocess.Popen(
+        [
+            *(*TETHER, "run", "charge it", "--run-id", "r-1", "--json"),
+            *("--store", store, "--store-patience", PATIENCE, "--base-url", wire.url),
+            *("--tools", "none", "--tools-from", str(FIXTURES / "durable_tools.py")),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    out = Output(run.stdout)
+    try:
+        wait_until(lambda: len(wire.requests) == 2, "the second model call", 60)
+        getattr(proxy, how)()  # the store goes away while the model answers
+        gate.set()
+        status = run.wait(timeout=120)
+    finally:
+        gate.set()
+        if run.poll() is None:
+            run.kill()
+    err = run.stderr.read() if run.stderr else ""
+    assert status == 1, err
+    (finished,) = [e for e in json_lines(out.text()) if e["type"] == "run_finished"]
+    assert finished["outcome"] == "failed"
+    assert finished["error"]["kind"] == "store_unavailable"
+    assert f"did not answer for {PATIENCE} s" in finished["reason"]
+    assert "tether resume r-1" in finished["reason"]
+    assert "Traceback" not in err and len(err.splitlines()) <= 4, err  # said once, not 4,000
+    assert charges(tmp_path) == [charges(tmp_path)[0]]  # the charge was made and recorded
+
+    proxy.restore()
+    resumed = tether("resume", "r-1", "--store", store, "--json", env=env, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    (end,) = [e for e in json_lines(resumed.stdout) if e["type"] == "run_finished"]
+    assert (end["outcome"], end["answer"]) == ("done", "Charged once.")
+    assert len(charges(tmp_path)) == 1  # never twice
+    proxy.cut()
+
+
+def test_a_worker_waits_for_its_store_and_queues_its_runs_again(
+    wire: WireServer, tmp_path: Path, postgres: str
+) -> None:
+    """A worker outlives its store's outage: the runs it executes stop waiting after the
+    patience, and once the store answers it puts them back on the queue and finishes them."""
+    gate = threading.Event()
+    charge_then_answer(wire, gate)
+    proxy, through = TcpProxy.to_url(postgres)
+    env = tools_env(tmp_path)
+    tag = uuid.uuid4().hex[:6]
+    queued = tether(
+        *("run", "charge it", "--queue", "--run-id", f"w-{tag}", "--store", postgres),
+        *("--base-url", wire.url, "--tools", "none", "--approve", "auto"),
+        *("--tools-from", str(FIXTURES / "durable_tools.py")),
+        env=env,
+    )
+    assert queued.returncode == 0, queued.stderr
+    worker = subprocess.Popen(
+        [*TETHER, "worker", "--store", through, "--beat", "0.5", "--store-patience", PATIENCE],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    said = Output(worker.stderr)
+    try:
+        wait_until(lambda: len(wire.requests) == 2, "the second model call", 60)
+        proxy.cut()
+        gate.set()
+        said.wait_for("stop waiting for it", 60)
+        said.wait_for("the store does not answer", 60)
+        proxy.restore()
+        said.wait_for(f"queued again 1 runs stopped while the store did not answer: w-{tag}", 60)
+
+        def state() -> str:
+            listed = tether("runs", "--store", postgres, "--json", env=env)
+            rows = [json.loads(line) for line in listed.stdout.splitlines()]
+            return next((r["state"] for r in rows if r["id"] == f"w-{tag}"), "")
+
+        wait_until(lambda: state() == "done", "the worker to finish the run", 60, 0.3)
+    finally:
+        gate.set()
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert len(charges(tmp_path)) == 1
+    assert "Traceback" not in "\n".join(said.lines), said.lines
+    proxy.cut()
+
+
+async def test_a_ledger_call_waits_for_its_store_to_answer_again(postgres: str) -> None:
+    """The journal and inbox calls of a run wait for a store that went away, as DBOS's own
+    records do, instead of failing the run for good (a Postgres restart while a model step
+    read the inbox ended the run `failed`)."""
+    import asyncio
+
+    from tether.ledger import Ledger
+
+    proxy, through = TcpProxy.to_url(postgres)
+    ledger = Ledger(through)
+    try:
+        assert await ledger.call(ledger.messages_after, "r-1", 0) == []
+        proxy.cut()  # the pooled connection dies, and a new one is refused
+        call = asyncio.ensure_future(ledger.call(ledger.messages_after, "r-1", 0))
+        await asyncio.sleep(0.5)  # several attempts fail meanwhile
+        assert not call.done()
+        proxy.restore()
+        assert await asyncio.wait_for(call, 30) == []
+    finally:
+        proxy.cut()
+        ledger.engine.dispose()
+
+
+def test_the_store_trouble_dbos_logs_is_said_in_one_line_a_while() -> None:
+    """DBOS logs every retry of every thread with the driver's whole message; a process says
+    once in a while, in one line, that its store does not answer, and keeps the cause."""
+    import logging
+
+    from tether.outage import QuietStoreLog
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    log = logging.getLogger("tether-test-dbos")  # as DBOS's, without what others put on that
+    log.propagate = False
+    quiet, keep = QuietStoreLog(), Keep()
+    log.addFilter(quiet)
+    log.addHandler(keep)
+    try:
+        refused = (
+            '(psycopg.OperationalError) connection failed: connection to server at "10.0.0.5", '
+            "port 5432 failed: Connection refused\n\tIs the server running on that host?\n"
+            "(Background on this error at: https://sqlalche.me/e/21/e3q8)"
+        )
+        for attempt in range(100):
+            log.warning(f"Database connection failed: {refused}. Retrying (attempt {attempt})")
+        log.warning("Workflow w-1 has an unknown queue")
+    finally:
+        log.removeFilter(quiet)
+        log.removeHandler(keep)
+    said = [r.getMessage() for r in records]
+    assert said == [
+        'the store does not answer (connection to server at "10.0.0.5", port 5432 failed: '
+        "Connection refused)",
+        "Workflow w-1 has an unknown queue",
+    ]
+    assert quiet.cause is not None and "Connection refused" in quiet.cause
+
+
+@pytest.mark.parametrize("command", [["run", "hello", "--tools", "none"], ["runs"]])
+def test_a_store_that_cannot_be_reached_is_one_line(command: list[str]) -> None:
+    from helpers import free_port
+
+    store = f"postgresql://tether:sekrit-pw@127.0.0.1:{free_port()}/runs"  # nothing listens
+    p = tether(*command, "--store", store, timeout=60, OPENAI_API_KEY="sk-unused")
+    assert p.returncode == 1
+    assert p.stderr.startswith("tether: cannot open the store: connection to server at")
+    assert "Connection refused" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "sekrit-pw" not in p.stderr + p.stdout
