@@ -31,17 +31,24 @@ from durable_bench import cpu
 from scale import free_port, start_mock  # the same directory
 
 BENCH = Path(__file__).resolve().parent
+PATH = os.pathsep.join([str(BENCH.parent / "src"), str(BENCH)])  # this tree's Tether, bench/
 STEPS_PER_RUN = 4 + 9  # 4 model calls, 9 tool calls
 TASK = "Run the tools, then answer."
 
 
 def load_agent(base_url: str) -> Any:
-    from tether import Agent, OpenAIChatModel, tool
+    from tether import Agent, OpenAIChatModel, RunContext, tool
+
+    effects = os.environ.get("LOAD_EFFECTS")  # a file each finished call appends its key to
 
     @tool(idempotent=True)
-    async def sleep_tool(ms: int) -> str:
+    async def sleep_tool(ms: int, ctx: RunContext) -> str:
         """Sleep for ms milliseconds."""
         await asyncio.sleep(ms / 1000)
+        if effects:
+            fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.write(fd, f"{ctx.idempotency_key}\n".encode())  # one write: no interleaving
+            os.close(fd)
         return "slept"
 
     model = OpenAIChatModel("gpt-4.1-mini", api_key="sk-bench", base_url=base_url, stream=False)
@@ -131,15 +138,19 @@ def by_workers(
     store: str, base_url: str, runs: int, workers: int, timeout: float, kill_at: int = 0
 ) -> dict[str, Any]:
     """`runs` runs queued at once, executed by `workers` worker processes; with `kill_at`,
-    the first worker is killed with SIGKILL once that many runs have ended."""
+    the first worker is killed with SIGKILL once that many runs have ended. Each tool call
+    that finishes writes its idempotency key to a file: the crash suite's rules are that every
+    call of every run finished (nothing lost), and none finished twice but those the kill
+    interrupted between their end and its record (a completed step is not repeated)."""
     from tether import Runtime
     from tether.store import ENDED, WORKFLOW, client
 
     agent = load_agent(base_url)
+    effects = Path(tempfile.mkdtemp()) / "effects"
+    env = {**os.environ, "PYTHONPATH": PATH, "LOAD_EFFECTS": str(effects)}
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--be-worker", store, "--base-url", base_url],
-            env={**os.environ, "PYTHONPATH": str(BENCH)},
+            [sys.executable, __file__, "--be-worker", store, "--base-url", base_url], env=env
         )
         for _ in range(workers)
     ]
@@ -166,18 +177,21 @@ def by_workers(
         for p in procs:
             p.wait(30)
     done = sum(w.status == "SUCCESS" and (w.output or {}).get("outcome") == "done" for w in ended)
+    keys = effects.read_text().split() if effects.exists() else []
     return {
         "completed": done,
         "failed": len(ended) - done,
         "stuck": runs - len(ended),
         "wall_s": round(wall, 2),
+        "tool_calls_missing": runs * 9 - len(set(keys)),
+        "tool_calls_finished_twice": len(keys) - len(set(keys)),
     }
 
 
 def one_process(store: str, base_url: str, runs: int, timeout: float) -> dict[str, Any]:
     argv = [sys.executable, __file__, "--be-process", store, "--base-url", base_url]
     argv += ["--runs", str(runs), "--timeout", str(timeout)]
-    env = {**os.environ, "PYTHONPATH": str(BENCH)}
+    env = {**os.environ, "PYTHONPATH": PATH}
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not lines:
