@@ -27,17 +27,21 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from durable_bench import cpu
-from scale import free_port, start_mock  # the same directory
-
 BENCH = Path(__file__).resolve().parent
 PATH = os.pathsep.join([str(BENCH.parent / "src"), str(BENCH)])  # this tree's Tether, bench/
+sys.path[:0] = PATH.split(os.pathsep)
+
+from durable_bench import cpu
+from scale import free_port, start_mock
+
+from tether import RunContext  # a tool's annotation names it
+
 STEPS_PER_RUN = 4 + 9  # 4 model calls, 9 tool calls
 TASK = "Run the tools, then answer."
 
 
 def load_agent(base_url: str) -> Any:
-    from tether import Agent, OpenAIChatModel, RunContext, tool
+    from tether import Agent, OpenAIChatModel, tool
 
     effects = os.environ.get("LOAD_EFFECTS")  # a file each finished call appends its key to
 
