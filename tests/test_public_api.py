@@ -12,6 +12,7 @@ EXPECTED = {
     "Budget",
     "ConfigError",
     "Event",
+    "FallbackModel",
     "HTTPSettings",
     "Message",
     "MissingAPIKey",

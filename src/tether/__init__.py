@@ -33,6 +33,7 @@ from .messages import (
 from .pricing import Price
 from .providers import (
     AnthropicModel,
+    FallbackModel,
     HTTPSettings,
     Model,
     OpenAIChatModel,
@@ -53,6 +54,7 @@ __all__ = [
     "Budget",
     "ConfigError",
     "Event",
+    "FallbackModel",
     "HTTPSettings",
     "Message",
     "MissingAPIKey",

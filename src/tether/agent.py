@@ -47,6 +47,7 @@ from .loop import (
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .pricing import Price, price_for
 from .providers.base import Model, TextHook
+from .providers.fallback import FallbackModel
 from .providers.http import RetryHook
 from .tools.tool import RunContext, Tool
 from .tools.toolbox import Toolbox
@@ -180,6 +181,13 @@ class Agent:
         effects = LocalEffects(self, ctx, emitter, approver, limiter)
         return await execute(self, state, task, emitter, effects, reraise_cancel)
 
+    def price_of(self, response: ModelResponse) -> Price | None:
+        """The price of a fallback model that answered (None: the agent's own, `price`, which
+        also stands for a fallback whose price is unknown, so a budget still counts it)."""
+        if response.served_by and response.served_by != self.model.name:
+            return price_for(response.served_by, self.prices)
+        return None
+
     def charge(self, state: LoopState, usage: Usage) -> None:
         """Count a model call made outside the loop (a summary) in the run's usage and cost."""
         if usage != Usage():
@@ -251,7 +259,8 @@ async def drive(agent: Agent, state: LoopState, effects: Effects) -> Finish:
         if isinstance(action, Finish):
             return action
         if isinstance(action, CallModel):
-            happened = ModelReplied(await model_turn(agent, state, effects))
+            response = await model_turn(agent, state, effects)
+            happened = ModelReplied(response, agent.price_of(response))
         elif isinstance(action, RunTools):
             state.finished = {}
             happened = ToolsDone(await effects.run_tools(state, list(action.calls)))
@@ -413,7 +422,7 @@ async def respond(
     """A model call in a slot of the endpoint's limiter (a wait for one shows as `queued`,
     then `admitted`); what the server left out of its usage is estimated."""
     if limiter is None:
-        return with_usage(request, await model.respond(request, on_text, on_retry))
+        return with_usage(request, await call(model, request, emitter, on_text, on_retry))
 
     def on_queued(position: int) -> None:
         emitter.emit("queued", what="model_call", position=position)
@@ -421,4 +430,21 @@ async def respond(
     async with limiter.slot(on_queued) as waited:
         if waited:
             emitter.emit("admitted", what="model_call")
-        return with_usage(request, await model.respond(request, on_text, on_retry))
+        return with_usage(request, await call(model, request, emitter, on_text, on_retry))
+
+
+async def call(
+    model: Model,
+    request: ModelRequest,
+    emitter: Emitter,
+    on_text: TextHook | None,
+    on_retry: RetryHook,
+) -> ModelResponse:
+    """`model.respond`; a `FallbackModel` also says each fallback, as a `fallback` event."""
+    if not isinstance(model, FallbackModel):
+        return await model.respond(request, on_text, on_retry)
+
+    def on_fallback(failed: Model, after: Model, e: ProviderError) -> None:
+        emitter.emit("fallback", failed=failed.name, to=after.name, error=e.to_dict())
+
+    return await model.respond(request, on_text, on_retry, on_fallback)

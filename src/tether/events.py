@@ -89,6 +89,7 @@ def model_response_data(response: ModelResponse) -> dict[str, Any]:
         "tool_calls": [call_dict(c) for c in response.message.tool_calls],
         "stop_reason": response.stop_reason,
         "usage": response.usage.to_dict(),
+        "model": response.served_by or response.model,
     }
 
 

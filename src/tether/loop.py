@@ -70,6 +70,8 @@ class Started:
 @dataclass(frozen=True, slots=True)
 class ModelReplied:
     response: ModelResponse
+    price: Price | None = None
+    """What the model that answered costs, when it is not the run's own (a fallback)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +113,9 @@ def step(
         state.steps += 1
         state.usage = state.usage + r.usage
         state.last_usage = r.usage
-        if price is not None:
-            state.cost_usd += price.cost(r.usage)
+        paid = happened.price or price
+        if paid is not None:
+            state.cost_usd += paid.cost(r.usage)
         calls = r.message.tool_calls
         if calls:
             return RunTools(calls)

@@ -160,3 +160,6 @@ class ModelResponse:
     stop_reason: StopReason
     usage: Usage = field(default_factory=Usage)
     model: str = ""
+    """The model the server says answered."""
+    served_by: str = ""
+    """Which of a `FallbackModel`'s models answered (its configured name); "" otherwise."""

@@ -21,7 +21,7 @@ from .context import ContextPolicy, window_for
 from .errors import ConfigError
 from .loop import Budget
 from .pricing import load_prices, price_for
-from .providers import HTTPSettings, make_model
+from .providers import PROVIDERS, FallbackModel, HTTPSettings, Model, make_model
 from .terminal import TERMINAL_SYSTEM, TERMINAL_TOOLS
 from .tools import BUILTINS, Tool
 from .tools.bash import bash_tool
@@ -46,6 +46,8 @@ class RunOptions:
     provider: str | None = None
     model: str | None = None
     base_url: str | None = None
+    fallback: list[str] = field(default_factory=list)
+    """Models that answer in turn when the one before cannot serve now: PROVIDER:MODEL[@URL]."""
     script: str | None = None
     no_stream: bool = False
     max_retries: int = 2
@@ -125,7 +127,7 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
         read_timeout=o.read_timeout,
         max_retries=o.max_retries,
     )
-    model = make_model(
+    model: Model = make_model(
         o.provider or default_provider(o),
         o.model,
         base_url=o.base_url,
@@ -133,11 +135,15 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
         settings=settings,
         script=o.script,
     )
+    fallbacks = [fallback_model(spec, o, settings) for spec in o.fallback]
     prices = load_prices(o.prices) if o.prices else None
-    if o.max_cost is not None and price_for(model.name, prices) is None:
-        raise ConfigError(
-            f"--max-cost: no price is known for model {model.name!r}; give one with --prices FILE"
-        )
+    for m in (model, *fallbacks):
+        if o.max_cost is not None and price_for(m.name, prices) is None:
+            raise ConfigError(
+                f"--max-cost: no price is known for model {m.name!r}; give one with --prices FILE"
+            )
+    if fallbacks:
+        model = FallbackModel(model, *fallbacks)
     budget = Budget(
         max_steps=o.max_steps,
         max_input_tokens=o.max_input_tokens,
@@ -174,6 +180,21 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
             f"tools: {e}; a built-in, a --tools-from tool and an MCP server's tool must not "
             "share a name"
         ) from None
+
+
+def fallback_model(spec: str, o: RunOptions, settings: HTTPSettings) -> Model:
+    """The model of a `--fallback PROVIDER:MODEL[@URL]` (its key from the environment)."""
+    provider, colon, rest = spec.partition(":")
+    name, at, url = rest.partition("@")
+    if not colon or not name or provider not in PROVIDERS or provider in ("scripted", "local"):
+        raise ConfigError(
+            f"--fallback: {spec!r} is not PROVIDER:MODEL[@URL], with PROVIDER one of "
+            "openai-chat, openai-responses, anthropic"
+        )
+    if at and not url.startswith(("http://", "https://")):
+        raise ConfigError(f"--fallback: {url!r} in {spec!r} is not an http(s) URL")
+    stream = not o.no_stream
+    return make_model(provider, name, base_url=url or None, stream=stream, settings=settings)
 
 
 def select_tools(o: RunOptions) -> list[Tool]:

@@ -224,6 +224,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     )
     m.add_argument("--model", help="model name (default depends on the provider)")
     m.add_argument("--base-url", help="any compatible server, e.g. http://127.0.0.1:11434/v1")
+    m.add_argument(
+        "--fallback",
+        action="append",
+        default=[],
+        metavar="PROVIDER:MODEL[@URL]",
+        help="a model that answers when the one before cannot serve now (429, 5xx, overloaded, "
+        "unreachable, time-out), after its retries; repeat for more, tried in order",
+    )
     m.add_argument("--script", metavar="FILE", help="replies for --provider scripted (JSON list)")
     m.add_argument("--no-stream", action="store_true", help="ask for whole replies, not streams")
     m.add_argument(

@@ -7,6 +7,7 @@ import os
 from ..errors import ConfigError, MissingAPIKey
 from .anthropic import AnthropicModel
 from .base import Model, TextHook
+from .fallback import FallbackModel
 from .http import HTTPSettings
 from .openai_chat import OpenAIChatModel
 from .openai_responses import OpenAIResponsesModel
@@ -24,6 +25,7 @@ DEFAULT_MODELS = {
 __all__ = [
     "PROVIDERS",
     "AnthropicModel",
+    "FallbackModel",
     "HTTPSettings",
     "Model",
     "OpenAIChatModel",
