@@ -212,3 +212,27 @@ def test_a_store_that_cannot_be_reached_is_one_line(command: list[str]) -> None:
     assert "Connection refused" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "sekrit-pw" not in p.stderr + p.stdout
+
+
+def test_processes_that_open_a_fresh_store_at_once_all_open_it(postgres: str) -> None:
+    """Workers started together on a new database each create the ledger's tables if they are
+    missing; on Postgres that raced (a duplicate key in its catalog killed one of two workers
+    of bench/load.py)."""
+    from tether.ledger import Ledger
+
+    at_once = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def open_it() -> None:
+        at_once.wait()
+        try:
+            Ledger(postgres, connections=1).engine.dispose()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []

@@ -43,6 +43,11 @@ TABLES = (
 
 CallState = Literal["fresh", "finished", "interrupted"]
 
+SCHEMA_LOCK = 0x7E7E_0001
+"""The Postgres advisory lock under which a process creates the ledger's tables: two workers
+starting at once on a fresh database both ran CREATE TABLE IF NOT EXISTS, and one of them
+died of a duplicate key in Postgres's catalog (pg_type_typname_nsp_index)."""
+
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 5.0
 
@@ -95,6 +100,8 @@ class Ledger:
                 connect_args=dict(POSTGRES_CONNECT_ARGS),
             )
         with self.transaction() as run:
+            if self.engine is not None:  # one process at a time (see SCHEMA_LOCK)
+                run("SELECT pg_advisory_xact_lock(:k)", {"k": SCHEMA_LOCK})
             for ddl in TABLES:
                 run(ddl, {})
 
