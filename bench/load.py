@@ -45,7 +45,7 @@ def load_agent(base_url: str) -> Any:
 
     effects = os.environ.get("LOAD_EFFECTS")  # a file each finished call appends its key to
 
-    @tool(idempotent=True)
+    @tool(idempotent=not effects)  # counted, it stands for a payment: never made twice
     async def sleep_tool(ms: int, ctx: RunContext) -> str:
         """Sleep for ms milliseconds."""
         await asyncio.sleep(ms / 1000)
@@ -142,10 +142,11 @@ def by_workers(
     store: str, base_url: str, runs: int, workers: int, timeout: float, kill_at: int = 0
 ) -> dict[str, Any]:
     """`runs` runs queued at once, executed by `workers` worker processes; with `kill_at`,
-    the first worker is killed with SIGKILL once that many runs have ended. Each tool call
-    that finishes writes its idempotency key to a file: the crash suite's rules are that every
-    call of every run finished (nothing lost), and none finished twice but those the kill
-    interrupted between their end and its record (a completed step is not repeated)."""
+    the first worker is killed with SIGKILL once that many runs have ended. The tool stands
+    for a payment here (not idempotent), and each call writes its idempotency key to a file
+    once made: the crash suite's rules are that every run ends done (nothing lost) and no call
+    is made twice; a call the kill left started but unrecorded reaches the model as "outcome
+    unknown" instead of running again (counted: calls of the runs whose key is not there)."""
     from tether import Runtime
     from tether.store import ENDED, WORKFLOW, client
 
@@ -187,8 +188,8 @@ def by_workers(
         "failed": len(ended) - done,
         "stuck": runs - len(ended),
         "wall_s": round(wall, 2),
-        "tool_calls_missing": runs * 9 - len(set(keys)),
-        "tool_calls_finished_twice": len(keys) - len(set(keys)),
+        "tool_calls_made_twice": len(keys) - len(set(keys)),
+        "tool_calls_outcome_unknown": runs * 9 - len(set(keys)),
     }
 
 
