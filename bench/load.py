@@ -172,7 +172,7 @@ def by_workers(
             if len(ended) >= runs:
                 break
             if kill_at and not killed and len(ended) >= kill_at:
-                procs[0].kill()
+                busiest(reader, procs).kill()  # the one that holds the most runs
                 killed = True
             time.sleep(0.5)
         wall = time.perf_counter() - t0
@@ -191,6 +191,14 @@ def by_workers(
         "tool_calls_made_twice": len(keys) - len(set(keys)),
         "tool_calls_outcome_unknown": runs * 9 - len(set(keys)),
     }
+
+
+def busiest(reader: Any, procs: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """The worker process executing the most runs now (a worker's executor id ends in its
+    pid): one worker may have dequeued every run, and killing the other would test nothing."""
+    running = reader.list_workflows(status="PENDING", load_input=False, load_output=False)
+    held = {p: sum(str(w.executor_id).endswith(f"-{p.pid}") for w in running) for p in procs}
+    return max(procs, key=lambda p: held[p])
 
 
 def one_process(store: str, base_url: str, runs: int, timeout: float) -> dict[str, Any]:

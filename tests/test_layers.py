@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     ("providers and tools", {"providers", "tools"}),
-    ("loop and agent", {"loop", "context", "agent"}),
+    ("loop and agent", {"loop", "context", "output", "agent"}),
     ("run options", {"options"}),
     ("runs in memory", {"run", "supervisor", "bus"}),
     ("durable runs", {"durable", "ledger", "store", "outage"}),

@@ -20,6 +20,7 @@ EXPECTED = {
     "ModelRequest",
     "ModelResponse",
     "OpenAIChatModel",
+    "OutputInvalid",
     "Price",
     "ProviderConnectionError",
     "ProviderError",

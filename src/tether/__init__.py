@@ -7,6 +7,7 @@ from .approvals import approve_all, deny_all
 from .errors import (
     ConfigError,
     MissingAPIKey,
+    OutputInvalid,
     ProviderConnectionError,
     ProviderError,
     ProviderProtocolError,
@@ -63,6 +64,7 @@ __all__ = [
     "ModelResponse",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
+    "OutputInvalid",
     "Price",
     "ProviderConnectionError",
     "ProviderError",

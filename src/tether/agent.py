@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from .admission import Limiter
 from .approvals import Approver
 from .context import ContextPolicy, estimate, fit, is_context_error
-from .errors import ProviderError, StoreUnavailable
+from .errors import OutputInvalid, ProviderError, StoreUnavailable
 from .events import Emitter, Sink, model_response_data, tool_result_data
 from .loop import (
     CHOICES,
@@ -45,6 +45,7 @@ from .loop import (
     with_usage,
 )
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
+from .output import OUTPUT_TRIES, Output, jsonable, retry_message
 from .pricing import Price, price_for
 from .providers.base import Model, TextHook
 from .providers.fallback import FallbackModel
@@ -64,6 +65,9 @@ class RunResult:
     steps: int
     messages: list[Message]
     error: dict[str, Any] | None = None
+    output: Any = None
+    """The typed answer of an agent with an `output_type` (on a store, where the agent is not
+    known, its JSON)."""
 
     @property
     def exit_status(self) -> int:
@@ -82,6 +86,8 @@ class RunResult:
         }
         if self.error is not None:
             data["error"] = self.error
+        if self.output is not None:
+            data["output"] = jsonable(self.output)
         return data
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,6 +106,7 @@ class RunResult:
             int(d.get("steps") or 0),
             list(d.get("messages") or []),
             d.get("error"),
+            d.get("output"),
         )
 
 
@@ -130,6 +137,9 @@ class Agent:
     tool_choice: str | None = None
     """`auto`, `required`, `none` or a tool's name, sent in each provider's own format;
     `required` and a name hold until the model has called a tool (see `loop.choice_for`)."""
+    output_type: Any = None
+    """A pydantic model class or a JSON Schema (a dict) the final answer must match; the
+    run's `output` is the typed value (see `output`)."""
 
     def __post_init__(self) -> None:
         self.toolbox = self.tools if isinstance(self.tools, Toolbox) else Toolbox(self.tools)
@@ -140,6 +150,7 @@ class Agent:
                 f"name ({', '.join(names) or 'no tools'})"
             )
         self.price = price_for(self.model.name, self.prices)
+        self.output = None if self.output_type is None else Output(self.output_type)
 
     def new_state(self, messages: list[Message]) -> LoopState:
         return LoopState(messages, self.system, self.toolbox.specs)
@@ -199,7 +210,8 @@ class Agent:
         """The next model call's request: the conversation as it stands."""
         limit = output_room(state, self.budget, self.max_output_tokens)
         choice = choice_for(self.tool_choice, state.messages)
-        return ModelRequest(tuple(state.messages), state.tools, state.system, limit, choice)
+        output = None if self.output is None else self.output.format
+        return ModelRequest(tuple(state.messages), state.tools, state.system, limit, choice, output)
 
     def started(self, task: str | None, **extra: Any) -> dict[str, Any]:
         """The `run_started` event's data (see `RunResult.summary` for the other end)."""
@@ -257,13 +269,34 @@ async def drive(agent: Agent, state: LoopState, effects: Effects) -> Finish:
     while True:
         action = step(state, happened, agent.budget, agent.price, effects.now())
         if isinstance(action, Finish):
-            return action
+            if action.outcome != "done" or agent.output is None or typed(agent, state, action):
+                return action
+            happened = Started()  # told what does not match: the model answers again
+            continue
         if isinstance(action, CallModel):
             response = await model_turn(agent, state, effects)
             happened = ModelReplied(response, agent.price_of(response))
         elif isinstance(action, RunTools):
             state.finished = {}
             happened = ToolsDone(await effects.run_tools(state, list(action.calls)))
+
+
+def typed(agent: Agent, state: LoopState, finish: Finish) -> bool:
+    """Whether the final answer matches the agent's output type (then `state.output` is its
+    value); if not, the model is told what is wrong, and after `OUTPUT_TRIES` answers the run
+    fails. Pure, so a durable replay decides the same."""
+    assert agent.output is not None
+    try:
+        state.output = agent.output.parse(finish.answer)
+        return True
+    except ValueError as e:
+        state.output_tries += 1
+        if state.output_tries >= OUTPUT_TRIES:
+            raise OutputInvalid(
+                f"the answer does not match the output schema after {OUTPUT_TRIES} tries: {e}"
+            ) from None
+        state.messages.append(Message.user(retry_message(e)))
+        return False
 
 
 async def model_turn(agent: Agent, state: LoopState, effects: Effects) -> ModelResponse:
@@ -320,7 +353,7 @@ async def execute(
             raise
         task_.uncancel()
         return result
-    except ProviderError as e:
+    except (ProviderError, OutputInvalid) as e:
         close(emitter, state, "Not run: the model call failed.")
         error = e.to_dict()
         finish = Finish("failed", last_answer(state.messages), str(e))
@@ -353,6 +386,7 @@ def finish_run(
         state.steps,
         state.messages,
         error,
+        state.output if finish.outcome == "done" else None,
     )
     emitter.emit("run_finished", **result.summary())
     return result

@@ -307,16 +307,19 @@ class DurableRuns:
         sinks: list[Sink],
         history: list[Message] | None = None,
         chosen: bool = True,
+        typed: Callable[[Any], Any] | None = None,
     ) -> StoredRun:
         """Start a run executed by this process; returns once the run is recorded. An id the
         caller `chosen` is looked up in the store first (DBOS would hand back the run that
-        has it); a generated one cannot be there, and costs no read."""
+        has it); a generated one cannot be there, and costs no read. `typed` makes the
+        recorded output (JSON) the agent's output type again."""
         from dbos import DBOS, SetWorkflowID
 
         taken = chosen and await self.in_time(DBOS.get_workflow_status_async(run_id)) is not None
         if run_id in self.runs or taken:
             raise RunExists(f"the store has a run {run_id!r} already; resume it or use another id")
         run = self.attach(run_id, sinks)
+        run.typed = typed
         try:
             with SetWorkflowID(run_id):
                 started = DBOS.start_workflow_async(workflow(), run_id, record, task, history)
@@ -359,6 +362,8 @@ class DurableRuns:
         if run.summary is not None:  # it ended here, and said how
             data = {**run.summary, "messages": data.get("messages") or run.kept}
         result = RunResult.from_dict(run.id, data)
+        if run.typed is not None and result.output is not None:
+            result.output = run.typed(result.output)
         if not result.messages:
             result.messages = run.transcript
         if run.summary is None:
@@ -725,6 +730,7 @@ class StoredRun:
         self.ended = asyncio.Event()
         self.summary: dict[str, Any] | None = None  # its run_finished, once seen here
         self.kept: list[Message] = []  # the transcript of a run cancelled here
+        self.typed: Callable[[Any], Any] | None = None  # see DurableRuns.start
         self.tally = Tally()
 
     @property

@@ -7,6 +7,7 @@
      │    ├── RunExists              a live run already has this id
      │    ├── NoSuchRun              no run has this id
      │    └── RunEnded               the run is over: it takes no more messages
+     ├── OutputInvalid               the model's answers never matched the agent's output type
      ├── StoreUnavailable            the durable store stopped answering; what it recorded is
      │                               kept, and the run goes on once it answers (resume)
      └── ProviderError               the model call failed: .status .error_type .message
@@ -68,6 +69,16 @@ class StoreUnavailable(TetherError):
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "status": None, "message": str(self), "retryable": True}
+
+
+class OutputInvalid(TetherError):
+    """The model's final answer did not match the agent's output type, as many times as the
+    run allows (`output.OUTPUT_TRIES`): the run ends `failed` with this error."""
+
+    kind = "output_invalid"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "status": None, "message": str(self), "retryable": False}
 
 
 class ProviderError(TetherError):

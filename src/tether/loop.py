@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from .messages import (
     Message,
@@ -59,6 +59,10 @@ class LoopState:
     the next model call (the run's mailbox puts them here; the step function takes them out)."""
     finished: dict[str, ToolResult] = field(default_factory=dict)
     """Results of the current reply's calls as each completes: a cancel keeps them."""
+    output: Any = None
+    """The typed final answer, once it matched the agent's output type."""
+    output_tries: int = 0
+    """Final answers that did not match it (see `agent.typed`)."""
 
 
 # What just happened

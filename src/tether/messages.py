@@ -145,6 +145,14 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """The shape a final answer must have: a JSON Schema, with the name protocols ask for."""
+
+    name: str
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
@@ -152,6 +160,8 @@ class ModelRequest:
     max_output_tokens: int | None = None
     tool_choice: str | None = None
     """None or "auto" (the model decides), "required" (some tool), "none", or a tool's name."""
+    output: OutputFormat | None = None
+    """The schema the final answer must match (see `output`), in each protocol's own way."""
 
 
 @dataclass(frozen=True, slots=True)

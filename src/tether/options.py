@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from .agent import Agent
 from .context import ContextPolicy, window_for
 from .errors import ConfigError
 from .loop import Budget
+from .output import Output
 from .pricing import load_prices, price_for
 from .providers import PROVIDERS, FallbackModel, HTTPSettings, Model, make_model
 from .terminal import TERMINAL_SYSTEM, TERMINAL_TOOLS
@@ -74,6 +77,8 @@ class RunOptions:
     system: str | None = None
     profile: str = "default"
     approve: str = "ask"
+    output_schema: str | None = None
+    """A JSON Schema file the final answer must match (`run_finished.output` is the value)."""
 
     @classmethod
     def from_namespace(cls, ns: Any) -> RunOptions:
@@ -105,6 +110,7 @@ class RunOptions:
             ],
             script=str(Path(self.script).resolve()) if self.script else None,
             prices=str(Path(self.prices).resolve()) if self.prices else None,
+            output_schema=str(Path(self.output_schema).resolve()) if self.output_schema else None,
         )
 
 
@@ -174,12 +180,30 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
             context=context,
             name=CLI_AGENT,
             tool_choice=o.tool_choice,
+            output_type=load_schema(o.output_schema) if o.output_schema else None,
         )
     except ValueError as e:  # two tools of one name: the model could not tell them apart
         raise ConfigError(
             f"tools: {e}; a built-in, a --tools-from tool and an MCP server's tool must not "
             "share a name"
         ) from None
+
+
+def load_schema(path: str) -> dict[str, Any]:
+    """The JSON Schema of `--output-schema FILE` (checked when the agent is built)."""
+    try:
+        schema = orjson.loads(Path(path).read_bytes())
+    except OSError as e:
+        raise ConfigError(f"--output-schema: cannot read {path}: {e.strerror}") from None
+    except orjson.JSONDecodeError as e:
+        raise ConfigError(f"--output-schema: {path} is not JSON: {e}") from None
+    if not isinstance(schema, dict):
+        raise ConfigError(f"--output-schema: {path} is not a JSON Schema (an object)")
+    try:
+        Output(schema)
+    except ValueError as e:
+        raise ConfigError(f"--output-schema: {path}: {e}") from None
+    return schema
 
 
 def fallback_model(spec: str, o: RunOptions, settings: HTTPSettings) -> Model:

@@ -303,7 +303,10 @@ class Runtime:
         from .durable import record_of
 
         record = record_of(found, options, context, approvals_of(approver), restart)
-        return await self.durable.start(record, task, run_id, list(sinks or []), history, chosen)
+        typed = None if found.output is None else found.output.typed
+        return await self.durable.start(
+            record, task, run_id, list(sinks or []), history, chosen, typed
+        )
 
     def enqueue(
         self,

@@ -225,6 +225,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     m.add_argument("--model", help="model name (default depends on the provider)")
     m.add_argument("--base-url", help="any compatible server, e.g. http://127.0.0.1:11434/v1")
     m.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        help="a JSON Schema the final answer must match (an answer that does not is sent back "
+        "to the model, up to 3 answers); --json gives the value as run_finished.output",
+    )
+    m.add_argument(
         "--fallback",
         action="append",
         default=[],

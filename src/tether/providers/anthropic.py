@@ -15,6 +15,7 @@ Quirks handled here, each pinned by a test:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import aiohttp
@@ -96,7 +97,7 @@ class AnthropicModel(HTTPModel):
         response: ModelResponse = await self.http.post(
             "/messages", body, parse, on_retry, request.max_output_tokens or self.max_tokens
         )
-        return response
+        return response if request.output is None else answer_of(response)
 
 
 def request_body(
@@ -123,6 +124,15 @@ def request_body(
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
         ]
+    if request.output is not None:  # no native form: the answer is a tool's input
+        body.setdefault("tools", []).append(
+            {
+                "name": ANSWER_TOOL,
+                "description": "Give your final answer: call this when you are done, with the "
+                "answer as its input, instead of answering in text.",
+                "input_schema": request.output.schema,
+            }
+        )
     if request.tool_choice and request.tools:
         choice = request.tool_choice
         named = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}
@@ -130,6 +140,26 @@ def request_body(
     if stream:
         body["stream"] = True
     return body
+
+
+ANSWER_TOOL = "final_answer"
+
+
+def answer_of(response: ModelResponse) -> ModelResponse:
+    """A reply whose `final_answer` call is the answer: its input as the reply's text (so the
+    loop ends the run on it, as on the native forms of the other protocols)."""
+    parts = response.message.parts
+    answers = [p for p in parts if isinstance(p, ToolCall) and p.name == ANSWER_TOOL]
+    if not answers:
+        return response
+    rest = tuple(p for p in parts if not (isinstance(p, ToolCall) and p.name == ANSWER_TOOL))
+    text = TextPart(answers[-1].raw_arguments or orjson.dumps(answers[-1].arguments).decode())
+    calls = any(isinstance(p, ToolCall) for p in rest)
+    return dataclasses.replace(
+        response,
+        message=Message("assistant", (*rest, text)),
+        stop_reason=response.stop_reason if calls else "end_turn",
+    )
 
 
 def wire_blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:

@@ -98,6 +98,12 @@ def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, A
         )
     if request.max_output_tokens:
         body["max_tokens"] = request.max_output_tokens
+    if request.output is not None:
+        o = request.output
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": o.name, "schema": o.schema, "strict": False},
+        }
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

@@ -90,6 +90,11 @@ def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, A
         )
     if request.max_output_tokens:
         body["max_output_tokens"] = request.max_output_tokens
+    if request.output is not None:
+        o = request.output
+        body["text"] = {
+            "format": {"type": "json_schema", "name": o.name, "schema": o.schema, "strict": False}
+        }
     if stream:
         body["stream"] = True
     return body
