@@ -623,26 +623,35 @@ class DurableRuns:
         await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
         listen_to_queue()
         name = self.executor_id
-        waiting_since: float | None = None  # for the store, while it does not answer
         while True:
             try:
-                await self.in_time(self.tend(name, dead_after))
-            except Exception as e:  # the store does not answer: the worker waits for it
-                if waiting_since is None:
-                    waiting_since = time.monotonic()
-                    cause = str(e) if isinstance(e, StoreUnavailable) else cause_of(str(e))
-                    say(f"tether worker {name}: the store does not answer ({cause}); waiting")
-            else:
-                if waiting_since is not None:
-                    waited = time.monotonic() - waiting_since
-                    say(f"tether worker {name}: the store answers again (after {waited:.0f} s)")
-                    waiting_since = None
+                dead = await self.beat(name, dead_after)
+                await self.tend(name, dead)  # recovering hundreds of runs takes its time
+            except Exception as e:
+                say(f"tether worker {name}: {type(e).__name__}: {cause_of(str(e))}; goes on")
             await asyncio.sleep(beat)
 
-    async def tend(self, name: str, dead_after: float) -> None:
-        """A worker's round: take over the runs of dead processes here, beat, recover the
-        runs of workers that stopped beating, and queue again the runs this worker stopped
-        when the store did not answer (`give_up`), now that it does."""
+    async def beat(self, name: str, dead_after: float) -> list[str]:
+        """Record that this worker is alive; the workers that stopped beating, to recover.
+        The beat also tells whether the store answers: one that has not after the patience
+        is said once, and the worker waits for it. The beat is never cancelled, for it forgets
+        the dead workers it returns: its answer must not be lost."""
+        beating = asyncio.ensure_future(self.ledger.call(self.ledger.beat, name, dead_after))
+        done, _ = await asyncio.wait({beating}, timeout=self.patience)
+        if done:
+            return beating.result()
+        since = time.monotonic() - self.patience
+        cause = self.quiet.cause or "no reply"
+        say(f"tether worker {name}: the store does not answer ({cause}); waiting")
+        dead = await beating
+        waited = time.monotonic() - since
+        say(f"tether worker {name}: the store answers again (after {waited:.0f} s)")
+        return dead
+
+    async def tend(self, name: str, dead: list[str]) -> None:
+        """A worker's round after its beat: take over the runs of dead processes here,
+        recover the runs of the workers that stopped beating (`dead`), and queue again the
+        runs this worker stopped when the store did not answer (`give_up`), now that it does."""
         from dbos import DBOS
 
         taken = await self.take_over()  # runs of `tether run` processes that died here
@@ -651,7 +660,6 @@ class DurableRuns:
                 f"tether worker {name}: took over {len(taken)} runs whose process died: "
                 f"{', '.join(taken)}"
             )
-        dead = await self.ledger.call(self.ledger.beat, name, dead_after)
         if dead:
             recovered = await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
             say(
