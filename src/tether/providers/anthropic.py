@@ -16,9 +16,8 @@ Quirks handled here, each pinned by a test:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 
 from ..errors import ProviderProtocolError, error_kind, error_status, stream_error
@@ -37,6 +36,9 @@ from ..messages import (
 from .base import TextHook
 from .http import HTTPModel, HTTPSettings, Progress, RetryHook, json_reply, loads_event, sse_batches
 from .openai_chat import parse_arguments
+
+if TYPE_CHECKING:  # imported where a request is made: `tether --help` needs none
+    import aiohttp
 
 PROVIDER = "anthropic"
 API_VERSION = "2023-06-01"

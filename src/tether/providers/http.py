@@ -20,9 +20,8 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 
 from ..errors import (
@@ -80,7 +79,10 @@ def stream_allowance(max_output_tokens: int | None) -> int:
     return min(MAX_REPLY, (1 << 20) + max_output_tokens * BYTES_PER_TOKEN)
 
 
-Parser = Callable[[aiohttp.ClientResponse, Progress], Awaitable[Any]]
+if TYPE_CHECKING:  # imported when the first request is made: `tether --help` needs none (0.2 s)
+    import aiohttp
+
+Parser = Callable[["aiohttp.ClientResponse", Progress], Awaitable[Any]]
 
 
 class HTTPClient:
@@ -91,6 +93,8 @@ class HTTPClient:
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._session is None or self._session.closed:
             s = self.settings
             self._session = aiohttp.ClientSession(
@@ -163,6 +167,8 @@ class HTTPClient:
         return delay * random.uniform(0.5, 1.0)
 
     async def _once(self, url: str, data: bytes, parse: Parser, progress: Progress) -> Any:
+        import aiohttp
+
         try:
             async with self.session().post(
                 url, data=data, headers={"Content-Type": "application/json"}

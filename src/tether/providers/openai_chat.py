@@ -13,9 +13,8 @@ Quirks handled here, each pinned by a test:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 
 from ..errors import ProviderProtocolError, error_kind, error_status, stream_error
@@ -33,6 +32,9 @@ from ..messages import (
 )
 from .base import TextHook
 from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
+
+if TYPE_CHECKING:  # imported where a request is made: `tether --help` needs none
+    import aiohttp
 
 FINISH_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",

@@ -11,9 +11,7 @@ Quirks handled here, each pinned by a test:
 
 from __future__ import annotations
 
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError, ProviderProtocolError, error_kind, error_status, stream_error
 from ..messages import (
@@ -31,6 +29,9 @@ from ..messages import (
 from .base import TextHook
 from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
 from .openai_chat import parse_arguments
+
+if TYPE_CHECKING:  # imported where a request is made: `tether --help` needs none
+    import aiohttp
 
 PROVIDER = "openai-responses"
 
