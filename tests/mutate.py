@@ -38,6 +38,9 @@ TARGETS: dict[str, list[str]] = {
     "src/tether/providers/http.py": ["tests/test_providers.py", "tests/test_hostile_servers.py"],
     "src/tether/web/server.py": ["tests/test_web.py"],
     "src/tether/ledger.py": ["tests/test_durable_python.py", "tests/test_one_driver.py"],
+    "src/tether/output.py": ["tests/test_output.py"],
+    "src/tether/providers/fallback.py": ["tests/test_fallback.py"],
+    "src/tether/outage.py": ["tests/test_store_outage.py"],
 }
 
 FLIPS: dict[type[ast.AST], type[ast.AST]] = {

@@ -71,9 +71,10 @@ async def one_run(agent: Agent, store: str | None) -> tuple[Any, list[Any]]:
         {"status": 529, "type": "overloaded_error"},
         {"status": 500},
         {"status": 429},
+        {"status": 408},
         {"fault": "reset"},
     ],
-    ids=["overloaded", "5xx", "429", "connection"],
+    ids=["overloaded", "5xx", "429", "408", "connection"],
 )
 async def test_the_next_model_answers_when_the_first_cannot_serve_now(
     wire: WireServer,

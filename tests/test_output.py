@@ -208,3 +208,14 @@ def test_a_durable_run_gives_the_typed_answer(wire: WireServer, tmp_path: Path) 
     )
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["Invoice", "4200"]
+
+
+async def test_a_long_schema_title_is_cut_to_the_length_protocols_allow(wire: WireServer) -> None:
+    """OpenAI refuses a json_schema name over 64 characters, or with other than letters,
+    digits, `_` and `-`."""
+    schema = {"title": "an invoice: " + "x" * 100, "type": "object"}
+    wire.add(text="{}")
+    result, _ = await run_agent(Agent(model("chat", wire), output_type=schema))
+    assert result.output == {}
+    name = wire.requests[0]["response_format"]["json_schema"]["name"]
+    assert name == ("an_invoice__" + "x" * 100)[:64]

@@ -40,8 +40,10 @@ FallbackHook = Callable[[Model, Model, ProviderError], None]
 def cannot_serve_now(e: ProviderError) -> bool:
     """Whether another provider may answer what this one could not, now."""
     if isinstance(e, (ProviderConnectionError, ProviderTimeout, RateLimited, ServerError)):
-        return True
-    return e.status is not None and (e.status in (408, 429) or e.status >= 500)
+        return True  # 429 and 5xx are classed so by their status (`errors.status_error`)
+    return (
+        e.status == 408
+    )  # the server gave up waiting for the request: a 4xx that is not its fault
 
 
 class FallbackModel:
