@@ -236,3 +236,39 @@ def test_processes_that_open_a_fresh_store_at_once_all_open_it(postgres: str) ->
     for t in threads:
         t.join(60)
     assert errors == []
+
+
+def test_what_dbos_says_of_the_store_is_kept_short_and_its_own_cancels_unsaid() -> None:
+    """The cause kept is the driver's first line when it names no known cause; DBOS's note
+    that a run's task was cancelled is dropped (Tether says why it stopped the run); while a
+    client says the store cannot be opened, DBOS's own words on it are dropped, and the rest
+    of its warnings pass."""
+    import logging
+
+    from tether.outage import QuietStoreLog, cause_of, said_by_us
+
+    assert cause_of("the pool is closed\n(Background on this error ...)") == "the pool is closed"
+    quiet = QuietStoreLog()
+
+    def passes(message: str, level: int = logging.WARNING) -> bool:
+        return bool(quiet.filter(logging.LogRecord("dbos", level, "", 0, message, (), None)))
+
+    assert not passes("Asyncio task cancelled for workflow or step <function run_async>")
+    assert passes("Workflow w-1 has an unknown queue")
+
+    log = logging.getLogger("dbos")
+    kept: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            kept.append(record.getMessage())
+
+    keep = Keep()
+    log.addHandler(keep)
+    try:
+        with said_by_us():
+            log.warning("Error connecting to the DBOS system database: connection refused")
+            log.warning("Workflow w-2 has an unknown queue")
+    finally:
+        log.removeHandler(keep)
+    assert kept == ["Workflow w-2 has an unknown queue"]
