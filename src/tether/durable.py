@@ -65,7 +65,14 @@ from .journal import private_file
 from .ledger import Ledger
 from .loop import LoopState, unique_calls
 from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
-from .outage import POSTGRES_CONNECT_ARGS, STORE_PATIENCE_S, QuietStoreLog, cause_of, unavailable
+from .outage import (
+    POSTGRES_CONNECT_ARGS,
+    STORE_PATIENCE_S,
+    QuietStoreLog,
+    cannot_open,
+    cause_of,
+    unavailable,
+)
 from .run import RestartPolicy, after_attempt, forget_old
 from .store import (
     MAIL,
@@ -229,10 +236,10 @@ class DurableRuns:
             self._ledger = Ledger(self.url, self.connections)
             self.launch()
             self.view = StoreView(self.url, self._ledger)
+        except TetherError:
+            raise
         except Exception as e:
-            if isinstance(e, TetherError):
-                raise
-            raise StoreUnavailable(f"cannot open the store: {cause_of(str(e))}") from None
+            raise cannot_open(e) from None
         _active = self
 
     def launch(self) -> None:

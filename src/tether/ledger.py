@@ -30,6 +30,7 @@ import orjson
 
 from .journal import private_file
 from .messages import ToolResult
+from .outage import POSTGRES_CONNECT_ARGS
 
 TABLES = (
     "CREATE TABLE IF NOT EXISTS tether_tool_calls (run_id TEXT NOT NULL, call_id TEXT NOT NULL, "
@@ -90,8 +91,6 @@ class Ledger:
             self.conn.execute("PRAGMA busy_timeout=30000")
         else:
             from sqlalchemy import create_engine
-
-            from .outage import POSTGRES_CONNECT_ARGS
 
             self.engine = create_engine(
                 ledger_url(store),

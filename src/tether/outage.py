@@ -111,6 +111,11 @@ def said_by_us() -> Iterator[None]:
         log.removeFilter(drop)
 
 
+def cannot_open(e: Exception) -> StoreUnavailable:
+    """The error of a store that could not be opened (a command's start, a client)."""
+    return StoreUnavailable(f"cannot open the store: {cause_of(str(e))}")
+
+
 def unavailable(patience: float, cause: str | None, run_id: str | None = None) -> StoreUnavailable:
     """The error of a run (or a start) that waited `patience` seconds for the store."""
     why = f" ({cause})" if cause else " (no reply)"

@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 from .agent import RunResult
 from .approvals import ApprovalError, ApprovalRequest
 from .bus import EventLog
-from .errors import ConfigError, NoSuchRun, RunEnded, StoreUnavailable
+from .errors import ConfigError, NoSuchRun, RunEnded
 from .events import Event, model_response_data, tool_result_data
 from .journal import private_file
 from .ledger import Ledger
 from .loop import close_open_calls
 from .messages import Message, ToolCall, Usage
-from .outage import cause_of, said_by_us
+from .outage import cannot_open, said_by_us
 from .pricing import Price, price_for
 
 T = TypeVar("T")
@@ -137,7 +137,7 @@ def client(url: str, create: bool = False) -> Any:
     except Exception as e:
         if store is not None:
             store.destroy()
-        raise StoreUnavailable(f"cannot open the store: {cause_of(str(e))}") from None
+        raise cannot_open(e) from None
     return store
 
 
