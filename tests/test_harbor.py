@@ -25,7 +25,8 @@ except ImportError as e:  # the harbor extra is not installed
         raise
     pytest.skip(f"harbor is not installed: {e}", allow_module_level=True)
 
-from helpers import alive, until
+from helpers import alive, until, wait_until
+from tether.harbor import environment as environment_module
 from tether.harbor.agent import TRAJECTORY, TetherAgent
 from tether.harbor.environment import LocalEnvironment
 
@@ -176,6 +177,47 @@ def test_exec_timeout_kills_the_command_and_stop_kills_what_was_left_running(
         await until(lambda: not alive(pid), "the left-over process to end", 5)
 
     asyncio.run(scenario())
+
+
+def test_stop_kills_a_process_caught_between_exec_and_its_new_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A left-over process inside `execve` shows an empty environment for a moment, and a
+    single look at /proc missed it (CI, 1 in 50 locally). Here the moment is held open: the
+    process waits on a fifo with no environment, and is let go on to exec with the marker
+    just after stop's first look."""
+    env = environment(tmp_path)
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    marked = f"{environment_module.MARKER}={env.trial_marker}"
+    proc = subprocess.Popen(
+        ["env", "-i", "/bin/sh", "-c", f"read x < {fifo}; exec env {marked} sleep 300"]
+    )
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    wait_until(lambda: cmdline.read_bytes().startswith(b"/bin/sh"), "env to exec the shell")
+    looks = environment_module.marked_processes
+    first = True
+
+    def look_then_let_go(needle: bytes) -> tuple[list[int], list[int]]:
+        nonlocal first
+        seen = looks(needle)
+        if first:
+            first = False
+            assert proc.pid in seen[1]  # empty, so not killed on this look
+            with fifo.open("w") as w:
+                w.write("go\n")
+            wait_until(
+                lambda: cmdline.read_bytes().startswith(b"sleep"),
+                "the process to exec sleep",
+            )
+        return seen
+
+    monkeypatch.setattr(environment_module, "marked_processes", look_then_let_go)
+    try:
+        asyncio.run(env.stop(delete=True))
+        assert proc.wait(timeout=5) == -9
+    finally:
+        proc.kill()
 
 
 def test_a_run_cut_short_by_harbor_keeps_its_trajectory_and_token_counts(

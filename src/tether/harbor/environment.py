@@ -20,12 +20,14 @@ run only tasks you trust.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import re
 import shutil
 import signal
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,13 @@ SETUP_SCRIPT = "setup.sh"
 MARKER = "TETHER_HARBOR_TRIAL"
 DRAIN_AFTER_EXIT = 1.0
 """Seconds to keep reading after the command exits, for output of jobs it left running."""
+KILL_PASSES = 20
+KILL_PASS_PAUSE = 0.005
+EMPTY_PASSES = 3
+"""Looks 5 ms apart, at most 20; an environment empty three looks running is taken as empty.
+An `execve` takes well under a millisecond, so three looks cover it with room under load."""
+PF_KTHREAD = 0x00200000
+"""The flag in /proc/<pid>/stat of a kernel thread."""
 PLACES = {"/app": "app", "/logs": "logs", "/tests": "tests", "/solution": "solution"}
 VARIABLES = {"app": "APP_DIR", "logs": "LOGS_DIR", "tests": "TESTS_DIR", "solution": "SOLUTION_DIR"}
 
@@ -196,18 +205,57 @@ def kill_group(pid: int) -> None:
 
 
 def kill_marked(marker: str) -> int:
-    """Kill every process whose environment carries this trial's marker; how many were."""
+    """Kill every process whose environment carries this trial's marker; how many were.
+
+    A process caught inside `execve` shows an empty environment for a moment (the new image's
+    is not mapped yet): one in fifty `setsid sleep 300 &` left behind by a command that had just
+    exited was missed so. Such a process, and any a killed one may have forked meanwhile, is
+    looked at again, until a pass finds nothing left to kill and every empty environment has
+    stayed empty for EMPTY_PASSES looks (some processes really have none: `env -i`).
+    """
     needle = f"{MARKER}={marker}".encode()
     killed = 0
+    empty_for: collections.Counter[int] = collections.Counter()
+    for _ in range(KILL_PASSES):
+        found, empty = marked_processes(needle)
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        empty_for.update(empty)
+        if not found and all(empty_for[pid] >= EMPTY_PASSES for pid in empty):
+            break
+        time.sleep(KILL_PASS_PAUSE)
+    return killed
+
+
+def marked_processes(needle: bytes) -> tuple[list[int], list[int]]:
+    """The processes whose environment holds `needle`, and the live user processes whose
+    environment reads empty (perhaps mid-exec, so perhaps holding it a moment later)."""
+    found: list[int] = []
+    empty: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             environ = (entry / "environ").read_bytes()
-        except OSError:
+        except (FileNotFoundError, ProcessLookupError):
             continue
+        except OSError:
+            environ = b""
         if needle in environ.split(b"\0"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-    return killed
+            found.append(int(entry.name))
+        elif not environ and user_process(entry):
+            empty.append(int(entry.name))
+    return found, empty
+
+
+def user_process(entry: Path) -> bool:
+    """Whether a /proc entry is a live process with memory of its own: not a kernel thread
+    (whose environment is always empty), not a zombie, not gone."""
+    try:
+        stat = (entry / "stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0] not in ("Z", "X") and not int(fields[6]) & PF_KTHREAD
