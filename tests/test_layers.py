@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "terminal",
             "tracing",
             "version",
+            "tree",
         },
     ),
     ("providers and tools", {"providers", "tools"}),

@@ -13,14 +13,17 @@ transcript the caller passed in.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from .admission import Limiter
-from .approvals import Approver
+from .approvals import Approver, Policy
 from .context import ContextPolicy, estimate, fit, is_context_error
 from .errors import OutputInvalid, ProviderError, StoreUnavailable
 from .events import Emitter, Sink, model_response_data, tool_result_data
@@ -50,8 +53,9 @@ from .pricing import Price, price_for
 from .providers.base import Model, TextHook
 from .providers.fallback import FallbackModel
 from .providers.http import RetryHook
-from .tools.tool import RunContext, Tool
+from .tools.tool import RunContext, Tool, tool_from_function
 from .tools.toolbox import Toolbox
+from .tree import Allowance, child_run_id
 
 
 @dataclass
@@ -111,6 +115,10 @@ class RunResult:
 
 
 EXIT_STATUS: dict[str, int] = {"done": 0, "failed": 1, "halted": 3, "cancelled": 130}
+
+CHILD_TIMEOUT = 3600.0
+"""How long an agent used as a tool may take by default (its own budget and its parent's time
+limit still hold): far longer than a plain tool's minute, as a child makes model calls."""
 
 
 def close(emitter: Emitter, state: LoopState, why: str) -> None:
@@ -189,8 +197,48 @@ class Agent:
         if inbox is not None:
             state.inbox = inbox
         emitter = emitter or Emitter(run_id, sinks)
+        state.allowance = ctx.allowance = self.allowance(run_id, ctx.parent)
+        if ctx.parent is not None:
+            root = ctx.parent.root.run_id
+            emitter.lineage = {"parent_run_id": ctx.parent.run_id, "root_run_id": root}
+        elif sinks and not ctx.tree_sinks:
+            ctx.tree_sinks = list(sinks)  # the root's watchers see its children too
         effects = LocalEffects(self, ctx, emitter, approver, limiter)
         return await execute(self, state, task, emitter, effects, reraise_cancel)
+
+    def allowance(self, run_id: str, parent: Allowance | None) -> Allowance:
+        """A run's share of its tree's budget: this agent's limits, under its parent's."""
+        b = self.budget
+        return Allowance(run_id, b.max_steps, b.max_tokens, b.max_cost_usd, parent)
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        timeout: float = CHILD_TIMEOUT,
+        approval: Policy = "never",
+    ) -> Tool:
+        """This agent as a tool of another. A call starts a child run on the task the model
+        writes (in the same runtime, found by its id, `PARENT.CALL`); its answer is the
+        result (its typed output as JSON). The child draws on the caller's budget (`tree`),
+        is cancelled with the call, and one that does not end `done` gives an error result
+        that says why. `timeout` bounds the child's time, as any tool's."""
+        agent = self
+
+        async def delegate(task: str, ctx: RunContext) -> str:
+            """Args:
+            task: Everything the agent needs to do the task: it sees nothing else of this
+                conversation.
+            """
+            return await run_child(agent, task, ctx)
+
+        summary = description or f"Hand a task to the agent {self.name} and get its answer."
+        made = tool_from_function(
+            delegate, name=name or self.name, description=summary, timeout=timeout
+        )
+        made.approval = approval
+        return made
 
     def price_of(self, response: ModelResponse) -> Price | None:
         """The price of a fallback model that answered (None: the agent's own, `price`, which
@@ -267,13 +315,19 @@ async def drive(agent: Agent, state: LoopState, effects: Effects) -> Finish:
     """Perform what the step function decides until it says to finish."""
     happened: Happening = Started()
     while True:
+        spent = state.cost_usd
         action = step(state, happened, agent.budget, agent.price, effects.now())
+        if isinstance(happened, ModelReplied) and state.allowance is not None:
+            state.allowance.charge(happened.response.usage, state.cost_usd - spent)
         if isinstance(action, Finish):
             if action.outcome != "done" or agent.output is None or typed(agent, state, action):
                 return action
             happened = Started()  # told what does not match: the model answers again
             continue
         if isinstance(action, CallModel):
+            refused = state.allowance.reserve() if state.allowance is not None else ""
+            if refused:  # a limit of the tree this run is part of
+                return Finish("halted", last_answer(state.messages), refused)
             response = await model_turn(agent, state, effects)
             happened = ModelReplied(response, agent.price_of(response))
         elif isinstance(action, RunTools):
@@ -482,3 +536,41 @@ async def call(
         emitter.emit("fallback", failed=failed.name, to=after.name, error=e.to_dict())
 
     return await model.respond(request, on_text, on_retry, on_fallback)
+
+
+# -- children ----------------------------------------------------------------------------------
+
+
+class ChildRunEnded(Exception):
+    """A child run ended other than `done`: the parent's model reads why as the call's result."""
+
+
+async def run_child(agent: Agent, task: str, ctx: RunContext) -> str:
+    """Run `agent` on `task` as a child of the run whose tool call this is: in its runtime
+    when there is one (`ctx.spawn`), else inside the call. A cancel of the call cancels the
+    child and waits for it to end, so nothing of the child outlives its parent's call."""
+    run_id = child_run_id(ctx.run_id, ctx.call_id, uuid.uuid4().hex[:8])
+    child = ctx.for_child(run_id)
+    if ctx.spawn is None:
+        emitter = Emitter(run_id, list(ctx.tree_sinks))
+        result: RunResult | None = await agent.run(
+            task, context=child, run_id=run_id, emitter=emitter
+        )
+    else:
+        handle = await ctx.spawn(agent, task, child, run_id)
+        try:
+            result = await handle.wait()
+        except asyncio.CancelledError:
+            handle.cancel()
+            with contextlib.suppress(BaseException):
+                await handle.wait()
+            raise
+    if result is None:
+        raise ChildRunEnded(f"the agent {agent.name} (run {run_id}) never ran")
+    if result.outcome != "done":
+        raise ChildRunEnded(
+            f"the agent {agent.name} (run {run_id}) ended {result.outcome}: {result.reason}"
+        )
+    if result.output is not None:
+        return orjson.dumps(jsonable(result.output)).decode()
+    return result.answer

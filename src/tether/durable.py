@@ -212,6 +212,9 @@ class DurableRuns:
         self.agents: dict[str, Agent] = {}  # run id -> agent, while the run executes here
         self.contexts: dict[str, RunContext] = {}  # run id -> its tools' context, likewise
         self.emitters: dict[str, Emitter] = {}
+        self.watchers: dict[str, list[Sink]] = {}
+        """The sinks a run was started or resumed with here: its children's events go there
+        too (an agent used as a tool runs inside the call, see `agent.run_child`)."""
         self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.stepped: set[str] = set()
         self.shown: dict[str, set[str]] = {}
@@ -350,6 +353,7 @@ class DurableRuns:
         log.events.extend(before or ())
         emitter = self.emitters[run_id] = Emitter(run_id, [log.append, run.track, *sinks])
         emitter.seq = len(log.events)
+        self.watchers[run_id] = list(sinks)
         return run
 
     async def follow(self, run: StoredRun, handle: Any) -> None:
@@ -378,6 +382,7 @@ class DurableRuns:
         run.result = result
         run.status = result.outcome
         self.bus.log(run.id).close()
+        self.watchers.pop(run.id, None)
         run.ended.set()
         forget_old(self.finished, self.keep_finished, self.runs, self.bus.logs, run.id)
 
@@ -524,6 +529,7 @@ class DurableRuns:
         try:
             agent = self.agents[run_id] = await self.resolve(record["agent"], record["options"])
             self.contexts[run_id] = context_of(run_id, record)
+            self.contexts[run_id].tree_sinks = self.watchers.get(run_id, [])
             if self.run_slots is None:
                 return await self.attempts(run_id, record, agent, task, history)
             emitter = self.emitter_for(run_id)
@@ -556,8 +562,10 @@ class DurableRuns:
         restarts: deque[float] = deque()
         first: str | None = task
         attempt = 1
+        ctx = self.contexts[run_id]
         while True:
             state = agent.new_state(messages)
+            state.allowance = ctx.allowance = agent.allowance(run_id, ctx.parent)
             try:
                 result = await execute(agent, state, first, emitter, effects)
             except asyncio.CancelledError:
@@ -607,6 +615,7 @@ class DurableRuns:
         self.shown.pop(run_id, None)
         self.lost.pop(run_id, None)
         if run_id not in self.runs:  # nobody here follows it
+            self.watchers.pop(run_id, None)
             self.emitters.pop(run_id, None)
             self.bus.logs.pop(run_id, None)
 

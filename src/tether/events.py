@@ -12,6 +12,9 @@ Every event is a flat JSON object with `type`, `run_id`, `seq` (0, 1, 2 ... with
     retry           {attempt, delay, error}                  a model call is being retried
     run_finished    {outcome, answer, reason, usage, cost_usd, steps, error?}
 
+A child run (an agent used as a tool, see `tree`) adds `parent_run_id` and `root_run_id` to
+every one of its events.
+
 `usage` is {input_tokens, cached_input_tokens, output_tokens, reasoning_tokens}; `outcome` is one
 of done, halted, cancelled, failed. Types may gain fields; none is ever renamed or removed.
 """
@@ -55,12 +58,14 @@ Sink = Callable[[Event], None]
 class Emitter:
     """Numbers a run's events and hands them to its sinks, in order, synchronously."""
 
-    __slots__ = ("run_id", "seq", "sinks")
+    __slots__ = ("lineage", "run_id", "seq", "sinks")
 
     def __init__(self, run_id: str, sinks: list[Sink] | None = None) -> None:
         self.run_id = run_id
         self.seq = 0
         self.sinks: list[Sink] = sinks or []
+        self.lineage: dict[str, str] | None = None
+        """A child run's `parent_run_id` and `root_run_id`, added to each of its events."""
 
     @property
     def active(self) -> bool:
@@ -70,6 +75,8 @@ class Emitter:
         if not self.sinks:
             self.seq += 1
             return
+        if self.lineage is not None:
+            data.update(self.lineage)
         event = Event(type, self.run_id, self.seq, data, time.time())
         self.seq += 1
         for sink in self.sinks:

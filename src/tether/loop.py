@@ -26,6 +26,7 @@ from .messages import (
     Usage,
 )
 from .pricing import Price
+from .tree import Allowance
 
 Outcome = Literal["done", "halted", "cancelled", "failed"]
 
@@ -63,6 +64,8 @@ class LoopState:
     """The typed final answer, once it matched the agent's output type."""
     output_tries: int = 0
     """Final answers that did not match it (see `agent.typed`)."""
+    allowance: Allowance | None = None
+    """The run's share of its tree's budget: each model call is reserved against it first."""
 
 
 # What just happened

@@ -290,6 +290,10 @@ class Runtime:
         run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
         context = context or context_for(options)
         if self.durable is None:
+            if context.spawn is None:  # its tools start child runs here, as runs of their own
+                context.spawn = self.start_child
+            if context.parent is None and sinks and not context.tree_sinks:
+                context.tree_sinks = list(sinks)  # the root's watchers see its children too
             return self.supervisor.start(
                 found,
                 task,
@@ -306,6 +310,15 @@ class Runtime:
         typed = None if found.output is None else found.output.typed
         return await self.durable.start(
             record, task, run_id, list(sinks or []), history, chosen, typed
+        )
+
+    async def start_child(
+        self, agent: Agent, task: str, context: RunContext, run_id: str
+    ) -> RunHandle:
+        """A child run an agent used as a tool starts (see `tree`): a run of this runtime,
+        found by its id, its events also seen by its root's sinks."""
+        return await self.start(
+            agent, task, run_id=run_id, context=context, sinks=list(context.tree_sinks)
         )
 
     def enqueue(

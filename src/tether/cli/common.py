@@ -170,7 +170,9 @@ class HumanOutput:
 
     def __call__(self, event: Event) -> None:
         d = event.data
-        if event.type == "text_delta":
+        if "parent_run_id" in d:
+            self.child(event)
+        elif event.type == "text_delta":
             shown, self.pending = held_back(self.pending + d["text"])
             self.out.write(terminal_safe(scrub(shown)))
             self.out.flush()
@@ -196,6 +198,19 @@ class HumanOutput:
             self.err.write(
                 f"  … retry {d['attempt']} in {d['delay']:.1f} s: {d['error']['message']}\n"
             )
+        self.err.flush()
+
+    def child(self, event: Event) -> None:
+        """A child run's events (an agent used as a tool): its calls and its end, on stderr
+        under its id; its text is not streamed, as children run side by side."""
+        d, who = event.data, terminal_safe(event.run_id)
+        if event.type == "tool_call":
+            args = orjson.dumps(d["arguments"]).decode()
+            self.err.write(f"    {who} → {terminal_safe(d['name'])}({short(args, 160)})\n")
+        elif event.type == "run_finished":
+            self.err.write(f"    {who} {d['outcome']}: {short(terminal_safe(d['answer']), 120)}\n")
+        else:
+            return
         self.err.flush()
 
 

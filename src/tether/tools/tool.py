@@ -25,13 +25,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 import pydantic
 import pydantic_core
 
 from ..approvals import Policy
+from ..events import Sink
 from ..messages import ToolSpec
+from ..tree import Allowance
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -51,6 +53,38 @@ class RunContext:
     idempotency_key: str | None = None
     """Set for each call of a durable run (`run_id:call_id`): the same on a retried step, so a
     side-effecting tool can make a repeat harmless."""
+    call_id: str | None = None
+    """The id of the call the tool runs for (a context of its own per call)."""
+    parent: Allowance | None = None
+    """A child run's: the allowance of the run that started it (see `tree`)."""
+    allowance: Allowance | None = None
+    """Set by the driver: this run's share of its tree's budget, which children draw on."""
+    spawn: Spawn | None = None
+    """How a tool starts a child run in the runtime that runs this one (set by `Runtime`);
+    None: a child runs inside the call (`Agent.run` on its own)."""
+    tree_sinks: list[Sink] = field(default_factory=list)
+    """Sinks that see the events of this run's descendants too (the root's watchers)."""
+
+    def for_child(self, run_id: str) -> RunContext:
+        """The context of a child run this run starts: the same workspace, account, deps and
+        config, drawing on this run's allowance."""
+        return RunContext(
+            run_id=run_id,
+            workspace=self.workspace,
+            account_id=self.account_id,
+            deps=self.deps,
+            config=self.config,
+            parent=self.allowance,
+            spawn=self.spawn,
+            tree_sinks=self.tree_sinks,
+        )
+
+
+class Spawn(Protocol):
+    """Starts a child run of the same runtime: `agent` on `task`, as run `run_id`, with
+    `context`; the handle it returns has `wait()` and `cancel()`."""
+
+    async def __call__(self, agent: Any, task: str, context: RunContext, run_id: str) -> Any: ...
 
 
 class ToolArgumentsError(Exception):

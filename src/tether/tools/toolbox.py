@@ -8,6 +8,7 @@ the order of the calls, whatever order they finish in.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 from ..approvals import ApprovalRequest, Approver, Decision, needs_approval
@@ -66,6 +67,8 @@ class Toolbox:
                     f"The call was not approved: {decision.reason}. "
                     "Do not repeat it unchanged; choose another way or ask the user.",
                 )
+        if t.context_param:  # a context of the call's own: it may start a child run by it
+            ctx = dataclasses.replace(ctx, call_id=call.id)
         try:
             async with asyncio.timeout(t.timeout):
                 output = await t.call(kwargs, ctx)

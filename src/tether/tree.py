@@ -1,0 +1,104 @@
+"""One budget for a tree of runs: what a run and its descendants may still spend.
+
+    lead (max_steps=9) ── researcher ×8 (2 calls each wanted)  ->  exactly 9 model requests
+
+An agent used as a tool (`Agent.as_tool`) starts a child run, and a child can start its own.
+Every run of the tree has an `Allowance`: its own budget's limits, what it and its descendants
+have spent, and its parent's allowance. Before each model call the driver reserves the call
+against the run's allowance and every ancestor's at once (`reserve`), so parallel children can
+never overshoot the root's limit: peers that check after the fact let a limit of 9 tool calls
+with 8 parallel children make 16 (pydantic-ai-harness#696). Asyncio runs one thing at a time,
+so a reservation is a plain check-then-add with no await between. Tokens and cost are known
+only when a call ends: each is charged to every ancestor then (`charge`), and a limit that
+is reached refuses the next call of every run below it.
+
+Values only: no I/O, no clock of its own (the driver passes `now`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from .messages import Usage
+
+
+@dataclass(eq=False)
+class Allowance:
+    """A run's share of its tree's budget. None for a limit means none of the run's own (its
+    ancestors' still hold)."""
+
+    run_id: str
+    max_calls: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    parent: Allowance | None = None
+    calls: int = 0
+    """Model calls reserved by this run and its descendants (a reserved call counts even if it
+    then fails: it reached the model)."""
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+
+    def chain(self) -> Iterator[Allowance]:
+        """This allowance, then its parent's, up to the root's."""
+        node: Allowance | None = self
+        while node is not None:
+            yield node
+            node = node.parent
+
+    @property
+    def root(self) -> Allowance:
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+    def refusal(self) -> str:
+        """Why this allowance has no room for another model call, or ""."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            return (
+                f"max_steps: {self.calls} model calls made by run {self.run_id} and the runs "
+                f"it started, the limit is {self.max_calls}"
+            )
+        total = self.usage.total_tokens
+        if self.max_tokens is not None and total >= self.max_tokens:
+            return (
+                f"max_tokens: {total} used by run {self.run_id} and the runs it started, "
+                f"the limit is {self.max_tokens}"
+            )
+        if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
+            return (
+                f"max_cost: ${self.cost_usd:.4f} spent by run {self.run_id} and the runs it "
+                f"started, the limit is ${self.max_cost_usd:g}"
+            )
+        return ""
+
+    def reserve(self) -> str:
+        """Reserve one model call against this allowance and every ancestor's; "" when it is
+        reserved, else why not (then nothing is reserved anywhere)."""
+        chain = list(self.chain())
+        for node in chain:
+            reason = node.refusal()
+            if reason:
+                return reason
+        for node in chain:
+            node.calls += 1
+        return ""
+
+    def charge(self, usage: Usage, cost_usd: float) -> None:
+        """Count what a finished call used against this allowance and every ancestor's."""
+        for node in self.chain():
+            node.usage = node.usage + usage
+            node.cost_usd += cost_usd
+
+
+UNSAFE = re.compile(r"[^A-Za-z0-9._:-]")
+
+
+def child_run_id(parent_run_id: str, call_id: str | None, fallback: str) -> str:
+    """The id of the child run a tool call starts: the parent's id and the call's, so the same
+    call of the same run always names the same child (a replay finds it again). Characters a
+    run id cannot hold become `-`; over 128 characters, the end is kept."""
+    name = f"{parent_run_id}.{UNSAFE.sub('-', call_id or fallback)}"
+    return name if len(name) <= 128 else name[-128:].lstrip("._:-")

@@ -1,0 +1,293 @@
+"""Agents that call agents: a child's answer as the parent's tool result, one budget for the
+tree (the over-shoot case: exactly the root's limit of requests reach the model server), one
+cancel, and events that say where they come from. Over real HTTP to the wire mock."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pydantic
+import pytest
+
+from helpers import cli_env, until, within
+from tether import Agent, Budget, HTTPSettings, OpenAIChatModel, Runtime, tool
+from tether.events import Event
+from wire_server import WireServer, tool_results
+
+NO_LIMITS = Budget()
+SETTINGS = HTTPSettings(max_retries=1, backoff_base=0.01, backoff_max=0.02, read_timeout=30)
+
+
+@tool
+def note(text: str) -> str:
+    """Write a note down."""
+    return "noted"
+
+
+@pytest.fixture
+async def chat(wire: WireServer) -> AsyncIterator[OpenAIChatModel]:
+    """One client for every agent of a test's tree, closed after it."""
+    client = OpenAIChatModel("mock", api_key="sk-k", base_url=wire.url, settings=SETTINGS)
+    yield client
+    await client.aclose()
+
+
+def system_of(body: dict[str, Any]) -> str:
+    return str(body["messages"][0]["content"]) if body["messages"][0]["role"] == "system" else ""
+
+
+def tree_rule(children: int, child_reply: Callable[[], dict[str, Any]] | None = None) -> Any:
+    """The lead hands `children` tasks to researchers at once, then sums up; a researcher
+    notes something down (a second model call), then answers."""
+
+    def rule(body: dict[str, Any]) -> dict[str, Any]:
+        done = tool_results(body)
+        if "LEAD" in system_of(body):
+            if done == 0:
+                return {"calls": [("researcher", {"task": f"topic {i}"}) for i in range(children)]}
+            return {"text": "the lead's summary"}
+        if done == 0:
+            return child_reply() if child_reply else {"calls": [("note", {"text": "seen"})]}
+        return {"text": "found it"}
+
+    return rule
+
+
+def agents(
+    chat: OpenAIChatModel, lead_budget: Budget = NO_LIMITS, child_budget: Budget = NO_LIMITS
+) -> tuple[Agent, Agent]:
+    researcher = Agent(chat, [note], system="RESEARCHER", name="researcher", budget=child_budget)
+    lead = Agent(
+        chat,
+        [researcher.as_tool(description="Research one topic.")],
+        system="LEAD",
+        name="lead",
+        budget=lead_budget,
+    )
+    return lead, researcher
+
+
+async def test_a_child_answers_as_the_parents_tool_result_and_its_events_say_whose(
+    wire: WireServer,
+    chat: OpenAIChatModel,
+) -> None:
+    wire.rule = tree_rule(2)
+    lead, _ = agents(chat)
+    events: list[Event] = []
+    async with Runtime(agents=[lead]) as rt:
+        run = await rt.start("lead", "Look into two topics.", run_id="root", sinks=[events.append])
+        result = await within(run.wait(), "the tree to answer")
+        assert result is not None and result.outcome == "done", result
+        assert result.answer == "the lead's summary"
+        results = [p for m in result.messages if m.role == "tool" for p in m.parts]
+        assert [(r.output, r.is_error) for r in results] == [("found it", False)] * 2
+        children = ["root.call_1_0", "root.call_1_1"]
+        for child in children:  # runs of the runtime, found by id
+            handle = rt.get(child)
+            assert handle.status == "done"
+            assert "topic" in handle.transcript[0].text
+    by_run: dict[str, list[Event]] = {}
+    for e in events:  # the root's sinks saw the whole tree
+        by_run.setdefault(e.run_id, []).append(e)
+    assert set(by_run) == {"root", *children}
+    for child in children:
+        seen = by_run[child]
+        assert [e.seq for e in seen] == list(range(len(seen)))
+        assert all(e.data["parent_run_id"] == "root" for e in seen)
+        assert all(e.data["root_run_id"] == "root" for e in seen)
+        assert seen[-1].type == "run_finished" and seen[-1].data["outcome"] == "done"
+    assert not any("parent_run_id" in e.data for e in by_run["root"])
+
+
+@pytest.mark.parametrize("where", ["runtime", "agent.run"])
+async def test_eight_parallel_children_under_a_root_limit_of_nine_calls_make_nine_requests(
+    wire: WireServer, chat: OpenAIChatModel, where: str
+) -> None:
+    """pydantic-ai-harness#696: with a limit of 9 and 8 parallel children the tree made 16.
+    Here each child wants 2 calls; the root's first call and 8 children's first calls are
+    the 9, every child's second call and the root's second are refused."""
+    wire.rule = tree_rule(8)
+    lead, _ = agents(chat, lead_budget=Budget(max_steps=9))
+    if where == "runtime":
+        async with Runtime(agents=[lead]) as rt:
+            run = await rt.start("lead", "Look into eight topics.", run_id="root")
+            result = await within(run.wait(), "the tree to halt")
+            child_outcomes = [rt.get(f"root.call_1_{i}").status for i in range(8)]
+    else:
+        result = await within(lead.run("Look into eight topics.", run_id="root"), "the halt")
+        child_outcomes = ["halted"] * 8  # inside the calls: their results say it (below)
+    assert len(wire.requests) == 9
+    assert result is not None and result.outcome == "halted"
+    assert "max_steps" in result.reason and "the limit is 9" in result.reason
+    assert child_outcomes == ["halted"] * 8
+    results = [p for m in result.messages if m.role == "tool" for p in m.parts]
+    assert len(results) == 8 and all(r.is_error for r in results)
+    assert all("ended halted: max_steps" in r.output for r in results)
+
+
+async def test_a_child_with_a_tighter_budget_halts_and_its_parent_goes_on(
+    wire: WireServer,
+    chat: OpenAIChatModel,
+) -> None:
+    wire.rule = tree_rule(1)
+    lead, _ = agents(chat, child_budget=Budget(max_steps=1))
+    async with Runtime(agents=[lead]) as rt:
+        run = await rt.start("lead", "Look into one topic.", run_id="root")
+        result = await within(run.wait(), "the lead to answer")
+    assert result is not None and result.outcome == "done"
+    (child_result,) = [p for m in result.messages if m.role == "tool" for p in m.parts]
+    assert child_result.is_error
+    assert "researcher (run root.call_1_0) ended halted: max_steps" in child_result.output
+    assert len(wire.requests) == 3  # lead, the child's one call, lead
+
+
+async def test_cancelling_the_root_cancels_every_child_inside_its_model_stream(
+    wire: WireServer,
+    chat: OpenAIChatModel,
+) -> None:
+    wire.rule = tree_rule(5, lambda: {"text": "never sent whole", "fault": "stall"})
+    lead, _ = agents(chat)
+    async with Runtime(agents=[lead]) as rt:
+        run = await rt.start("lead", "Look into five topics.", run_id="root")
+        await until(lambda: len(wire.requests) == 6, "five children to be streaming")
+        children = [rt.get(f"root.call_1_{i}") for i in range(5)]
+        assert rt.cancel("root")
+        result = await within(run.wait(), "the root to end")
+        assert result is not None and result.outcome == "cancelled"
+        # the root's cancel ends when its children have ended
+        assert [c.status for c in children] == ["cancelled"] * 5
+    await until(lambda: wire.closed_streams == 5, "the children's streams to be closed", 5)
+
+
+async def test_cancelling_one_child_gives_its_parent_an_error_result_and_the_parent_goes_on(
+    wire: WireServer,
+    chat: OpenAIChatModel,
+) -> None:
+    def child_reply() -> dict[str, Any]:
+        return {"text": "never sent whole", "fault": "stall"}
+
+    wire.rule = tree_rule(1, child_reply)
+    lead, _ = agents(chat)
+    async with Runtime(agents=[lead]) as rt:
+        run = await rt.start("lead", "Look into one topic.", run_id="root")
+        await until(lambda: len(wire.requests) == 2, "the child to be streaming")
+        assert rt.cancel("root.call_1_0")
+        result = await within(run.wait(), "the lead to answer")
+    assert result is not None and result.outcome == "done"
+    (child_result,) = [p for m in result.messages if m.role == "tool" for p in m.parts]
+    assert child_result.is_error and "ended cancelled" in child_result.output
+
+
+class Finding(pydantic.BaseModel):
+    topic: str
+    confidence: float
+
+
+async def test_a_childs_typed_output_is_its_parents_tool_result(
+    wire: WireServer, chat: OpenAIChatModel
+) -> None:
+    found = {"topic": "tides", "confidence": 0.5}
+    wire.rule = tree_rule(1, lambda: {"text": orjson.dumps(found).decode()})
+    researcher = Agent(chat, [], system="RESEARCHER", name="researcher")
+    researcher.output_type = Finding
+    researcher.__post_init__()
+    lead = Agent(chat, [researcher.as_tool()], system="LEAD", name="lead")
+    result = await within(lead.run("One topic.", run_id="root"), "the lead to answer")
+    (child_result,) = [p for m in result.messages if m.role == "tool" for p in m.parts]
+    assert not child_result.is_error
+    assert orjson.loads(child_result.output) == found
+
+
+async def test_a_cancel_of_a_tree_run_inside_one_call_ends_the_children_too(
+    wire: WireServer,
+    chat: OpenAIChatModel,
+) -> None:
+    """Without a runtime (`Agent.run`), children run inside their calls and a cancel of the
+    root reaches them as any cancel reaches a tool."""
+    wire.rule = tree_rule(3, lambda: {"text": "never sent whole", "fault": "stall"})
+    lead, _ = agents(chat)
+    events: list[Event] = []
+    task = asyncio.ensure_future(lead.run("Three topics.", run_id="root", sinks=[events.append]))
+    await until(lambda: len(wire.requests) == 4, "three children to be streaming")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(task, "the root to end")
+    ended = {e.run_id: e.data["outcome"] for e in events if e.type == "run_finished"}
+    assert ended == {"root": "cancelled", **{f"root.call_1_{i}": "cancelled" for i in range(3)}}
+    await until(lambda: wire.closed_streams == 3, "the children's streams to be closed", 5)
+
+
+async def test_tokens_a_child_spends_count_against_its_roots_limit(
+    wire: WireServer, chat: OpenAIChatModel
+) -> None:
+    """Each reply uses 60 tokens (50 in, 10 out). The lead's own 60 leave it room under its
+    limit of 150, but with its child's two calls the tree has used 180: its next is refused."""
+    wire.rule = tree_rule(1)
+    lead, _ = agents(chat, lead_budget=Budget(max_tokens=150))
+    result = await within(lead.run("One topic.", run_id="root"), "the tree to halt")
+    assert len(wire.requests) == 3
+    assert result.outcome == "halted"
+    assert result.reason == (
+        "max_tokens: 180 used by run root and the runs it started, the limit is 150"
+    )
+    assert result.usage.total_tokens == 60  # the run's own usage stays its own
+
+
+EXAMPLE = [sys.executable, str(Path(__file__).parent.parent / "examples" / "research_tree.py")]
+
+
+def test_the_example_tree_answers_offline_from_every_researcher() -> None:
+    done = subprocess.run(
+        [*EXAMPLE, "How do tides work?"], capture_output=True, text=True, env=cli_env(), timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    answer = done.stdout.strip().splitlines()[-1]
+    assert "two bulges" in answer and "12 h 25 min" in answer and "spring tides" in answer
+
+
+@pytest.mark.parametrize("limit", [9, 5])
+def test_the_example_tree_on_a_store_keeps_to_the_roots_limit(
+    wire: WireServer, tmp_path: Path, limit: int
+) -> None:
+    """Durable, over a real model server: 3 researchers of 2 calls each and the lead's 2 make
+    8 calls, under 9; under 5 exactly 5 requests reach the server and the tree halts (exit 3)."""
+
+    def rule(body: dict[str, Any]) -> dict[str, Any]:
+        done = tool_results(body)
+        if "You are the lead" in system_of(body):
+            if done == 0:
+                return {"calls": [("researcher", {"task": s}) for s in ("gravity", "sun", "moon")]}
+            return {"text": "the lead's answer"}
+        return {"calls": [("look_up", {"subject": "sun"})]} if done == 0 else {"text": "found"}
+
+    wire.rule = rule
+    store = f"sqlite:///{tmp_path / 'tree.sqlite'}"
+    env = cli_env(OPENAI_API_KEY="sk-tree", OPENAI_BASE_URL=wire.url)
+    done = subprocess.run(
+        [*EXAMPLE, "Tides?", "--store", store, "--json", "--max-steps", str(limit)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    events = [orjson.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    ended = {e["run_id"]: e for e in events if e["type"] == "run_finished"}
+    root = next(e for e in ended.values() if "parent_run_id" not in e)
+    children = [e for e in ended.values() if e.get("root_run_id") == root["run_id"]]
+    assert len(children) == 3
+    if limit == 9:
+        assert done.returncode == 0 and root["outcome"] == "done", done.stderr
+        assert len(wire.requests) == 8
+        assert [c["outcome"] for c in children] == ["done"] * 3
+    else:
+        assert done.returncode == 3 and root["outcome"] == "halted", done.stderr
+        assert len(wire.requests) == 5
+        assert "the limit is 5" in root["reason"]
+        assert sorted(c["outcome"] for c in children) == ["done", "halted", "halted"]
