@@ -223,6 +223,26 @@ async def test_processes_a_call_starts_end_with_the_call(tmp_path: Path) -> None
         assert dead_soon(pid), f"the {name[:-4]} child outlived its bash call"
 
 
+async def test_calls_cancelled_together_each_lose_every_process_they_started(
+    tmp_path: Path,
+) -> None:
+    """Calls that end in one turn of the loop share one look at /proc for their strays (a
+    tree of runs cancelled at its root ends many at once): each call's still go."""
+    bash = BUILTINS["bash"]
+    box = Toolbox([bash])
+    ctx = RunContext(workspace=tmp_path)
+    cmd = "setsid sh -c 'echo $$ > {n}.pid; exec sleep 300' & sleep 300"
+    calls = [ToolCall(f"c{n}", "bash", {"command": cmd.format(n=n)}) for n in range(6)]
+    tasks = [asyncio.create_task(box.run(c, ctx, approve_all)) for c in calls]
+    files = [tmp_path / f"{n}.pid" for n in range(6)]
+    await until(lambda: all(f.exists() and f.read_text().strip() for f in files), "six strays")
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    pids = [int(f.read_text()) for f in files]
+    await until(lambda: not any(alive(p) for p in pids), "every call's stray to end", 5)
+
+
 async def test_bash_sees_no_secrets_but_what_the_user_passes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -198,7 +198,7 @@ def test_stop_kills_a_process_caught_between_exec_and_its_new_environment(
     looks = environment_module.marked_processes
     first = True
 
-    def look_then_let_go(needle: bytes) -> tuple[list[int], list[int]]:
+    def look_then_let_go(needle: set[bytes]) -> tuple[list[int], list[int]]:
         nonlocal first
         seen = looks(needle)
         if first:

@@ -34,6 +34,8 @@ from typing import Any
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 
+from ..tools.bash import marked_processes
+
 SETUP_SCRIPT = "setup.sh"
 MARKER = "TETHER_HARBOR_TRIAL"
 DRAIN_AFTER_EXIT = 1.0
@@ -43,8 +45,6 @@ KILL_PASS_PAUSE = 0.005
 EMPTY_PASSES = 3
 """Looks 5 ms apart, at most 20; an environment empty three looks running is taken as empty.
 An `execve` takes well under a millisecond, so three looks cover it with room under load."""
-PF_KTHREAD = 0x00200000
-"""The flag in /proc/<pid>/stat of a kernel thread."""
 PLACES = {"/app": "app", "/logs": "logs", "/tests": "tests", "/solution": "solution"}
 VARIABLES = {"app": "APP_DIR", "logs": "LOGS_DIR", "tests": "TESTS_DIR", "solution": "SOLUTION_DIR"}
 
@@ -217,7 +217,7 @@ def kill_marked(marker: str) -> int:
     killed = 0
     empty_for: collections.Counter[int] = collections.Counter()
     for _ in range(KILL_PASSES):
-        found, empty = marked_processes(needle)
+        found, empty = marked_processes({needle})
         for pid in found:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -227,35 +227,3 @@ def kill_marked(marker: str) -> int:
             break
         time.sleep(KILL_PASS_PAUSE)
     return killed
-
-
-def marked_processes(needle: bytes) -> tuple[list[int], list[int]]:
-    """The processes whose environment holds `needle`, and the live user processes whose
-    environment reads empty (perhaps mid-exec, so perhaps holding it a moment later)."""
-    found: list[int] = []
-    empty: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        except OSError:
-            environ = b""
-        if needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-        elif not environ and user_process(entry):
-            empty.append(int(entry.name))
-    return found, empty
-
-
-def user_process(entry: Path) -> bool:
-    """Whether a /proc entry is a live process with memory of its own: not a kernel thread
-    (whose environment is always empty), not a zombie, not gone."""
-    try:
-        stat = (entry / "stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[0] not in ("Z", "X") and not int(fields[6]) & PF_KTHREAD

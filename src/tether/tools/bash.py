@@ -22,6 +22,7 @@ import os
 import signal
 import uuid
 from collections.abc import Coroutine, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from .sandbox import Sandbox
@@ -33,6 +34,8 @@ DRAIN_AFTER_KILL = 0.5
 """Seconds to wait for the pipe to close once the call's processes are killed."""
 SAFE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR")
 COOKIE = "TETHER_CALL"
+PF_KTHREAD = 0x00200000
+"""The flag in /proc/<pid>/stat of a kernel thread."""
 
 
 class CappedOutput:
@@ -80,36 +83,94 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def strays(cookie: str) -> list[int]:
-    """The processes whose environment holds this call's cookie (Linux's /proc; elsewhere
-    none are found and the process group is all that is killed)."""
-    mark = f"{COOKIE}={cookie}".encode()
-    found = []
+def mark_of(cookie: str) -> bytes:
+    return f"{COOKIE}={cookie}".encode()
+
+
+def marked_processes(marks: AbstractSet[bytes]) -> tuple[list[int], list[int]]:
+    """The processes whose environment holds one of `marks` (an environment entry such as
+    `TETHER_CALL=...`), and the live user processes whose environment reads empty: a process
+    inside `execve` shows none for a moment, so it may hold a mark a moment later (Linux's
+    /proc; elsewhere none are found)."""
+    found: list[int] = []
+    empty: list[int] = []
+    me = os.getpid()
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
+            if not entry.name.isdigit() or int(entry.name) == me:
                 continue
             try:
                 with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    env = f.read()
-            except OSError:  # gone, or not ours
+                    environ = f.read()
+            except (FileNotFoundError, ProcessLookupError):
                 continue
-            if mark in env.split(b"\0"):
-                found.append(int(entry.name))
-    return found
+            except OSError:  # not ours to read
+                environ = b""
+            if environ:
+                if not marks.isdisjoint(environ.split(b"\0")):
+                    found.append(int(entry.name))
+            elif user_process(entry.name):
+                empty.append(int(entry.name))
+    return found, empty
 
 
-def kill_all(pid: int, cookie: str) -> None:
-    """Kill the call's process group and its strays, until no stray is left (one may fork
-    while the last is being killed)."""
-    kill_group(pid)
+def user_process(pid: str) -> bool:
+    """Whether a /proc entry is a live process with memory of its own: not a kernel thread
+    (whose environment is always empty), not a zombie, not gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0] not in ("Z", "X") and not int(fields[6]) & PF_KTHREAD
+
+
+def kill_strays(marks: AbstractSet[bytes]) -> None:
+    """Kill the processes that carry any of `marks`, until none is left (one may fork while
+    the last is being killed)."""
     for _ in range(20):
-        left = strays(cookie)
+        left, _ = marked_processes(marks)
         if not left:
             return
         for p in left:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(p, signal.SIGKILL)
+
+
+def kill_all(pid: int, cookie: str) -> None:
+    """Kill the call's process group and its strays."""
+    kill_group(pid)
+    kill_strays({mark_of(cookie)})
+
+
+class Sweeper:
+    """Kills the strays of the calls that end in one turn of the event loop with one look at
+    /proc for all of them.
+
+    A look reads every process's environment: 0.8 ms with 80 processes here, and a call's own
+    processes add to them. A tree of 100 runs cancelled at its root ends 45 bash calls at
+    once, and a look for each call in turn held the event loop 150 ms
+    (`bench/tree_cancel.py`); the calls that end together now share one look."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[bytes, asyncio.Future[None]] = {}
+
+    async def sweep(self, cookie: str) -> None:
+        loop = asyncio.get_running_loop()
+        if not self.waiting:
+            loop.call_soon(self.look)
+        done = self.waiting[mark_of(cookie)] = loop.create_future()
+        await done
+
+    def look(self) -> None:
+        waiting, self.waiting = self.waiting, {}
+        try:
+            kill_strays(waiting.keys())
+        finally:
+            for done in waiting.values():
+                if not done.done():
+                    done.set_result(None)
 
 
 async def start(
@@ -138,9 +199,11 @@ async def run_command(
     output: CappedOutput,
     passed: Sequence[str] = (),
     sandbox: Sandbox | None = None,
+    sweeper: Sweeper | None = None,
 ) -> int:
     """Run `command` with bash in `cwd` (inside `sandbox` when given); every process it starts
-    dies with this coroutine."""
+    dies with this coroutine (`sweeper` finds those that left its group)."""
+    sweeper = sweeper or Sweeper()
     cookie = uuid.uuid4().hex
     argv = sandbox.argv(command, cwd) if sandbox else ["bash", "-c", command]
     proc = await start(
@@ -173,7 +236,8 @@ async def run_command(
             return await proc.wait()
         return proc.returncode if proc.returncode is not None else -1
     finally:  # done, timed out or cancelled: whatever the call started goes
-        kill_all(proc.pid, cookie)
+        kill_group(proc.pid)
+        await asyncio.shield(sweeper.sweep(cookie))
         if proc.returncode is None:
             await asyncio.shield(proc.wait())
         if not reader.done():
@@ -192,6 +256,7 @@ def bash_tool(passed: Sequence[str] = (), sandbox: Sandbox | None = None) -> Too
     """The bash tool, passing these environment variables on (`--tool-env`) besides the safe
     ones, and running every command in `sandbox` when one is given (`--sandbox`)."""
     names = tuple(passed)
+    sweeper = Sweeper()  # the calls of this tool that end together share one look at /proc
 
     @tool(timeout=120, approval="always")
     async def bash(command: str, ctx: RunContext) -> str:
@@ -201,7 +266,7 @@ def bash_tool(passed: Sequence[str] = (), sandbox: Sandbox | None = None) -> Too
             command: The command line, run with `bash -c` in the workspace directory.
         """
         output = CappedOutput()
-        code = await run_command(command, str(ctx.workspace), output, names, sandbox)
+        code = await run_command(command, str(ctx.workspace), output, names, sandbox, sweeper)
         return f"exit status {code}\n{output.text()}"
 
     return bash
