@@ -5,6 +5,8 @@ cancel, and events that say where they come from. Over real HTTP to the wire moc
 from __future__ import annotations
 
 import asyncio
+import collections
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -15,8 +17,9 @@ import orjson
 import pydantic
 import pytest
 
-from helpers import cli_env, until, within
+from helpers import FIXTURES, cli_env, until, within
 from tether import Agent, Budget, HTTPSettings, OpenAIChatModel, Runtime, tool
+from tether.approvals import approve_all
 from tether.events import Event
 from wire_server import WireServer, tool_results
 
@@ -291,3 +294,102 @@ def test_the_example_tree_on_a_store_keeps_to_the_roots_limit(
         assert len(wire.requests) == 5
         assert "the limit is 5" in root["reason"]
         assert sorted(c["outcome"] for c in children) == ["done", "halted", "halted"]
+
+
+@tool(approval="always")
+def publish(text: str) -> str:
+    """Publish a finding (needs a person's approval)."""
+    return "published"
+
+
+@pytest.mark.parametrize("policy", ["approve_all", "ask"])
+async def test_a_childs_approvals_reach_whoever_watches_the_root(
+    wire: WireServer, chat: OpenAIChatModel, policy: str
+) -> None:
+    wire.rule = tree_rule(1, lambda: {"calls": [("publish", {"text": "tides"})]})
+    researcher = Agent(chat, [publish], system="RESEARCHER", name="researcher")
+    lead = Agent(chat, [researcher.as_tool()], system="LEAD", name="lead")
+    events: list[Event] = []
+    async with Runtime(agents=[lead]) as rt:
+        approver = approve_all if policy == "approve_all" else None
+        run = await rt.start(
+            "lead", "One topic.", run_id="root", sinks=[events.append], approver=approver
+        )
+        if policy == "ask":
+            asked = await until(
+                lambda: [e for e in events if e.type == "approval_requested"], "the child to ask"
+            )
+            assert asked[0].run_id == "root.call_1_0" and asked[0].data["root_run_id"] == "root"
+            rt.approve(asked[0].run_id, asked[0].data["approval_id"])
+        result = await within(run.wait(), "the lead to answer")
+    assert result is not None and result.outcome == "done"
+    published = [e for e in events if e.type == "tool_result" and e.data["name"] == "publish"]
+    assert [(e.run_id, e.data["output"]) for e in published] == [("root.call_1_0", "published")]
+
+
+def tree_after_a_crash(wire: WireServer, store: str, tmp_path: Path) -> None:
+    """Killed while one child (beta) is inside a tool call and the other (alpha) has ended:
+    after the resume alpha is not run again, beta's finished model call is not repeated and
+    its interrupted call is reported as of unknown outcome, and the lead answers."""
+
+    def rule(body: dict[str, Any]) -> dict[str, Any]:
+        done = tool_results(body)
+        task = str(body["messages"][1]["content"])
+        if system_of(body) == "LEAD":
+            if done == 0:
+                return {"calls": [("researcher", {"task": t}) for t in ("alpha", "beta")]}
+            return {"text": "the lead's answer"}
+        return {"calls": [("write", {"topic": task})]} if done == 0 else {"text": f"did {task}"}
+
+    wire.rule = rule
+    program = [sys.executable, str(FIXTURES / "tree.py"), store]
+    env = cli_env(OPENAI_BASE_URL=wire.url, TREE_DIR=str(tmp_path))
+    first = subprocess.Popen(
+        [*program, "start", "t-1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**env, "HOLD_TOPIC": "beta"},
+    )
+    assert first.stdout is not None
+    held = alpha_ended = False
+    for line in first.stdout:
+        event = orjson.loads(line)
+        held = held or event["type"] == "write_started"
+        alpha_ended = alpha_ended or (
+            event["type"] == "run_finished" and event.get("parent_run_id") == "t-1"
+        )
+        if held and alpha_ended:
+            first.send_signal(signal.SIGKILL)
+            break
+    first.wait()
+    assert first.returncode == -signal.SIGKILL
+    assert len(wire.requests) == 4  # the lead's first, alpha's two, beta's first
+
+    again = subprocess.run(
+        [*program, "resume", "t-1"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert again.returncode == 0, again.stderr
+    events = [orjson.loads(line) for line in again.stdout.splitlines() if line.startswith("{")]
+    end = [e for e in events if e["type"] == "run_finished" and e["run_id"] == "t-1"]
+    assert end and end[-1]["outcome"] == "done" and end[-1]["answer"] == "the lead's answer"
+    by_task = collections.Counter(str(b["messages"][1]["content"]) for b in wire.requests)
+    assert by_task == {"Research alpha and beta": 2, "alpha": 2, "beta": 2}
+    assert (tmp_path / "writes.txt").read_text().split() == ["alpha"]
+    beta_last = next(b for b in wire.requests[4:] if str(b["messages"][1]["content"]) == "beta")
+    beta_results = [m["content"] for m in beta_last["messages"] if m["role"] == "tool"]
+    assert len(beta_results) == 1 and beta_results[0].startswith("Outcome unknown")
+    lead_last = wire.requests[-1]["messages"]
+    assert [m["content"] for m in lead_last if m["role"] == "tool"] == ["did alpha", "did beta"]
+
+
+def test_a_durable_tree_resumes_without_rerunning_a_finished_child_on_sqlite(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    tree_after_a_crash(wire, f"sqlite:///{tmp_path}/runs.sqlite", tmp_path)
+
+
+def test_a_durable_tree_resumes_without_rerunning_a_finished_child_on_postgres(
+    wire: WireServer, tmp_path: Path, postgres: str
+) -> None:
+    tree_after_a_crash(wire, postgres, tmp_path)

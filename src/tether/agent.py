@@ -223,7 +223,9 @@ class Agent:
         writes (in the same runtime, found by its id, `PARENT.CALL`); its answer is the
         result (its typed output as JSON). The child draws on the caller's budget (`tree`),
         is cancelled with the call, and one that does not end `done` gives an error result
-        that says why. `timeout` bounds the child's time, as any tool's."""
+        that says why. `timeout` bounds the child's time, as any tool's. On a store the
+        child is a durable run of its own, and a repeat of the call after a crash goes on
+        with the same child (so the tool is idempotent)."""
         agent = self
 
         async def delegate(task: str, ctx: RunContext) -> str:
@@ -238,6 +240,8 @@ class Agent:
             delegate, name=name or self.name, description=summary, timeout=timeout
         )
         made.approval = approval
+        made.agent = self
+        made.idempotent = True  # a repeat finds the child by its id (PARENT.CALL) and waits
         return made
 
     def price_of(self, response: ModelResponse) -> Price | None:

@@ -87,7 +87,8 @@ from .store import (
     status_of,
     use_modern_sqlite,
 )
-from .tools.tool import RunContext
+from .tools.tool import RunContext, Spawn
+from .tree import Allowance
 
 APP = "tether"
 
@@ -139,7 +140,15 @@ def record_of(
         "config": context.config,
         "provider": agent.model.provider,
         "model": agent.model.name,
+        **lineage_of(context),
     }
+
+
+def lineage_of(context: RunContext) -> dict[str, str]:
+    """A child run's parent and root (`tree`), as its record and its events carry them."""
+    if context.parent is None:
+        return {}
+    return {"parent_run_id": context.parent.run_id, "root_run_id": context.parent.root.run_id}
 
 
 def context_of(run_id: str, record: dict[str, Any]) -> RunContext:
@@ -212,6 +221,10 @@ class DurableRuns:
         self.agents: dict[str, Agent] = {}  # run id -> agent, while the run executes here
         self.contexts: dict[str, RunContext] = {}  # run id -> its tools' context, likewise
         self.emitters: dict[str, Emitter] = {}
+        self.parents: dict[str, Allowance] = {}
+        """The allowance of the run that started a child run (`tree`), by the child's id."""
+        self.spawner: Callable[[str], Spawn] | None = None
+        """How a run's tools start child runs, by the run's approvals policy (the Runtime's)."""
         self.watchers: dict[str, list[Sink]] = {}
         """The sinks a run was started or resumed with here: its children's events go there
         too (an agent used as a tool runs inside the call, see `agent.run_child`)."""
@@ -528,8 +541,11 @@ class DurableRuns:
             self.watch()
         try:
             agent = self.agents[run_id] = await self.resolve(record["agent"], record["options"])
-            self.contexts[run_id] = context_of(run_id, record)
-            self.contexts[run_id].tree_sinks = self.watchers.get(run_id, [])
+            ctx = self.contexts[run_id] = context_of(run_id, record)
+            ctx.tree_sinks = self.watchers.get(run_id, [])
+            ctx.parent = self.parents.get(run_id)
+            if self.spawner is not None:
+                ctx.spawn = self.spawner(record.get("approvals", "wait"))
             if self.run_slots is None:
                 return await self.attempts(run_id, record, agent, task, history)
             emitter = self.emitter_for(run_id)
@@ -557,6 +573,8 @@ class DurableRuns:
         Each attempt goes on with the conversation so far."""
         policy = RestartPolicy(**(record.get("restart") or {}))
         emitter = self.emitter_for(run_id)
+        if "parent_run_id" in record:
+            emitter.lineage = {k: record[k] for k in ("parent_run_id", "root_run_id")}
         effects = RecordedEffects(self, run_id, record, agent)
         messages = [*(history or []), Message.user(task)]
         restarts: deque[float] = deque()
@@ -612,6 +630,7 @@ class DurableRuns:
         self.agents.pop(run_id, None)
         self.contexts.pop(run_id, None)
         self.stepped.discard(run_id)
+        self.parents.pop(run_id, None)
         self.shown.pop(run_id, None)
         self.lost.pop(run_id, None)
         if run_id not in self.runs:  # nobody here follows it

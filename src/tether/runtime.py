@@ -35,12 +35,12 @@ import orjson
 from .agent import Agent, RunResult
 from .approvals import ApprovalRequest, Approver, approve_all, deny_all
 from .bus import Bus
-from .errors import ConfigError, NoSuchRun
+from .errors import ConfigError, NoSuchRun, RunExists
 from .events import Event, Sink
 from .messages import Message
 from .run import RestartPolicy, Status
 from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
-from .tools.tool import RunContext, Tool
+from .tools.tool import RunContext, Spawn, Tool
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
     from .durable import DurableRuns
@@ -166,6 +166,7 @@ class Runtime:
                 connections=self.store_connections or CONNECTIONS,
                 patience=STORE_PATIENCE_S if self.store_patience is None else self.store_patience,
             )
+            self.durable.spawner = self.spawner_of_store
             self.durable.open()
             if self.take_over_on_enter:
                 await self.durable.take_over(sinks=[])
@@ -207,10 +208,16 @@ class Runtime:
         return agent
 
     def register(self, agent: Agent) -> None:
+        """Find `agent` by its name here, and the agents its tools run as children."""
         old = self.agents.get(agent.name)
-        if old is not None and old is not agent:
+        if old is agent:
+            return
+        if old is not None:
             raise ConfigError(f"two agents are named {agent.name!r}")
         self.agents[agent.name] = agent
+        for t in agent.toolbox.tools.values():
+            if isinstance(t.agent, Agent):
+                self.register(t.agent)
 
     async def agent_for(self, name: str, options: dict[str, Any] | None = None) -> Agent:
         """The agent `name`, or the one the factory builds from `options` (built once per
@@ -289,11 +296,11 @@ class Runtime:
         chosen = run_id is not None
         run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
         context = context or context_for(options)
+        if context.spawn is None:  # its tools start child runs here, as runs of their own
+            context.spawn = self.spawner(approver)
+        if context.parent is None and sinks and not context.tree_sinks:
+            context.tree_sinks = list(sinks)  # the root's watchers see its children too
         if self.durable is None:
-            if context.spawn is None:  # its tools start child runs here, as runs of their own
-                context.spawn = self.start_child
-            if context.parent is None and sinks and not context.tree_sinks:
-                context.tree_sinks = list(sinks)  # the root's watchers see its children too
             return self.supervisor.start(
                 found,
                 task,
@@ -312,14 +319,42 @@ class Runtime:
             record, task, run_id, list(sinks or []), history, chosen, typed
         )
 
-    async def start_child(
-        self, agent: Agent, task: str, context: RunContext, run_id: str
-    ) -> RunHandle:
-        """A child run an agent used as a tool starts (see `tree`): a run of this runtime,
-        found by its id, its events also seen by its root's sinks."""
-        return await self.start(
-            agent, task, run_id=run_id, context=context, sinks=list(context.tree_sinks)
-        )
+    def spawner(self, approver: Approver | None) -> Spawn:
+        """How an agent used as a tool starts a child run (see `tree`): as a run of this
+        runtime, found by its id, its events also seen by its root's sinks. The children
+        decide approvals as their root does: `approve_all` and `deny_all` pass down; by
+        default each child waits for `approve(child_id, ...)`. On a store the child is a
+        durable run of its own, and a repeat of the call (after a crash) finds it again."""
+
+        async def start_child(
+            agent: Agent, task: str, context: RunContext, run_id: str
+        ) -> RunHandle:
+            sinks = list(context.tree_sinks)
+            if self.durable is None:
+                return await self.start(
+                    agent, task, run_id=run_id, context=context, approver=approver, sinks=sinks
+                )
+            durable = self.durable
+            if context.parent is not None:
+                durable.parents[run_id] = context.parent
+
+            async def start_or_find() -> RunHandle:
+                try:
+                    return await self.start(
+                        agent, task, run_id=run_id, context=context, approver=approver, sinks=sinks
+                    )
+                except RunExists:  # the call is repeated after a crash: the child goes on
+                    return await self.resume(run_id, sinks=sinks)
+
+            # started from inside the parent's step: a task of its own, outside that step
+            found: RunHandle = await durable.spawn(start_or_find())
+            return found
+
+        return start_child
+
+    def spawner_of_store(self, approvals: str) -> Spawn:
+        """`spawner` for a run on a store, by its recorded approvals policy."""
+        return self.spawner({"auto": approve_all, "deny": deny_all}.get(approvals))
 
     def enqueue(
         self,

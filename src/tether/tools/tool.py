@@ -108,6 +108,9 @@ class Tool:
     """Whether running a call twice has the effect of running it once. A durable run reruns
     an idempotent call whose outcome a crash hid, and reports any other as outcome unknown."""
     schema: dict[str, Any] | None = None
+    agent: Any = None
+    """The agent a call of this tool runs as a child run (`Agent.as_tool`): a runtime that
+    registers the parent registers it too, so a process can resume the child."""
     parameters: dict[str, Any] = field(init=False)
     is_async: bool = field(init=False)
 
