@@ -17,7 +17,7 @@ import orjson
 import pydantic
 import pytest
 
-from helpers import FIXTURES, cli_env, until, within
+from helpers import FIXTURES, cli_env, json_lines, tether, until, within
 from tether import Agent, Budget, HTTPSettings, OpenAIChatModel, Runtime, tool
 from tether.approvals import approve_all
 from tether.events import Event
@@ -393,3 +393,57 @@ def test_a_durable_tree_resumes_without_rerunning_a_finished_child_on_postgres(
     wire: WireServer, tmp_path: Path, postgres: str
 ) -> None:
     tree_after_a_crash(wire, postgres, tmp_path)
+
+
+TREE_TOOLS = '''
+from tether import Agent, ScriptedModel, reply, tool
+
+
+@tool
+def look_up(subject: str) -> str:
+    """Look a subject up."""
+    return f"notes on {subject}"
+
+
+def turn(request):
+    if any(m.role == "tool" for m in request.messages):
+        return reply("the researcher found it")
+    return reply(tool_calls=[("look_up", {"subject": request.messages[0].text})])
+
+
+research = Agent(ScriptedModel([turn] * 8), [look_up], name="researcher").as_tool(
+    name="research", description="Research a subject."
+)
+'''
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["journal", "store"])
+def test_tether_run_shows_a_tree_and_tether_show_nests_it(tmp_path: Path, store: bool) -> None:
+    """A tree from the command line (`--tools-from` a file with an agent as a tool): `--json`
+    carries the child's events, and `tether show` prints the child inside its parent."""
+    (tmp_path / "tree_tools.py").write_text(TREE_TOOLS)
+    script = [{"tool_calls": [{"name": "research", "arguments": {"task": "tides"}}]}]
+    (tmp_path / "lead.json").write_text(orjson.dumps([*script, {"text": "the lead"}]).decode())
+    where = ["--store", f"sqlite:///{tmp_path / 'runs.sqlite'}"] if store else []
+    data = ["--data-dir", str(tmp_path / "data")]
+    ran = tether(
+        "run", "Tides?", "--provider", "scripted", "--script", str(tmp_path / "lead.json"),
+        "--tools-from", str(tmp_path / "tree_tools.py"), "--run-id", "lead-1", "--json",
+        *where, *data,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    events = json_lines(ran.stdout)
+    child = [e for e in events if e.get("parent_run_id") == "lead-1"]
+    assert {e["run_id"] for e in child} == {"lead-1.call_1"}
+    assert child[-1]["type"] == "run_finished" and child[-1]["outcome"] == "done"
+    shown = tether("show", "lead-1", *where, *data)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    start = lines.index("    [lead-1.call_1]")
+    assert lines[start - 1].startswith("  → research(")
+    assert lines[start + 1 : start + 3] == [
+        "    user: tides",
+        '      → look_up({"subject":"tides"})',
+    ]
+    assert "    assistant: the researcher found it" in lines
+    assert lines[lines.index("    [done]") + 1] == "  ← the researcher found it"

@@ -5,11 +5,13 @@ a reply and their results as its observation."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from .events import Event
+from .tree import child_run_id
 from .version import __version__
 
 ATIF_VERSION = "ATIF-v1.4"
@@ -91,8 +93,14 @@ def atif(events: list[Event], agent_name: str = "tether") -> dict[str, Any]:
     return trajectory
 
 
-def readable(events: list[Event]) -> str:
-    """The run as a person reads it: who said what, which tools ran with what result."""
+def readable(
+    events: list[Event],
+    children: Callable[[str], list[Event] | None] | None = None,
+    indent: str = "",
+) -> str:
+    """The run as a person reads it: who said what, which tools ran with what result.
+    `children` gives the events of a child run by its id (an agent used as a tool, see
+    `tree`), shown nested before the result of the call that started it."""
     lines: list[str] = []
     for e in events:
         d = e.data
@@ -105,8 +113,13 @@ def readable(events: list[Event]) -> str:
         elif e.type == "tool_call":
             lines.append(f"  → {d['name']}({orjson.dumps(d.get('arguments') or {}).decode()})")
         elif e.type == "tool_result":
+            child_id = child_run_id(e.run_id, d.get("id"), "")
+            child = children(child_id) if children is not None and d.get("id") else None
+            if child:
+                lines.append(f"    [{child_id}]")
+                lines.append(readable(child, children, "    "))
             mark = "✗" if d.get("is_error") else "←"
             lines.append(f"  {mark} {d['output'].rstrip()}")
         elif e.type == "run_finished":
             lines.append(f"[{d.get('outcome')}] {d.get('reason') or ''}".rstrip())
-    return "\n".join(lines)
+    return "\n".join(indent + line if indent else line for line in "\n".join(lines).split("\n"))

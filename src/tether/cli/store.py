@@ -117,6 +117,7 @@ def command_worker(args: argparse.Namespace) -> int:
 
 
 def command_show(args: argparse.Namespace) -> int:
+    from ..events import Event
     from ..journal import Journal
     from ..transcript import atif, readable
 
@@ -133,18 +134,31 @@ def command_show(args: argparse.Namespace) -> int:
         from ..store import client, events_of
 
         try:
-            events = events_of(client(store), args.run_id)
+            opened = client(store)
+            events = events_of(opened, args.run_id)
         except ConfigError as e:
             return error(
                 f"no run {args.run_id} in {journal.directory} or {store}" if default else str(e)
             )
+
+        def load(run_id: str) -> list[Event] | None:
+            try:
+                return events_of(opened, run_id)
+            except ConfigError:  # no such run: the call started none
+                return None
+
     else:
+
+        def load(run_id: str) -> list[Event] | None:
+            child = journal.path(run_id)
+            return journal.load(child) if child.exists() else None
+
         events = journal.load(path)
     if args.json:
         for event in events:
             sys.stdout.write(event.to_json().decode() + "\n")
     elif args.atif:
         sys.stdout.write(orjson.dumps(atif(events), option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(readable(events) + "\n")
+    else:  # an agent's children (agents used as tools) nested where it called them
+        sys.stdout.write(readable(events, load) + "\n")
     return 0
