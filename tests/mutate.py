@@ -41,6 +41,7 @@ TARGETS: dict[str, list[str]] = {
     "src/tether/output.py": ["tests/test_output.py"],
     "src/tether/providers/fallback.py": ["tests/test_fallback.py"],
     "src/tether/outage.py": ["tests/test_store_outage.py"],
+    "src/tether/tree.py": ["tests/test_tree.py"],
 }
 
 FLIPS: dict[type[ast.AST], type[ast.AST]] = {

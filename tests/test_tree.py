@@ -21,6 +21,9 @@ from helpers import FIXTURES, cli_env, json_lines, tether, until, within
 from tether import Agent, Budget, HTTPSettings, OpenAIChatModel, Runtime, tool
 from tether.approvals import approve_all
 from tether.events import Event
+from tether.messages import Usage
+from tether.runtime import check_run_id
+from tether.tree import Allowance, child_run_id
 from wire_server import WireServer, tool_results
 
 NO_LIMITS = Budget()
@@ -447,3 +450,38 @@ def test_tether_run_shows_a_tree_and_tether_show_nests_it(tmp_path: Path, store:
     ]
     assert "    assistant: the researcher found it" in lines
     assert lines[lines.index("    [done]") + 1] == "  ← the researcher found it"
+
+
+def test_an_allowance_refuses_at_each_limit_and_reserves_all_or_nothing() -> None:
+    root = Allowance("root", max_calls=3, max_tokens=100, max_cost_usd=0.5)
+    child = Allowance("root.c", max_calls=1, parent=root)
+    assert child.reserve() == "" and (root.calls, child.calls) == (1, 1)
+    refused = child.reserve()
+    assert (
+        refused
+        == "max_steps: 1 model calls made by run root.c and the runs it started, the limit is 1"
+    )
+    assert (root.calls, child.calls) == (1, 1)  # refused: nothing reserved anywhere
+    child.charge(Usage(input_tokens=60, output_tokens=39), 0.49)
+    assert (root.usage.total_tokens, child.usage.total_tokens) == (99, 99)
+    assert root.refusal() == ""  # one token and one cent under
+    child.charge(Usage(output_tokens=1), 0.0)
+    assert root.refusal() == (
+        "max_tokens: 100 used by run root and the runs it started, the limit is 100"
+    )
+    root.usage = Usage()
+    assert root.refusal() == ""
+    child.charge(Usage(), 0.01)
+    assert root.refusal() == (
+        "max_cost: $0.5000 spent by run root and the runs it started, the limit is $0.5"
+    )
+
+
+def test_a_child_run_id_is_a_valid_run_id_however_long_its_parents() -> None:
+    assert child_run_id("lead-1", "call_7", "x") == "lead-1.call_7"
+    assert child_run_id("lead-1", "toolu/01 a", "x") == "lead-1.toolu-01-a"
+    assert child_run_id("lead-1", None, "f00d") == "lead-1.f00d"
+    long = child_run_id("p" * 121, "call_12", "x")  # 129 characters in all
+    assert long == "p" * 120 + ".call_12" and check_run_id(long) == long
+    deep = "a." * 70
+    assert check_run_id(child_run_id(deep.rstrip("."), "c", "x")).endswith(".c")

@@ -60,6 +60,10 @@ def script(body: dict[str, Any]) -> dict[str, Any]:
         return {"text": "Woke up."}
     if first == "cancel me":
         return {"text": "never ending " * 100, "deltas": 200, "chunk_delay": 0.2}
+    if first == "research tides":
+        if done == 0:
+            return {"calls": [("research", {"task": "tides"}, "c-tides")]}
+        return {"text": "The lead's answer."}
     if first == "inject":
         if done == 0:
             return {"calls": [("inject", {})]}
@@ -259,6 +263,32 @@ def test_injected_markup_stays_text(page: Page, server: Server) -> None:
     assert page.evaluate("window.pwned") is None
     assert page.locator("#log script, #log img").count() == 0
     shot(page, "injection-as-text")
+
+
+def test_the_page_links_a_child_run_and_the_list_nests_it(page: Page, server: Server) -> None:
+    """An agent used as a tool (web_tools.research): its call links the child run's page,
+    which links back, and the runs list shows the child under its parent."""
+    run = server.api("POST", "/api/runs", {"task": "research tides"})
+    child = f"{run['id']}.c-tides"
+    page.goto(f"{server.url}/runs/{run['id']}")
+    expect(page.locator("#status")).to_have_text("done", timeout=10_000)
+    link = page.locator(".tool a.child-run")
+    expect(link).to_have_text(f"child run {child}")
+    expect(page.locator(".tool .result")).to_have_text("the researcher found it")
+    shot(page, "tree-parent")
+    link.click()
+    expect(page.locator("#run-id")).to_have_text(child)
+    expect(page.locator("#status")).to_have_text("done", timeout=10_000)
+    expect(page.locator(".user").first).to_have_text("tides")
+    expect(page.locator(".note.parent a")).to_have_text(run["id"])
+    assert server.api("GET", f"/api/runs/{child}")["parent_run_id"] == run["id"]
+    page.goto(f"{server.url}/")
+    rows = page.locator("#runs tr")
+    expect(rows).to_have_count(2, timeout=10_000)
+    expect(rows.nth(0).locator("a")).to_have_text(run["id"])  # the parent first, though older
+    expect(rows.nth(1)).to_have_class("child")
+    expect(rows.nth(1)).to_contain_text(f"\u21b3 {child}")
+    shot(page, "tree-list")
 
 
 def test_a_page_opened_after_a_server_restart_shows_the_whole_run(

@@ -60,7 +60,7 @@ from .errors import (
     StoreUnavailable,
     TetherError,
 )
-from .events import Emitter, Event, Sink, call_dict, model_response_data, tool_result_data
+from .events import Emitter, Event, Sink, model_response_data, tool_result_data
 from .journal import private_file
 from .ledger import Ledger
 from .loop import LoopState, unique_calls
@@ -642,10 +642,11 @@ class DurableRuns:
         """Emit `tool_call` for the calls not yet announced by this process."""
         emitter = self.emitter_for(run_id)
         shown = self.shown.setdefault(run_id, set())
+        toolbox = self.agents[run_id].toolbox
         for c in calls:
             if c.id not in shown:
                 shown.add(c.id)
-                emitter.emit("tool_call", **call_dict(c))
+                emitter.emit("tool_call", **toolbox.call_data(c, run_id))
 
     # -- workers ----------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ Every event is a flat JSON object with `type`, `run_id`, `seq` (0, 1, 2 ... with
     run_finished    {outcome, answer, reason, usage, cost_usd, steps, error?}
 
 A child run (an agent used as a tool, see `tree`) adds `parent_run_id` and `root_run_id` to
-every one of its events.
+every one of its events, and the `tool_call` that starts it carries its `child_run_id`.
 
 `usage` is {input_tokens, cached_input_tokens, output_tokens, reasoning_tokens}; `outcome` is one
 of done, halted, cancelled, failed. Types may gain fields; none is ever renamed or removed.

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..approvals import ApprovalRequest, Approver, Decision, needs_approval
 from ..events import Emitter, call_dict, tool_result_data
 from ..messages import ToolCall, ToolResult, ToolSpec
 from ..redact import scrub
+from ..tree import child_run_id
 from .tool import RunContext, Tool, ToolArgumentsError
 
 
@@ -35,6 +37,15 @@ class Toolbox:
 
     def __len__(self) -> int:
         return len(self.tools)
+
+    def call_data(self, call: ToolCall, run_id: str) -> dict[str, Any]:
+        """The `tool_call` event's data; a call that starts a child run (an agent used as a
+        tool) names it, so a page can link it."""
+        data = call_dict(call)
+        t = self.tools.get(call.name)
+        if t is not None and t.agent is not None:
+            data["child_run_id"] = child_run_id(run_id, call.id, "")
+        return data
 
     async def run(
         self,
@@ -112,7 +123,7 @@ class Toolbox:
         """All calls of one reply at the same time (each waiting for its own approval where it
         needs one); results in the order of the calls, and in `finished` as each completes."""
         for c in calls:
-            emitter.emit("tool_call", **call_dict(c))
+            emitter.emit("tool_call", **self.call_data(c, emitter.run_id))
 
         async def one(c: ToolCall) -> ToolResult:
             result = await self.run(c, ctx, approver, emitter)

@@ -66,18 +66,25 @@ function cell(tr, text, cls) {
   const td = document.createElement('td'); td.textContent = text;
   if (cls) td.className = cls; tr.appendChild(td); return td;
 }
+function row(body, s, depth) {
+  const tr = document.createElement('tr'); const td = cell(tr, '');
+  if (depth) { tr.className = 'child'; td.appendChild(document.createTextNode('\u00a0\u00a0'.repeat(depth) + '\u21b3 ')); }
+  const a = document.createElement('a'); a.href = '/runs/' + encodeURIComponent(s.id);
+  a.textContent = s.id; td.appendChild(a);
+  cell(tr, s.task.slice(0, 120)); cell(tr, s.status, 'status-' + s.status);
+  cell(tr, s.steps); cell(tr, s.tokens); cell(tr, '$' + s.cost_usd.toFixed(4));
+  body.appendChild(tr);
+}
 async function refresh() {
   const r = await fetch('/api/runs'); if (!r.ok) return;
-  const runs = await r.json(); const body = document.getElementById('runs');
-  body.replaceChildren();
-  for (const s of runs.reverse()) {
-    const tr = document.createElement('tr'); const td = cell(tr, '');
-    const a = document.createElement('a'); a.href = '/runs/' + encodeURIComponent(s.id);
-    a.textContent = s.id; td.appendChild(a);
-    cell(tr, s.task.slice(0, 120)); cell(tr, s.status, 'status-' + s.status);
-    cell(tr, s.steps); cell(tr, s.tokens); cell(tr, '$' + s.cost_usd.toFixed(4));
-    body.appendChild(tr);
+  const runs = (await r.json()).reverse(); const body = document.getElementById('runs');
+  const ids = new Set(runs.map(s => s.id)); const children = {};
+  for (const s of runs) if (s.parent_run_id && ids.has(s.parent_run_id)) {
+    (children[s.parent_run_id] = children[s.parent_run_id] || []).push(s);
   }
+  body.replaceChildren();
+  const tree = (s, depth) => { row(body, s, depth); for (const c of (children[s.id] || []).reverse()) tree(c, depth + 1); };
+  for (const s of runs) if (!(s.parent_run_id && ids.has(s.parent_run_id))) tree(s, 0);
 }
 setInterval(refresh, 2000);
 </script>
@@ -128,6 +135,11 @@ function decide(box, approvalId, argsHash, approved) {
 const render = {
   run_started(d) {
     state.budget = d.budget || {};
+    if (d.parent_run_id) {
+      const up = add(el('div', 'note parent', 'started by the run '));
+      const a = el('a', '', d.parent_run_id); a.href = '/runs/' + encodeURIComponent(d.parent_run_id);
+      up.appendChild(a);
+    }
     if (d.task) add(el('div', 'item user', d.task));
     document.getElementById('status').textContent = 'running'; budget();
   },
@@ -147,6 +159,10 @@ const render = {
     box.dataset.callId = d.id;
     box.appendChild(el('span', 'name', d.name));
     box.appendChild(el('span', 'args', ' ' + JSON.stringify(d.arguments, null, 1)));
+    if (d.child_run_id) {  // an agent used as a tool: its run has a page of its own
+      const a = el('a', 'child-run', 'child run ' + d.child_run_id);
+      a.href = '/runs/' + encodeURIComponent(d.child_run_id); box.appendChild(el('div', '')).appendChild(a);
+    }
     state.calls[d.id] = box;
   },
   approval_requested(d) {

@@ -464,10 +464,12 @@ def summarize(events: list[Event]) -> dict[str, Any]:
         "started": None,
         "usage": None,
         "model": "",
+        "parent_run_id": None,
     }
     for e in events:
         d = e.data
         if e.type == "run_started":
+            s["parent_run_id"] = d.get("parent_run_id")  # a child run (an agent as a tool)
             s["task"] = s["task"] or (d.get("task") or "")
             s["model"] = d.get("model", "")
             s["started"] = s["started"] or e.ts
