@@ -8,6 +8,7 @@ import http.client
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -239,6 +240,10 @@ def test_approve_one_call_and_deny_another(page: Page, server: Server) -> None:
     expect(approve_box).to_contain_text("Approved")
     expect(deny_box).to_contain_text("Denied: denied in the web page")
     expect(deny_box.locator(".result")).to_contain_text("not approved")
+    calls = page.locator("#timeline .bar.tool")  # parallel calls: a row each on the timeline
+    expect(calls).to_have_count(2)
+    rows = {box["y"] for box in (calls.nth(0).bounding_box(), calls.nth(1).bounding_box()) if box}
+    assert len(rows) == 2
     assert (server.workspace / "approved.txt").read_text() == "yes\n"
     assert not (server.workspace / "denied.txt").exists()
     shot(page, "approved-and-denied")
@@ -275,6 +280,16 @@ def test_the_page_links_a_child_run_and_the_list_nests_it(page: Page, server: Se
     link = page.locator(".tool a.child-run")
     expect(link).to_have_text(f"child run {child}")
     expect(page.locator(".tool .result")).to_have_text("the researcher found it")
+    # the timeline: two model calls on the top row, the child's call between them below
+    models, tools = page.locator("#timeline .bar.model"), page.locator("#timeline .bar.tool")
+    expect(models).to_have_count(2)
+    expect(tools).to_have_count(1)
+    expect(tools).to_have_attribute("title", re.compile(r"^research \d+ ms$"))
+    first, second, call = (b.bounding_box() for b in (models.nth(0), models.nth(1), tools))
+    assert first and second and call
+    assert first["y"] == second["y"] < call["y"]
+    assert first["x"] + first["width"] <= call["x"] + 1
+    assert call["x"] + call["width"] <= second["x"] + 1
     shot(page, "tree-parent")
     link.click()
     expect(page.locator("#run-id")).to_have_text(child)

@@ -28,6 +28,12 @@ form.start textarea { width: 100%; min-height: 4rem; }
 #bar { position: sticky; top: 0; background: #fafbfc; padding: .4rem 0; display: flex;
        gap: 1rem; align-items: center; border-bottom: 1px solid #e3e6ea; }
 button { cursor: pointer; }
+#timeline { position: relative; background: white; border: 1px solid #e3e6ea; margin: .5rem 0;
+            border-radius: 6px; overflow: hidden; }
+#timeline .bar { position: absolute; height: 10px; border-radius: 3px; min-width: 3px; }
+#timeline .model { background: #6f42c1; } #timeline .tool { background: #8a96a3; }
+#timeline .tool.error { background: #a4161a; } #timeline .open { opacity: .5; }
+#timeline .scale { position: absolute; right: .4rem; bottom: 0; }
 """
 
 INDEX_PAGE = """<!doctype html>
@@ -101,6 +107,7 @@ RUN_PAGE = """<!doctype html>
   <span id="budget" class="note"></span>
   <button id="cancel">Cancel</button>
 </div>
+<div id="timeline" title="model calls (top row) and tool calls over time"></div>
 <div id="log"></div>
 <form id="send"><input name="text" size="60" placeholder="Send a message to the run">
 <button type="submit">Send</button> <span id="send-error" class="note"></span></form>
@@ -132,6 +139,41 @@ function decide(box, approvalId, argsHash, approved) {
        ? {approval_id: approvalId, args_hash: argsHash}
        : {approval_id: approvalId, reason: 'denied in the web page'});
 }
+// The timeline: each model call and tool call a bar from its start to its end (event times),
+// model calls on the top row, tool calls on the first row free at their start.
+const timeline = {t0: null, bars: [], open: {}};
+function bar(kind, key, label, ts) {
+  if (timeline.t0 === null) timeline.t0 = ts;
+  const b = {kind, label, start: ts, end: null, error: false};
+  timeline.bars.push(b); timeline.open[key] = b; drawTimeline();
+}
+function barEnd(key, ts, error) {
+  const b = timeline.open[key]; if (!b) return;
+  b.end = ts; b.error = !!error; delete timeline.open[key]; drawTimeline();
+}
+function drawTimeline() {
+  const box = document.getElementById('timeline'); box.replaceChildren();
+  const bars = timeline.bars.slice(-500); if (!bars.length) return;
+  const last = Math.max(...bars.map(b => b.end || b.start));
+  const span = Math.max(last - timeline.t0, 0.001); const rows = [];  // rows[i]: when it is free
+  for (const b of bars) {
+    let row = 0;
+    if (b.kind === 'tool') {
+      row = 1; while (rows[row] !== undefined && rows[row] > b.start) row += 1;
+      rows[row] = b.end === null ? Infinity : b.end;
+    }
+    const e = el('div', `bar ${b.kind}` + (b.error ? ' error' : '') + (b.end === null ? ' open' : ''));
+    const end = b.end === null ? last : b.end;
+    e.style.left = `${(b.start - timeline.t0) / span * 100}%`;
+    e.style.width = `${Math.max((end - b.start) / span * 100, 0.3)}%`;
+    e.style.top = `${4 + row * 14}px`;
+    e.title = b.label + (b.end === null ? ' (running)' : ` ${Math.round((b.end - b.start) * 1000)} ms`);
+    box.appendChild(e);
+  }
+  const scale = el('div', 'note scale', `${span < 10 ? span.toFixed(2) : Math.round(span)} s`);
+  box.appendChild(scale);
+  box.style.height = `${22 + Math.max(rows.length, 1) * 14}px`;
+}
 const render = {
   run_started(d) {
     state.budget = d.budget || {};
@@ -144,17 +186,20 @@ const render = {
     document.getElementById('status').textContent = 'running'; budget();
   },
   user_message(d) { add(el('div', 'item user', d.text)); },
+  model_request(d) { state.modelCalls = (state.modelCalls || 0) + 1; bar('model', 'model', `model call ${state.modelCalls}`, d.ts); },
   text_delta(d) {
     if (!state.streaming) state.streaming = add(el('div', 'item assistant streaming', ''));
     state.streaming.textContent += d.text;
   },
   model_response(d) {
+    barEnd('model', d.ts);
     if (state.streaming) { state.streaming.textContent = d.text; state.streaming.classList.remove('streaming'); }
     else if (d.text) add(el('div', 'item assistant', d.text));
     state.streaming = null; state.steps += 1;
     state.tokens += (d.usage.input_tokens || 0) + (d.usage.output_tokens || 0); budget();
   },
   tool_call(d) {
+    bar('tool', 'call:' + d.id, d.name, d.ts);
     const box = add(el('div', 'item tool'));
     box.dataset.callId = d.id;
     box.appendChild(el('span', 'name', d.name));
@@ -180,6 +225,7 @@ const render = {
     if (ask) ask.replaceChildren(el('span', 'decision', (d.approved ? 'Approved' : 'Denied') + ': ' + d.reason));
   },
   tool_result(d) {
+    barEnd('call:' + d.id, d.ts, d.is_error);
     const box = state.calls[d.id] || add(el('div', 'item tool'));
     const out = el('div', 'result' + (d.is_error ? ' error' : ''), d.output);
     box.appendChild(out); if (d.is_error) box.classList.add('error');
