@@ -10,6 +10,7 @@ EXPECTED = {
     "AnthropicModel",
     "OpenAIResponsesModel",
     "Budget",
+    "ChildRunEnded",
     "ConfigError",
     "Event",
     "FallbackModel",
@@ -48,6 +49,7 @@ EXPECTED = {
     "deny_all",
     "make_model",
     "reply",
+    "run_child",
     "tool",
 }
 

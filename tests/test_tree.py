@@ -18,7 +18,16 @@ import pydantic
 import pytest
 
 from helpers import FIXTURES, cli_env, json_lines, tether, until, within
-from tether import Agent, Budget, HTTPSettings, OpenAIChatModel, Runtime, tool
+from tether import (
+    Agent,
+    Budget,
+    HTTPSettings,
+    OpenAIChatModel,
+    RunContext,
+    Runtime,
+    run_child,
+    tool,
+)
 from tether.approvals import approve_all
 from tether.events import Event
 from tether.messages import Usage
@@ -485,3 +494,38 @@ def test_a_child_run_id_is_a_valid_run_id_however_long_its_parents() -> None:
     assert long == "p" * 120 + ".call_12" and check_run_id(long) == long
     deep = "a." * 70
     assert check_run_id(child_run_id(deep.rstrip("."), "c", "x")).endswith(".c")
+
+
+async def test_a_tool_of_ones_own_starts_named_children_through_its_context(
+    wire: WireServer, chat: OpenAIChatModel
+) -> None:
+    researcher = Agent(chat, [note], system="RESEARCHER", name="researcher")
+
+    @tool
+    async def compare(first: str, second: str, ctx: RunContext) -> str:
+        """Research two topics side by side."""
+        answers = await asyncio.gather(
+            run_child(researcher, first, ctx, name="first"),
+            run_child(researcher, second, ctx, name="second"),
+        )
+        return " | ".join(answers)
+
+    def rule(body: dict[str, Any]) -> dict[str, Any]:
+        if "LEAD" in system_of(body):
+            if tool_results(body) == 0:
+                return {"calls": [("compare", {"first": "tides", "second": "waves"}, "c1")]}
+            return {"text": "compared"}
+        return tree_rule(0)(body)
+
+    wire.rule = rule
+    lead = Agent(chat, [compare], system="LEAD", name="lead", budget=Budget(max_steps=9))
+    async with Runtime(agents=[lead, researcher]) as rt:
+        run = await rt.start("lead", "Compare tides and waves.", run_id="root")
+        result = await within(run.wait(), "the lead to answer")
+        assert result is not None and result.outcome == "done"
+        (compared,) = [p for m in result.messages if m.role == "tool" for p in m.parts]
+        assert compared.output == "found it | found it"
+        for name, topic in (("first", "tides"), ("second", "waves")):
+            child = rt.get(f"root.c1.{name}")
+            assert child.status == "done" and child.transcript[0].text == topic
+    assert len(wire.requests) == 6  # the lead's 2, each child's 2

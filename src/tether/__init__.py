@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from .agent import Agent, RunResult
+from .agent import Agent, RunResult, run_child
 from .approvals import approve_all, deny_all
 from .errors import (
+    ChildRunEnded,
     ConfigError,
     MissingAPIKey,
     OutputInvalid,
@@ -53,6 +54,7 @@ __all__ = [
     "Agent",
     "AnthropicModel",
     "Budget",
+    "ChildRunEnded",
     "ConfigError",
     "Event",
     "FallbackModel",
@@ -92,5 +94,6 @@ __all__ = [
     "deny_all",
     "make_model",
     "reply",
+    "run_child",
     "tool",
 ]

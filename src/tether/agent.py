@@ -25,7 +25,7 @@ import orjson
 from .admission import Limiter
 from .approvals import Approver, Policy
 from .context import ContextPolicy, estimate, fit, is_context_error
-from .errors import OutputInvalid, ProviderError, StoreUnavailable
+from .errors import ChildRunEnded, OutputInvalid, ProviderError, StoreUnavailable
 from .events import Emitter, Sink, model_response_data, tool_result_data
 from .loop import (
     CHOICES,
@@ -545,15 +545,15 @@ async def call(
 # -- children ----------------------------------------------------------------------------------
 
 
-class ChildRunEnded(Exception):
-    """A child run ended other than `done`: the parent's model reads why as the call's result."""
-
-
-async def run_child(agent: Agent, task: str, ctx: RunContext) -> str:
-    """Run `agent` on `task` as a child of the run whose tool call this is: in its runtime
-    when there is one (`ctx.spawn`), else inside the call. A cancel of the call cancels the
-    child and waits for it to end, so nothing of the child outlives its parent's call."""
-    run_id = child_run_id(ctx.run_id, ctx.call_id, uuid.uuid4().hex[:8])
+async def run_child(agent: Agent, task: str, ctx: RunContext, name: str | None = None) -> str:
+    """Run `agent` on `task` as a child of the run whose tool call this is, and return its
+    answer (what `Agent.as_tool` does; a tool of your own that takes a `RunContext` may call
+    it, once per child, each with its own `name`). The child runs in the runtime of its
+    parent when there is one (`ctx.spawn`), else inside the call, on the parent's budget. A
+    cancel of the call cancels the child and waits for it to end, so nothing of the child
+    outlives its parent's call; a child that does not end `done` raises ChildRunEnded."""
+    call = ctx.call_id if name is None or ctx.call_id is None else f"{ctx.call_id}.{name}"
+    run_id = child_run_id(ctx.run_id, call, name or uuid.uuid4().hex[:8])
     child = ctx.for_child(run_id)
     if ctx.spawn is None:
         emitter = Emitter(run_id, list(ctx.tree_sinks))

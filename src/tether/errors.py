@@ -8,6 +8,8 @@
      │    ├── NoSuchRun              no run has this id
      │    └── RunEnded               the run is over: it takes no more messages
      ├── OutputInvalid               the model's answers never matched the agent's output type
+     ├── ChildRunEnded               a child run (an agent used as a tool) ended other than done
+     │                               (`run_child`; as a tool's error, its parent model reads it)
      ├── StoreUnavailable            the durable store stopped answering; what it recorded is
      │                               kept, and the run goes on once it answers (resume)
      └── ProviderError               the model call failed: .status .error_type .message
@@ -57,6 +59,10 @@ class NoSuchRun(RunError, KeyError):
 
 class RunEnded(RunError):
     pass
+
+
+class ChildRunEnded(TetherError):
+    """A child run ended other than `done`: its id, outcome and reason, for its parent."""
 
 
 class StoreUnavailable(TetherError):
