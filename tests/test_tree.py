@@ -529,3 +529,53 @@ async def test_a_tool_of_ones_own_starts_named_children_through_its_context(
             child = rt.get(f"root.c1.{name}")
             assert child.status == "done" and child.transcript[0].text == topic
     assert len(wire.requests) == 6  # the lead's 2, each child's 2
+
+
+def test_a_durable_childs_approval_waits_across_a_crash(wire: WireServer, tmp_path: Path) -> None:
+    """Both children wait for approval when the process is killed; approved in the store
+    while nothing runs (`tether approve CHILD_ID ...`), the resumed tree does each write once
+    and repeats no model call."""
+
+    def rule(body: dict[str, Any]) -> dict[str, Any]:
+        done = tool_results(body)
+        task = str(body["messages"][1]["content"])
+        if system_of(body) == "LEAD":
+            if done == 0:
+                return {"calls": [("researcher", {"task": t}) for t in ("alpha", "beta")]}
+            return {"text": "the lead's answer"}
+        return {"calls": [("write", {"topic": task})]} if done == 0 else {"text": f"did {task}"}
+
+    wire.rule = rule
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    program = [sys.executable, str(FIXTURES / "tree.py"), store]
+    env = cli_env(OPENAI_BASE_URL=wire.url, TREE_DIR=str(tmp_path), TREE_APPROVAL="1")
+    first = subprocess.Popen(
+        [*program, "start", "t-2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    assert first.stdout is not None
+    asked: dict[str, str] = {}
+    for line in first.stdout:
+        event = orjson.loads(line)
+        if event["type"] == "approval_requested":
+            assert event["root_run_id"] == "t-2"
+            asked[event["run_id"]] = event["approval_id"]
+        if len(asked) == 2:
+            first.send_signal(signal.SIGKILL)
+            break
+    first.wait()
+    assert first.returncode == -signal.SIGKILL
+    assert len(wire.requests) == 3 and not (tmp_path / "writes.txt").exists()
+    for child, approval in asked.items():
+        approved = tether("approve", "--store", store, child, approval, env=env)
+        assert approved.returncode == 0, approved.stderr
+    again = subprocess.run(
+        [*program, "resume", "t-2"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert again.returncode == 0, again.stderr
+    assert sorted((tmp_path / "writes.txt").read_text().split()) == ["alpha", "beta"]
+    by_task = collections.Counter(str(b["messages"][1]["content"]) for b in wire.requests)
+    assert by_task == {"Research alpha and beta": 2, "alpha": 2, "beta": 2}
