@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     ("providers and tools", {"providers", "tools"}),
-    ("loop and agent", {"loop", "context", "output", "agent"}),
+    ("loop and agent", {"loop", "context", "output", "guardrails", "agent"}),
     ("run options", {"options"}),
     ("runs in memory", {"run", "supervisor", "bus"}),
     ("durable runs", {"durable", "ledger", "store", "outage"}),

@@ -14,6 +14,7 @@ EXPECTED = {
     "ConfigError",
     "Event",
     "FallbackModel",
+    "Guardrail",
     "HTTPSettings",
     "Message",
     "MissingAPIKey",

@@ -20,6 +20,7 @@ from .errors import (
     TetherError,
 )
 from .events import Event
+from .guardrails import Guardrail
 from .loop import Budget
 from .messages import (
     Message,
@@ -58,6 +59,7 @@ __all__ = [
     "ConfigError",
     "Event",
     "FallbackModel",
+    "Guardrail",
     "HTTPSettings",
     "Message",
     "MissingAPIKey",

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ from .approvals import Approver, Policy
 from .context import ContextPolicy, estimate, fit, is_context_error
 from .errors import ChildRunEnded, OutputInvalid, ProviderError, StoreUnavailable
 from .events import Emitter, Sink, model_response_data, tool_result_data
+from .guardrails import Guardrail, Kind, Verdict, tripped, verdicts
 from .loop import (
     CHOICES,
     Budget,
@@ -148,6 +149,11 @@ class Agent:
     output_type: Any = None
     """A pydantic model class or a JSON Schema (a dict) the final answer must match; the
     run's `output` is the typed value (see `output`)."""
+    input_guardrails: Sequence[Any] = ()
+    """Checks of the task that can stop the run (functions or `Guardrail`s, see `guardrails`):
+    they run beside the first model call, and no tool runs before they have passed."""
+    output_guardrails: Sequence[Any] = ()
+    """Checks of the final answer (its typed output) before the run reports it."""
 
     def __post_init__(self) -> None:
         self.toolbox = self.tools if isinstance(self.tools, Toolbox) else Toolbox(self.tools)
@@ -159,6 +165,8 @@ class Agent:
             )
         self.price = price_for(self.model.name, self.prices)
         self.output = None if self.output_type is None else Output(self.output_type)
+        self.input_guards = [Guardrail.of(g) for g in self.input_guardrails]
+        self.output_guards = [Guardrail.of(g) for g in self.output_guardrails]
 
     def new_state(self, messages: list[Message]) -> LoopState:
         return LoopState(messages, self.system, self.toolbox.specs)
@@ -314,18 +322,34 @@ class Effects(Protocol):
         the store keeps it). None for a cancel."""
         ...
 
+    async def guard(self, kind: Kind, value: Any) -> list[Verdict]:
+        """The verdicts of the agent's `kind` guardrails on `value`, each a `guardrail` event."""
+        ...
 
-async def drive(agent: Agent, state: LoopState, effects: Effects) -> Finish:
-    """Perform what the step function decides until it says to finish."""
+    guard_beside_model: bool
+    """Whether input guardrails may run while the first model call is under way (in memory);
+    a durable run asks them first, so its steps keep one order for a replay."""
+
+
+async def drive(
+    agent: Agent, state: LoopState, effects: Effects, inputs: Awaitable[Verdict | None] | None
+) -> Finish:
+    """Perform what the step function decides until it says to finish. `inputs`: the input
+    guardrails' first trip, awaited before any tool runs and before any answer."""
     happened: Happening = Started()
     while True:
         spent = state.cost_usd
         action = step(state, happened, agent.budget, agent.price, effects.now())
         if isinstance(happened, ModelReplied) and state.allowance is not None:
             state.allowance.charge(happened.response.usage, state.cost_usd - spent)
+        if isinstance(action, (RunTools, Finish)) and inputs is not None:
+            trip = await inputs
+            inputs = None
+            if trip is not None:  # the reply is not reported; its calls are closed unrun
+                return Finish("halted", "", trip.reason)
         if isinstance(action, Finish):
             if action.outcome != "done" or agent.output is None or typed(agent, state, action):
-                return action
+                return await checked(agent, state, effects, action)
             happened = Started()  # told what does not match: the model answers again
             continue
         if isinstance(action, CallModel):
@@ -337,6 +361,23 @@ async def drive(agent: Agent, state: LoopState, effects: Effects) -> Finish:
         elif isinstance(action, RunTools):
             state.finished = {}
             happened = ToolsDone(await effects.run_tools(state, list(action.calls)))
+
+
+async def checked(agent: Agent, state: LoopState, effects: Effects, finish: Finish) -> Finish:
+    """The run's end once the output guardrails have seen its answer (its typed output): a
+    trip ends it `halted`, and the answer is not reported."""
+    if finish.outcome != "done" or not agent.output_guards:
+        return finish
+    value = state.output if agent.output is not None else finish.answer
+    trip = tripped(await effects.guard("output", value))
+    if trip is None:
+        return finish
+    state.output = None
+    return Finish("halted", "", trip.reason)
+
+
+async def first_trip(effects: Effects, task: str) -> Verdict | None:
+    return tripped(await effects.guard("input", task))
 
 
 def typed(agent: Agent, state: LoopState, finish: Finish) -> bool:
@@ -386,10 +427,17 @@ async def execute(
     emitter.emit("run_started", **agent.started(task))
     error: dict[str, Any] | None = None
     limit = agent.budget.max_seconds
+    inputs: asyncio.Task[Verdict | None] | None = None
     try:
         try:
             async with asyncio.timeout(limit):
-                finish = await drive(agent, state, effects)
+                if agent.input_guards and task is not None:
+                    inputs = asyncio.ensure_future(first_trip(effects, task))
+                    if not effects.guard_beside_model:
+                        await inputs
+                finish = await drive(agent, state, effects, inputs)
+                if finish.outcome != "done":
+                    close(emitter, state, "Not run: the run was stopped.")
         except TimeoutError:
             if limit is None:
                 raise
@@ -419,6 +467,9 @@ async def execute(
         close(emitter, state, "Not run: the run failed.")
         error = internal_error(e)
         finish = Finish("failed", last_answer(state.messages), f"{type(e).__name__}: {e}")
+    finally:
+        if inputs is not None and not inputs.done():
+            inputs.cancel()
     return finish_run(emitter, state, finish, error)
 
 
@@ -467,11 +518,20 @@ class LocalEffects:
         if emitter.active:
             self.on_text = lambda t: emitter.emit("text_delta", text=t)
 
+    guard_beside_model = True
+
     def now(self) -> float:
         return time.monotonic()
 
     def stopped(self) -> StoreUnavailable | None:
         return None  # nothing but a cancel stops a run in memory
+
+    async def guard(self, kind: Kind, value: Any) -> list[Verdict]:
+        guards = self.agent.input_guards if kind == "input" else self.agent.output_guards
+        found = await verdicts(guards, kind, value)
+        for v in found:
+            self.emitter.emit("guardrail", **v.to_dict())
+        return found
 
     async def fit(self, state: LoopState, force: bool) -> None:
         agent = self.agent

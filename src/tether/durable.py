@@ -61,6 +61,7 @@ from .errors import (
     TetherError,
 )
 from .events import Emitter, Event, Sink, model_response_data, tool_result_data
+from .guardrails import Kind, Verdict, verdicts
 from .journal import private_file
 from .ledger import Ledger
 from .loop import LoopState, unique_calls
@@ -870,11 +871,17 @@ class RecordedEffects:
         self.clock = 0.0  # until the first model call (its recorded start), no time has passed
         self.seen = 0  # the last inbox message delivered
 
+    guard_beside_model = False  # its steps must keep one order: the guardrails ask first
+
     def now(self) -> float:
         return self.clock
 
     def stopped(self) -> StoreUnavailable | None:
         return self.owner.lost.get(self.run_id)
+
+    async def guard(self, kind: Kind, value: Any) -> list[Verdict]:
+        found = await steps().guard_step(self.run_id, kind, value)
+        return [Verdict.from_dict(v) for v in found]
 
     async def fit(self, state: LoopState, force: bool) -> None:
         messages, usage, _ = await steps().context_step(self.run_id, list(state.messages), force)
@@ -1000,6 +1007,7 @@ class Steps:
     context_step: Any
     tools_step: Any
     inbox_step: Any
+    guard_step: Any
 
 
 def register() -> Steps:
@@ -1092,6 +1100,19 @@ def register() -> Steps:
         ledger = owner.ledger
         return bool(await ledger.call(ledger.messages_after, run_id, seen))
 
+    @DBOS.step(name="tether.guard_step")
+    async def guard_step(run_id: str, kind: Kind, value: Any) -> list[dict[str, Any]]:
+        """The verdicts of the agent's guardrails of `kind`, recorded: a replay asks none."""
+        owner = active()
+        owner.stepped.add(run_id)
+        agent = owner.agents[run_id]
+        guards = agent.input_guards if kind == "input" else agent.output_guards
+        found = await verdicts(guards, kind, value)
+        emitter = owner.emitter_for(run_id)
+        for v in found:
+            emitter.emit("guardrail", **v.to_dict())
+        return [v.to_dict() for v in found]
+
     @DBOS.workflow(name=WORKFLOW)
     async def durable_run(
         run_id: str, record: dict[str, Any], task: str, history: list[Message] | None = None
@@ -1099,7 +1120,7 @@ def register() -> Steps:
         """`history`: the conversation before `task` (a turn of `tether ask`)."""
         return await active().execute(run_id, record, task, history)
 
-    return Steps(durable_run, model_step, context_step, tools_step, inbox_step)
+    return Steps(durable_run, model_step, context_step, tools_step, inbox_step, guard_step)
 
 
 async def one_call(

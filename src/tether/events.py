@@ -10,6 +10,7 @@ Every event is a flat JSON object with `type`, `run_id`, `seq` (0, 1, 2 ... with
     tool_call       {id, name, arguments}
     tool_result     {id, name, output, is_error}
     retry           {attempt, delay, error}                  a model call is being retried
+    guardrail       {name, kind, passed, message}            a guardrail's verdict
     run_finished    {outcome, answer, reason, usage, cost_usd, steps, error?}
 
 A child run (an agent used as a tool, see `tree`) adds `parent_run_id` and `root_run_id` to
