@@ -4,6 +4,7 @@ environment, plus the environment and the agent's record of a run cut short."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import subprocess
@@ -29,6 +30,8 @@ from helpers import alive, until, wait_until
 from tether.harbor import environment as environment_module
 from tether.harbor.agent import TRAJECTORY, TetherAgent
 from tether.harbor.environment import LocalEnvironment
+
+bash_module = importlib.import_module("tether.tools.bash")  # `tether.tools.bash` is the tool
 
 TASKS = Path(__file__).parent.parent / "examples" / "terminal-tasks"
 SCRIPT = TASKS / "scripted.json"
@@ -195,7 +198,7 @@ def test_stop_kills_a_process_caught_between_exec_and_its_new_environment(
     )
     cmdline = Path(f"/proc/{proc.pid}/cmdline")
     wait_until(lambda: cmdline.read_bytes().startswith(b"/bin/sh"), "env to exec the shell")
-    looks = environment_module.marked_processes
+    looks = bash_module.marked_processes
     first = True
 
     def look_then_let_go(needle: set[bytes]) -> tuple[list[int], list[int]]:
@@ -212,7 +215,7 @@ def test_stop_kills_a_process_caught_between_exec_and_its_new_environment(
             )
         return seen
 
-    monkeypatch.setattr(environment_module, "marked_processes", look_then_let_go)
+    monkeypatch.setattr(bash_module, "marked_processes", look_then_let_go)
     try:
         asyncio.run(env.stop(delete=True))
         assert proc.wait(timeout=5) == -9

@@ -207,8 +207,7 @@ class Agent:
         emitter = emitter or Emitter(run_id, sinks)
         state.allowance = ctx.allowance = self.allowance(run_id, ctx.parent)
         if ctx.parent is not None:
-            root = ctx.parent.root.run_id
-            emitter.lineage = {"parent_run_id": ctx.parent.run_id, "root_run_id": root}
+            emitter.lineage = ctx.lineage()
         elif sinks and not ctx.tree_sinks:
             ctx.tree_sinks = list(sinks)  # the root's watchers see its children too
         effects = LocalEffects(self, ctx, emitter, approver, limiter)
@@ -380,6 +379,16 @@ async def first_trip(effects: Effects, task: str) -> Verdict | None:
     return tripped(await effects.guard("input", task))
 
 
+async def judge(agent: Agent, kind: Kind, value: Any, emitter: Emitter) -> list[Verdict]:
+    """The verdicts of the agent's `kind` guardrails on `value`, each said as a `guardrail`
+    event (in memory at once; in a durable run inside the step that records them)."""
+    guards = agent.input_guards if kind == "input" else agent.output_guards
+    found = await verdicts(guards, kind, value)
+    for v in found:
+        emitter.emit("guardrail", **v.to_dict())
+    return found
+
+
 def typed(agent: Agent, state: LoopState, finish: Finish) -> bool:
     """Whether the final answer matches the agent's output type (then `state.output` is its
     value); if not, the model is told what is wrong, and after `OUTPUT_TRIES` answers the run
@@ -527,11 +536,7 @@ class LocalEffects:
         return None  # nothing but a cancel stops a run in memory
 
     async def guard(self, kind: Kind, value: Any) -> list[Verdict]:
-        guards = self.agent.input_guards if kind == "input" else self.agent.output_guards
-        found = await verdicts(guards, kind, value)
-        for v in found:
-            self.emitter.emit("guardrail", **v.to_dict())
-        return found
+        return await judge(self.agent, kind, value, self.emitter)
 
     async def fit(self, state: LoopState, force: bool) -> None:
         agent = self.agent
@@ -612,8 +617,8 @@ async def run_child(agent: Agent, task: str, ctx: RunContext, name: str | None =
     parent when there is one (`ctx.spawn`), else inside the call, on the parent's budget. A
     cancel of the call cancels the child and waits for it to end, so nothing of the child
     outlives its parent's call; a child that does not end `done` raises ChildRunEnded."""
-    call = ctx.call_id if name is None or ctx.call_id is None else f"{ctx.call_id}.{name}"
-    run_id = child_run_id(ctx.run_id, call, name or uuid.uuid4().hex[:8])
+    key = ctx.call_id if name is None or ctx.call_id is None else f"{ctx.call_id}.{name}"
+    run_id = child_run_id(ctx.run_id, key, name or uuid.uuid4().hex[:8])
     child = ctx.for_child(run_id)
     if ctx.spawn is None:
         emitter = Emitter(run_id, list(ctx.tree_sinks))

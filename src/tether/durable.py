@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from .admission import Limiter
-from .agent import Agent, RunResult, execute, respond
+from .agent import Agent, RunResult, execute, judge, respond
 from .approvals import ApprovalError, ApprovalRequest, Decision, arguments_hash, needs_approval
 from .bus import Bus, EventLog
 from .context import fit
@@ -61,7 +61,7 @@ from .errors import (
     TetherError,
 )
 from .events import Emitter, Event, Sink, model_response_data, tool_result_data
-from .guardrails import Kind, Verdict, verdicts
+from .guardrails import Kind, Verdict
 from .journal import private_file
 from .ledger import Ledger
 from .loop import LoopState, unique_calls
@@ -141,15 +141,8 @@ def record_of(
         "config": context.config,
         "provider": agent.model.provider,
         "model": agent.model.name,
-        **lineage_of(context),
+        **context.lineage(),
     }
-
-
-def lineage_of(context: RunContext) -> dict[str, str]:
-    """A child run's parent and root (`tree`), as its record and its events carry them."""
-    if context.parent is None:
-        return {}
-    return {"parent_run_id": context.parent.run_id, "root_run_id": context.parent.root.run_id}
 
 
 def context_of(run_id: str, record: dict[str, Any]) -> RunContext:
@@ -1105,12 +1098,7 @@ def register() -> Steps:
         """The verdicts of the agent's guardrails of `kind`, recorded: a replay asks none."""
         owner = active()
         owner.stepped.add(run_id)
-        agent = owner.agents[run_id]
-        guards = agent.input_guards if kind == "input" else agent.output_guards
-        found = await verdicts(guards, kind, value)
-        emitter = owner.emitter_for(run_id)
-        for v in found:
-            emitter.emit("guardrail", **v.to_dict())
+        found = await judge(owner.agents[run_id], kind, value, owner.emitter_for(run_id))
         return [v.to_dict() for v in found]
 
     @DBOS.workflow(name=WORKFLOW)

@@ -330,19 +330,21 @@ class Runtime:
             agent: Agent, task: str, context: RunContext, run_id: str
         ) -> RunHandle:
             sinks = list(context.tree_sinks)
-            if self.durable is None:
-                return await self.start(
+
+            def begin() -> Awaitable[RunHandle]:
+                return self.start(
                     agent, task, run_id=run_id, context=context, approver=approver, sinks=sinks
                 )
+
+            if self.durable is None:
+                return await begin()
             durable = self.durable
             if context.parent is not None:
                 durable.parents[run_id] = context.parent
 
             async def start_or_find() -> RunHandle:
                 try:
-                    return await self.start(
-                        agent, task, run_id=run_id, context=context, approver=approver, sinks=sinks
-                    )
+                    return await begin()
                 except RunExists:  # the call is repeated after a crash: the child goes on
                     return await self.resume(run_id, sinks=sinks)
 

@@ -20,31 +20,24 @@ run only tasks you trust.
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import os
 import re
 import shutil
-import signal
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 
-from ..tools.bash import marked_processes
+from ..tools.bash import kill_group, kill_strays
 
 SETUP_SCRIPT = "setup.sh"
 MARKER = "TETHER_HARBOR_TRIAL"
 DRAIN_AFTER_EXIT = 1.0
 """Seconds to keep reading after the command exits, for output of jobs it left running."""
-KILL_PASSES = 20
-KILL_PASS_PAUSE = 0.005
 EMPTY_PASSES = 3
-"""Looks 5 ms apart, at most 20; an environment empty three looks running is taken as empty.
-An `execve` takes well under a millisecond, so three looks cover it with room under load."""
+"""An environment that reads empty three looks running is taken as empty (see `kill_strays`)."""
 PLACES = {"/app": "app", "/logs": "logs", "/tests": "tests", "/solution": "solution"}
 VARIABLES = {"app": "APP_DIR", "logs": "LOGS_DIR", "tests": "TESTS_DIR", "solution": "SOLUTION_DIR"}
 
@@ -199,31 +192,7 @@ async def drain(stream: asyncio.StreamReader, into: bytearray) -> None:
         into += chunk
 
 
-def kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
 def kill_marked(marker: str) -> int:
-    """Kill every process whose environment carries this trial's marker; how many were.
-
-    A process caught inside `execve` shows an empty environment for a moment (the new image's
-    is not mapped yet): one in fifty `setsid sleep 300 &` left behind by a command that had just
-    exited was missed so. Such a process, and any a killed one may have forked meanwhile, is
-    looked at again, until a pass finds nothing left to kill and every empty environment has
-    stayed empty for EMPTY_PASSES looks (some processes really have none: `env -i`).
-    """
-    needle = f"{MARKER}={marker}".encode()
-    killed = 0
-    empty_for: collections.Counter[int] = collections.Counter()
-    for _ in range(KILL_PASSES):
-        found, empty = marked_processes({needle})
-        for pid in found:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-        empty_for.update(empty)
-        if not found and all(empty_for[pid] >= EMPTY_PASSES for pid in empty):
-            break
-        time.sleep(KILL_PASS_PAUSE)
-    return killed
+    """Kill every process whose environment carries this trial's marker; how many were. A
+    process caught inside `execve` is waited for (`kill_strays`'s `settle`)."""
+    return kill_strays({f"{MARKER}={marker}".encode()}, settle=EMPTY_PASSES)

@@ -65,6 +65,13 @@ class RunContext:
     tree_sinks: list[Sink] = field(default_factory=list)
     """Sinks that see the events of this run's descendants too (the root's watchers)."""
 
+    def lineage(self) -> dict[str, str]:
+        """A child run's `parent_run_id` and `root_run_id` (none for a root), as its events
+        and its record carry them."""
+        if self.parent is None:
+            return {}
+        return {"parent_run_id": self.parent.run_id, "root_run_id": self.parent.root.run_id}
+
     def for_child(self, run_id: str) -> RunContext:
         """The context of a child run this run starts: the same workspace, account, deps and
         config, drawing on this run's allowance."""
