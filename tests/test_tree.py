@@ -339,21 +339,24 @@ async def test_a_childs_approvals_reach_whoever_watches_the_root(
     assert [(e.run_id, e.data["output"]) for e in published] == [("root.call_1_0", "published")]
 
 
+def fixture_tree_rule(body: dict[str, Any]) -> dict[str, Any]:
+    """The model of tests/fixtures/tree.py: the lead hands alpha and beta to researchers,
+    each of which writes its topic down, then says it did."""
+    done = tool_results(body)
+    task = str(body["messages"][1]["content"])
+    if system_of(body) == "LEAD":
+        if done == 0:
+            return {"calls": [("researcher", {"task": t}) for t in ("alpha", "beta")]}
+        return {"text": "the lead's answer"}
+    return {"calls": [("write", {"topic": task})]} if done == 0 else {"text": f"did {task}"}
+
+
 def tree_after_a_crash(wire: WireServer, store: str, tmp_path: Path) -> None:
     """Killed while one child (beta) is inside a tool call and the other (alpha) has ended:
     after the resume alpha is not run again, beta's finished model call is not repeated and
     its interrupted call is reported as of unknown outcome, and the lead answers."""
 
-    def rule(body: dict[str, Any]) -> dict[str, Any]:
-        done = tool_results(body)
-        task = str(body["messages"][1]["content"])
-        if system_of(body) == "LEAD":
-            if done == 0:
-                return {"calls": [("researcher", {"task": t}) for t in ("alpha", "beta")]}
-            return {"text": "the lead's answer"}
-        return {"calls": [("write", {"topic": task})]} if done == 0 else {"text": f"did {task}"}
-
-    wire.rule = rule
+    wire.rule = fixture_tree_rule
     program = [sys.executable, str(FIXTURES / "tree.py"), store]
     env = cli_env(OPENAI_BASE_URL=wire.url, TREE_DIR=str(tmp_path))
     first = subprocess.Popen(
@@ -536,16 +539,7 @@ def test_a_durable_childs_approval_waits_across_a_crash(wire: WireServer, tmp_pa
     while nothing runs (`tether approve CHILD_ID ...`), the resumed tree does each write once
     and repeats no model call."""
 
-    def rule(body: dict[str, Any]) -> dict[str, Any]:
-        done = tool_results(body)
-        task = str(body["messages"][1]["content"])
-        if system_of(body) == "LEAD":
-            if done == 0:
-                return {"calls": [("researcher", {"task": t}) for t in ("alpha", "beta")]}
-            return {"text": "the lead's answer"}
-        return {"calls": [("write", {"topic": task})]} if done == 0 else {"text": f"did {task}"}
-
-    wire.rule = rule
+    wire.rule = fixture_tree_rule
     store = f"sqlite:///{tmp_path}/runs.sqlite"
     program = [sys.executable, str(FIXTURES / "tree.py"), store]
     env = cli_env(OPENAI_BASE_URL=wire.url, TREE_DIR=str(tmp_path), TREE_APPROVAL="1")
