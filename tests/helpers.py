@@ -20,12 +20,22 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from tether import tool
+from tether import AnthropicModel, HTTPSettings, OpenAIChatModel, OpenAIResponsesModel, tool
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TETHER = [sys.executable, "-m", "tether"]
 SRC = str(Path(__file__).parent.parent / "src")
 KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+CLIENTS = {"chat": OpenAIChatModel, "responses": OpenAIResponsesModel, "anthropic": AnthropicModel}
+"""The three protocols' clients, by the names tests are parametrized with."""
+
+
+def wire_model(protocol: str, url: str, stream: bool = True) -> Any:
+    """A client of `protocol` for the wire mock at `url`, that neither retries nor waits."""
+    fast = HTTPSettings(max_retries=0, read_timeout=5)
+    return CLIENTS[protocol]("m", api_key="k", base_url=url, stream=stream, settings=fast)
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -158,3 +168,22 @@ async def nap(seconds: float) -> str:
     """Sleep a while (a tool that holds a run in a tool call)."""
     await asyncio.sleep(seconds)
     return f"slept {seconds}"
+
+
+def png(rgb: tuple[int, int, int] = (200, 30, 30), size: int = 4) -> bytes:
+    """A real PNG of one colour (a square of `size` pixels), made with the standard library."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    row = b"\x00" + bytes(rgb) * size
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(row * size))
+        + chunk(b"IEND", b"")
+    )

@@ -15,10 +15,12 @@ from typing import Any
 
 import orjson
 import pytest
+from pydantic import BaseModel
 
-from helpers import FIXTURES, cli_env, until, within
-from tether import Agent, Guardrail, HTTPSettings, OpenAIChatModel, Runtime, tool
+from helpers import FIXTURES, cli_env, json_lines, tether, until, within
+from tether import Agent, Guardrail, HTTPSettings, OpenAIChatModel, Runtime, ToolCall, tool
 from tether.events import Event
+from tether.providers.scripted import ScriptedModel, reply
 from wire_server import WireServer
 
 SETTINGS = HTTPSettings(max_retries=1, backoff_base=0.01, backoff_max=0.02, read_timeout=30)
@@ -136,8 +138,8 @@ async def test_an_output_guardrail_keeps_a_tripped_answer_from_being_reported(
 def test_a_durable_runs_guardrail_verdicts_are_not_asked_again_after_a_crash(
     wire: WireServer, tmp_path: Path
 ) -> None:
-    """Killed inside a tool call after the input guardrail passed: the resumed run neither
-    asks the guardrail again nor repeats the model call, and the output guardrail is asked
+    """Killed inside a tool call after the input and tool guardrails passed: the resumed run
+    neither asks them again nor repeats the model call, and the output guardrail is asked
     once, on the answer."""
     wire.add(calls=[("hold", {})]).add(text="Done.")
     store = f"sqlite:///{tmp_path}/runs.sqlite"
@@ -162,5 +164,120 @@ def test_a_durable_runs_guardrail_verdicts_are_not_asked_again_after_a_crash(
     )
     assert again.returncode == 0, again.stderr
     asked = collections.Counter((tmp_path / "asked.txt").read_text().split())
-    assert asked == {"input": 1, "output": 1}
+    assert asked == {"input": 1, "tool": 1, "output": 1}
     assert len(wire.requests) == 2
+
+
+async def test_a_tool_guardrail_stops_a_call_before_any_call_of_its_reply_runs(
+    wire: WireServer, chat: OpenAIChatModel
+) -> None:
+    """Two calls in one reply, the second trips the guardrail: neither runs, the run halts
+    with the guardrail's reason, and the verdicts name the calls they judged."""
+    wire.add(
+        calls=[("send_email", {"to": "bob@example.com"}), ("send_email", {"to": "all@corp"})]
+    ).add(text="never asked")
+    judged: list[ToolCall] = []
+
+    def no_lists(call: ToolCall) -> str | None:
+        judged.append(call)
+        to = (call.arguments or {}).get("to", "")
+        return f"{to} is a mailing list" if "@" in to and "." not in to.split("@")[1] else None
+
+    ran: list[str] = []
+    agent = run_agent(chat, ran, tool_guardrails=[no_lists])
+    events: list[Event] = []
+    result = await within(agent.run("Mail them.", sinks=[events.append]), "the halt")
+    assert result.outcome == "halted" and result.answer == ""
+    assert result.reason == "guardrail no_lists: all@corp is a mailing list"
+    assert ran == [] and len(wire.requests) == 1
+    assert [c.name for c in judged] == ["send_email", "send_email"]
+    said = [(e.data["id"], e.data["passed"]) for e in events if e.type == "guardrail"]
+    assert said == [(judged[0].id, True), (judged[1].id, False)]
+    assert all(r.is_error and "Not run" in r.output for r in result.messages[-1].tool_results)
+
+
+async def test_tool_calls_run_when_their_guardrails_pass(
+    wire: WireServer, chat: OpenAIChatModel
+) -> None:
+    wire.add(calls=[("send_email", {"to": "bob@example.com"})]).add(text="Sent.")
+    ran: list[str] = []
+    agent = run_agent(chat, ran, tool_guardrails=[lambda call: call.name == "send_email"])
+    result = await within(agent.run("Mail Bob."), "the answer")
+    assert result.outcome == "done" and ran == ["bob@example.com"]
+
+
+@pytest.mark.parametrize(
+    ("verdict", "outcome", "reason"),
+    [
+        ("PASS", "done", ""),
+        ("It asks for a password.", "halted", "guardrail checker: It asks for a password."),
+    ],
+)
+async def test_an_agent_is_a_guardrail(
+    wire: WireServer, chat: OpenAIChatModel, verdict: str, outcome: str, reason: str
+) -> None:
+    """A checking agent reads the task and answers PASS, or says why not."""
+    checker_model = ScriptedModel([reply(verdict)])
+    checker = Agent(checker_model, system="Answer PASS, or say what is wrong.", name="checker")
+    wire.add(text="Here you are.")
+    agent = run_agent(chat, [], input_guardrails=[checker])
+    result = await within(agent.run("What is the admin password?"), "the end")
+    assert (result.outcome, result.reason) == (outcome, reason)
+    assert checker_model.requests[0].messages[-1].text == "What is the admin password?"
+
+
+async def test_a_checking_agents_typed_verdict(wire: WireServer, chat: OpenAIChatModel) -> None:
+    class Verdict(BaseModel):
+        passed: bool
+        reason: str = ""
+
+    checker_model = ScriptedModel([reply('{"passed": false, "reason": "off topic"}')])
+    checker = Agent(checker_model, name="topic", output_type=Verdict)
+    wire.add(text="The weather is fine.")
+    result = await within(run_agent(chat, [], output_guardrails=[checker]).run("Hi."), "end")
+    assert result.outcome == "halted" and result.reason == "guardrail topic: off topic"
+    assert checker_model.requests[0].messages[-1].text == "The weather is fine."
+
+
+GUARDRAILS_FILE = """
+from tether import ToolCall
+
+def no_rm(call: ToolCall) -> str | None:
+    command = (call.arguments or {}).get("command", "")
+    return "deletes files" if "rm " in command else None
+
+tool_guardrails = [no_rm]
+"""
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_the_cli_checks_with_the_guardrails_of_a_file(
+    wire: WireServer, tmp_path: Path, store: str
+) -> None:
+    guards = tmp_path / "guards.py"
+    guards.write_text(GUARDRAILS_FILE)
+    victim = tmp_path / "keep.txt"
+    victim.write_text("precious")
+    wire.add(calls=[("bash", {"command": f"rm {victim}"})]).add(text="Deleted.")
+    if store == "sqlite":
+        store = f"sqlite:///{tmp_path / 'runs.db'}"
+    p = tether(
+        *("run", "Clean up.", "--store", store, "--json", "--tools", "bash", "--yolo"),
+        *("--base-url", wire.url, "--guardrails", str(guards)),
+        OPENAI_API_KEY="sk-o",
+    )
+    assert p.returncode == 3, p.stderr
+    (end,) = [e for e in json_lines(p.stdout) if e["type"] == "run_finished"]
+    assert end["reason"] == "guardrail no_rm: deletes files"
+    assert victim.read_text() == "precious" and len(wire.requests) == 1
+
+
+def test_a_guardrails_file_without_guardrails_is_a_clear_error(tmp_path: Path) -> None:
+    guards = tmp_path / "guards.py"
+    guards.write_text("checks = []\n")
+    p = tether(
+        *("run", "hi", "--store", "memory", "--tools", "none", "--guardrails", str(guards)),
+        OPENAI_API_KEY="sk-o",
+    )
+    assert p.returncode == 2, p.stderr
+    assert "defines none of input_guardrails, tool_guardrails, output_guardrails" in p.stderr

@@ -112,3 +112,22 @@ def test_the_bundled_model_answers_from_what_the_tool_returned(
     answer = events[-1]["answer"].strip()
     assert all(f in answer for f in facts), answer
     assert "\n" not in answer and answer.endswith("."), answer
+
+
+def test_the_bundled_model_refuses_an_image_with_a_clear_error(tmp_path: Path) -> None:
+    """It cannot read images: the run fails saying so, instead of answering about a picture
+    it never saw."""
+    from helpers import png
+
+    picture = tmp_path / "photo.png"
+    picture.write_bytes(png())
+    p = subprocess.run(
+        [*TETHER, "run", "What is in this?", "--image", str(picture), "--provider", "local",
+         "--tools", "none", "--store", "memory", "--json"],
+        capture_output=True, text=True, timeout=300, env=cli_env(),
+    )  # fmt: skip
+    assert p.returncode == 1, p.stderr
+    end = json.loads(p.stdout.splitlines()[-1])
+    assert end["type"] == "run_finished" and end["outcome"] == "failed"
+    assert end["error"]["kind"] == "images_unsupported"
+    assert "cannot read images" in end["reason"] and end["answer"] == ""

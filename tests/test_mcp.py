@@ -3,6 +3,8 @@ tool (stdio and streamable HTTP), and an MCP client that uses Tether's tools and
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import socket
 import subprocess
@@ -197,11 +199,22 @@ def test_mcp_tools_obey_the_tool_timeout(wire: WireServer) -> None:
     assert time.monotonic() - started < 25  # not the tool's 30 s
 
 
-def test_images_and_resources_in_mcp_results_are_not_dropped_unsaid(wire: WireServer) -> None:
+def test_images_and_resources_in_mcp_results_reach_the_model(wire: WireServer) -> None:
+    """The chart's text and its resource as text; its image as an image, as Chat takes one
+    from a tool (a user message after the tool message)."""
     wire.add(calls=[("chart", {"item": "apples"})]).add(text="Here is the chart.")
     status, events = run_with_mcp(wire, SERVER)
     assert status == 0
-    output = next(e for e in events if e["type"] == "tool_result")["output"]
-    assert output.startswith("stock of apples\n")
-    assert "[left out: an image (image/png, about 1008 bytes)" in output
-    assert "[resource stock://apples]\napples,12" in output
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["output"] == "stock of apples\n[resource stock://apples]\napples,12"
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 1000
+    (image,) = result["images"]
+    assert image == {
+        "media_type": "image/png",
+        "sha256": hashlib.sha256(png).hexdigest(),
+        "bytes": 1008,
+    }
+    shown = wire.requests[1]["messages"][-1]
+    assert shown["role"] == "user"
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    assert shown["content"][1] == {"type": "image_url", "image_url": {"url": url}}

@@ -12,19 +12,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from helpers import json_lines, tether
+from helpers import CLIENTS, json_lines, tether, wire_model
 from tether import (
     Agent,
-    AnthropicModel,
-    HTTPSettings,
-    OpenAIChatModel,
-    OpenAIResponsesModel,
     Runtime,
 )
 from wire_server import WireServer
-
-FAST = HTTPSettings(max_retries=0, read_timeout=5)
-CLIENTS = {"chat": OpenAIChatModel, "responses": OpenAIResponsesModel, "anthropic": AnthropicModel}
 
 
 class Invoice(BaseModel):
@@ -33,7 +26,7 @@ class Invoice(BaseModel):
 
 
 def model(protocol: str, wire: WireServer, stream: bool = True) -> Any:
-    return CLIENTS[protocol]("m", api_key="k", base_url=wire.url, stream=stream, settings=FAST)
+    return wire_model(protocol, wire.url, stream)
 
 
 def answer(wire: WireServer, protocol: str, value: Any) -> None:

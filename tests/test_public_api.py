@@ -52,6 +52,8 @@ EXPECTED = {
     "reply",
     "run_child",
     "tool",
+    "ImagePart",
+    "ImagesUnsupported",
 }
 
 
@@ -73,6 +75,7 @@ def test_provider_errors_form_one_tree() -> None:
         "RateLimited",
         "ServerError",
         "ProviderProtocolError",
+        "ImagesUnsupported",
     ):
         assert issubclass(getattr(tether, name), tether.ProviderError)
     assert issubclass(tether.ProviderError, tether.TetherError)

@@ -7,6 +7,7 @@ from .approvals import approve_all, deny_all
 from .errors import (
     ChildRunEnded,
     ConfigError,
+    ImagesUnsupported,
     MissingAPIKey,
     OutputInvalid,
     ProviderConnectionError,
@@ -23,6 +24,7 @@ from .events import Event
 from .guardrails import Guardrail
 from .loop import Budget
 from .messages import (
+    ImagePart,
     Message,
     ModelRequest,
     ModelResponse,
@@ -61,6 +63,8 @@ __all__ = [
     "FallbackModel",
     "Guardrail",
     "HTTPSettings",
+    "ImagePart",
+    "ImagesUnsupported",
     "Message",
     "MissingAPIKey",
     "Model",

@@ -48,7 +48,7 @@ from .loop import (
     unique_calls,
     with_usage,
 )
-from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
+from .messages import ImagePart, Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .output import OUTPUT_TRIES, Output, jsonable, retry_message
 from .pricing import Price, price_for
 from .providers.base import Model, TextHook
@@ -154,6 +154,8 @@ class Agent:
     they run beside the first model call, and no tool runs before they have passed."""
     output_guardrails: Sequence[Any] = ()
     """Checks of the final answer (its typed output) before the run reports it."""
+    tool_guardrails: Sequence[Any] = ()
+    """Checks of each tool call (a `ToolCall`) before any call of its reply runs."""
 
     def __post_init__(self) -> None:
         self.toolbox = self.tools if isinstance(self.tools, Toolbox) else Toolbox(self.tools)
@@ -167,6 +169,7 @@ class Agent:
         self.output = None if self.output_type is None else Output(self.output_type)
         self.input_guards = [Guardrail.of(g) for g in self.input_guardrails]
         self.output_guards = [Guardrail.of(g) for g in self.output_guardrails]
+        self.tool_guards = [Guardrail.of(g) for g in self.tool_guardrails]
 
     def new_state(self, messages: list[Message]) -> LoopState:
         return LoopState(messages, self.system, self.toolbox.specs)
@@ -175,6 +178,7 @@ class Agent:
         self,
         task: str | None,
         *,
+        images: Sequence[ImagePart] = (),
         transcript: list[Message] | None = None,
         context: RunContext | None = None,
         run_id: str | None = None,
@@ -188,7 +192,8 @@ class Agent:
         """Run until the model answers, a budget halts it, or a call fails.
 
         `transcript` is the conversation so far and is extended in place (so a caller keeps
-        completed work even when the run is cancelled); `task` is appended as a user message.
+        completed work even when the run is cancelled); `task` is appended as a user message,
+        with `images` (see `ImagePart.load`).
         The runtime attaches the rest: `approver` decides calls that need approval, `inbox`
         holds user messages that arrive mid-run, `emitter` numbers the events, `limiter`
         bounds concurrent calls to the model's endpoint. With `reraise_cancel=False` a cancel
@@ -199,7 +204,7 @@ class Agent:
         ctx.run_id = run_id
         messages = transcript if transcript is not None else []
         if task is not None:
-            messages.append(Message.user(task))
+            messages.append(Message.user(task, tuple(images)))
         state = self.new_state(messages)
         state.started_at = time.monotonic()
         if inbox is not None:
@@ -358,6 +363,9 @@ async def drive(
             response = await model_turn(agent, state, effects)
             happened = ModelReplied(response, agent.price_of(response))
         elif isinstance(action, RunTools):
+            trip = await calls_trip(agent, effects, action.calls)
+            if trip is not None:  # no call of the reply runs: they are closed unrun
+                return Finish("halted", "", trip.reason)
             state.finished = {}
             happened = ToolsDone(await effects.run_tools(state, list(action.calls)))
 
@@ -379,13 +387,26 @@ async def first_trip(effects: Effects, task: str) -> Verdict | None:
     return tripped(await effects.guard("input", task))
 
 
+async def calls_trip(agent: Agent, effects: Effects, calls: list[ToolCall]) -> Verdict | None:
+    """The first tool guardrail a reply's calls trip, each call asked in turn (a durable run
+    records a step per call)."""
+    if not agent.tool_guards:
+        return None
+    for call in calls:
+        trip = tripped(await effects.guard("tool", call))
+        if trip is not None:
+            return trip
+    return None
+
+
 async def judge(agent: Agent, kind: Kind, value: Any, emitter: Emitter) -> list[Verdict]:
     """The verdicts of the agent's `kind` guardrails on `value`, each said as a `guardrail`
     event (in memory at once; in a durable run inside the step that records them)."""
-    guards = agent.input_guards if kind == "input" else agent.output_guards
-    found = await verdicts(guards, kind, value)
+    guards = {"input": agent.input_guards, "tool": agent.tool_guards, "output": agent.output_guards}
+    found = await verdicts(guards[kind], kind, value)
+    call = {"id": value.id} if isinstance(value, ToolCall) else {}  # which call it judged
     for v in found:
-        emitter.emit("guardrail", **v.to_dict())
+        emitter.emit("guardrail", **v.to_dict(), **call)
     return found
 
 
@@ -433,7 +454,9 @@ async def execute(
     """One run from `run_started` to `run_finished`, whatever happens in between: the time
     limit cuts a model call or a tool call in flight, a cancel closes the open calls and keeps
     what completed, a failed model call or a bug ends the run `failed` with the error."""
-    emitter.emit("run_started", **agent.started(task))
+    shown = state.messages[-1].images if task is not None and state.messages else []
+    images = {"images": [i.describe() for i in shown]} if shown else {}
+    emitter.emit("run_started", **agent.started(task, **images))
     error: dict[str, Any] | None = None
     limit = agent.budget.max_seconds
     inputs: asyncio.Task[Verdict | None] | None = None

@@ -10,13 +10,14 @@ once. What was replaced is recorded as `context_trimmed` and `context_summarized
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
 from .errors import ProviderError
 from .events import Emitter
 from .loop import message_chars
-from .messages import Message, ModelRequest, TextPart, ToolResult, Usage
+from .messages import Message, ModelRequest, TextPart, Usage
 from .providers.base import Model
 
 SUMMARY_PROMPT = (
@@ -90,7 +91,7 @@ def trim_tool_outputs(messages: list[Message], keep_chars: int) -> tuple[int, in
                 )
                 saved += len(r.output) - len(output)
                 cut += 1
-                r = ToolResult(r.call_id, r.name, output, r.is_error)
+                r = dataclasses.replace(r, output=output)
             parts.append(r)
         messages[i] = Message("tool", tuple(parts))
     return cut, saved

@@ -65,7 +65,18 @@ from .guardrails import Kind, Verdict
 from .journal import private_file
 from .ledger import Ledger
 from .loop import LoopState, unique_calls
-from .messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
+from .messages import (
+    ImagePart,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolResult,
+    Usage,
+    filled,
+    hollow,
+    hollow_result,
+)
 from .outage import (
     POSTGRES_CONNECT_ARGS,
     STORE_PATIENCE_S,
@@ -86,6 +97,7 @@ from .store import (
     check_url,
     messages_of,
     status_of,
+    task_images,
     use_modern_sqlite,
 )
 from .tools.tool import RunContext, Spawn
@@ -325,12 +337,18 @@ class DurableRuns:
         history: list[Message] | None = None,
         chosen: bool = True,
         typed: Callable[[Any], Any] | None = None,
+        images: tuple[ImagePart, ...] = (),
     ) -> StoredRun:
         """Start a run executed by this process; returns once the run is recorded. An id the
         caller `chosen` is looked up in the store first (DBOS would hand back the run that
         has it); a generated one cannot be there, and costs no read. `typed` makes the
-        recorded output (JSON) the agent's output type again."""
+        recorded output (JSON) the agent's output type again. The task's `images` are kept
+        once, beside the record, which names them."""
         from dbos import DBOS, SetWorkflowID
+
+        if images:
+            await self.ledger.call(self.ledger.keep_images, list(images))
+            record = {**record, "images": [[i.media_type, i.sha256] for i in images]}
 
         taken = chosen and await self.in_time(DBOS.get_workflow_status_async(run_id)) is not None
         if run_id in self.runs or taken:
@@ -570,7 +588,7 @@ class DurableRuns:
         if "parent_run_id" in record:
             emitter.lineage = {k: record[k] for k in ("parent_run_id", "root_run_id")}
         effects = RecordedEffects(self, run_id, record, agent)
-        messages = [*(history or []), Message.user(task)]
+        messages = await self.filled([*(history or []), Message.user(task, task_images(record))])
         restarts: deque[float] = deque()
         first: str | None = task
         attempt = 1
@@ -586,12 +604,12 @@ class DurableRuns:
             first = None
             after = after_attempt(policy, result.outcome, restarts, effects.now())
             if after == "end":
-                return result.to_dict()
+                return recorded(result)
             if after == "give_up":
                 emitter.emit(
                     "gave_up", restarts=len(restarts), within=policy.within, reason=result.reason
                 )
-                return result.to_dict()
+                return recorded(result)
             if after == "restart":
                 attempt += 1
                 emitter.emit("restarting", attempt=attempt, reason=result.reason)
@@ -603,6 +621,17 @@ class DurableRuns:
                 emitter.emit("run_finished", **ended.summary())
                 self.keep(run_id, messages)
                 raise
+
+    async def filled(self, messages: list[Message]) -> list[Message]:
+        """`messages` with the bytes of their images read back (records hold them hollow)."""
+        wanted = sorted({i.sha256 for m in messages for i in m.images if i.data is None})
+        if not wanted:
+            return messages
+        found = await self.ledger.call(self.ledger.images, wanted)
+        lost = [h[:12] for h in wanted if h not in found]
+        if lost:
+            raise RuntimeError(f"the store has lost the bytes of image(s) {', '.join(lost)}")
+        return [filled(m, found) for m in messages]
 
     def keep(self, run_id: str, messages: list[Message]) -> None:
         """What a run cancelled here had completed, for its handle."""
@@ -852,6 +881,13 @@ UNKNOWN_OUTCOME = (
 )
 
 
+def recorded(result: RunResult) -> dict[str, Any]:
+    """The workflow's output: the result, its images without their bytes (kept beside)."""
+    out = result.to_dict()
+    out["messages"] = [hollow(m) for m in result.messages]
+    return out
+
+
 class RecordedEffects:
     """The driver's effects in a durable run (see `agent.Effects`): each a DBOS step whose
     output is recorded, so a replay after a crash gets the same answers without the work. The
@@ -878,7 +914,7 @@ class RecordedEffects:
 
     async def fit(self, state: LoopState, force: bool) -> None:
         messages, usage, _ = await steps().context_step(self.run_id, list(state.messages), force)
-        state.messages[:] = messages
+        state.messages[:] = await self.owner.filled(messages)
         self.agent.charge(state, usage)
 
     async def call_model(self, state: LoopState) -> ModelResponse:
@@ -899,7 +935,10 @@ class RecordedEffects:
             self.owner.announce(self.run_id, calls)
         decisions = await self.decide(calls)
         results, self.clock = await steps().tools_step(self.run_id, calls, decisions)
-        return list(results)
+        if not any(r.images for r in results):
+            return list(results)
+        (message,) = await self.owner.filled([Message("tool", tuple(results))])
+        return message.tool_results
 
     async def next_message(self) -> None:
         """Idle (a permanent run between answers; `idle` is announced) until the inbox has a
@@ -1064,7 +1103,7 @@ def register() -> Steps:
         usage = await fit(
             agent.model, messages, agent.system, agent.context, Emitter(run_id, [keep]), force
         )
-        return messages, usage, happened
+        return [hollow(m) for m in messages], usage, happened
 
     @DBOS.step(name="tether.tools_step")
     async def tools_step(
@@ -1139,9 +1178,11 @@ async def one_call(
         # decided in the workflow (`decide`), which told the watchers already
         result = await agent.toolbox.run(call, ctx, approver)
     if recorded is None:
+        if result.images:  # kept once; the records name them
+            await owner.ledger.call(owner.ledger.keep_images, list(result.images))
         await owner.ledger.call(owner.ledger.finish_call, run_id, result)
     emitter.emit("tool_result", **tool_result_data(result))
-    return result
+    return hollow_result(result)
 
 
 _steps: Steps | None = None

@@ -20,7 +20,8 @@
           │    ├── RateLimited          429
           │    ├── ServerError          5xx (and 529 "overloaded")
           │    └── ClientRequestError   other 4xx: 400, 401, 403, 404 ...
-          └── ProviderProtocolError     a reply we cannot read: bad JSON, a stream cut short
+          ├── ProviderProtocolError     a reply we cannot read: bad JSON, a stream cut short
+          └── ImagesUnsupported         the model cannot read images, and the request has some
 
 Tool failures are not exceptions of this tree: they become error results for the model.
 """
@@ -144,6 +145,13 @@ class ClientRequestError(ProviderStatusError):
 
 class ProviderProtocolError(ProviderError):
     kind = "protocol"
+
+
+class ImagesUnsupported(ProviderError):
+    """Raised before the request is sent: dropping the images silently would have the model
+    answer about a picture it never saw."""
+
+    kind = "images_unsupported"
 
 
 def status_error(

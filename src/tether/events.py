@@ -102,12 +102,15 @@ def model_response_data(response: ModelResponse) -> dict[str, Any]:
 
 
 def tool_result_data(result: ToolResult) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "id": result.call_id,
         "name": result.name,
         "output": result.output,
         "is_error": result.is_error,
     }
+    if result.images:  # named, never inlined: an event stream carries no image's bytes
+        data["images"] = [i.describe() for i in result.images]
+    return data
 
 
 def usage_from_dict(d: dict[str, Any]) -> Usage:

@@ -6,6 +6,9 @@ call is never repeated once it has finished, even when the DBOS step that ran it
 all the calls of one reply) is retried after a crash: a finished call gives back its recorded
 result, a call that started but never finished is rerun only if its tool is idempotent.
 
+Images (a task's, a tool result's) are kept once each, by their sha256: a run's records (DBOS's
+and the journal) carry them without their bytes, however often they name them.
+
 The inbox holds `tether send` messages, numbered per run. A model step reads the messages past
 the last one the run has seen and returns them with the reply, so DBOS records which messages
 went into which call; a replay delivers the same ones, and nothing needs marking as consumed.
@@ -29,7 +32,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 
 from .journal import private_file
-from .messages import ToolResult
+from .messages import ImagePart, ToolResult
 from .outage import POSTGRES_CONNECT_ARGS
 
 TABLES = (
@@ -40,6 +43,9 @@ TABLES = (
     "text TEXT NOT NULL, sent_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, seq))",
     "CREATE TABLE IF NOT EXISTS tether_executors (executor_id TEXT PRIMARY KEY, "
     "last_beat DOUBLE PRECISION NOT NULL)",
+    # BYTEA: Postgres's bytes; SQLite keeps bytes as they are under any type name
+    "CREATE TABLE IF NOT EXISTS tether_images (sha256 TEXT PRIMARY KEY, "
+    "media_type TEXT NOT NULL, data BYTEA NOT NULL)",
 )
 
 CallState = Literal["fresh", "finished", "interrupted"]
@@ -177,18 +183,43 @@ class Ledger:
                 elif result is None:
                     out[call_id] = ("interrupted", None)
                 else:
-                    d = orjson.loads(result)
-                    recorded = ToolResult(call_id, d["name"], d["output"], d["is_error"])
-                    out[call_id] = ("finished", recorded)
+                    out[call_id] = ("finished", recorded_result(call_id, orjson.loads(result)))
         return out
 
     def finish_call(self, run_id: str, result: ToolResult) -> None:
-        data = {"name": result.name, "output": result.output, "is_error": result.is_error}
+        """Record a call's result (its images by name: `keep_images` has their bytes)."""
+        data: dict[str, Any] = {
+            "name": result.name,
+            "output": result.output,
+            "is_error": result.is_error,
+        }
+        if result.images:
+            data["images"] = [[i.media_type, i.sha256] for i in result.images]
         with self.transaction() as run:
             run(
                 "UPDATE tether_tool_calls SET result = :x WHERE run_id = :r AND call_id = :c",
                 {"x": orjson.dumps(data).decode(), "r": run_id, "c": result.call_id},
             )
+
+    # -- images -----------------------------------------------------------------------------
+
+    def keep_images(self, images: list[ImagePart]) -> None:
+        """Keep these images' bytes, once each (one kept already is left as it is)."""
+        with self.transaction() as run:
+            for i in images:
+                run(
+                    "INSERT INTO tether_images VALUES (:h, :m, :d) ON CONFLICT (sha256) DO NOTHING",
+                    {"h": i.sha256, "m": i.media_type, "d": i.data},
+                )
+
+    def images(self, hashes: list[str]) -> dict[str, bytes]:
+        """The bytes of the images kept under these hashes (those it has)."""
+        found: dict[str, bytes] = {}
+        with self.transaction() as run:
+            for h in hashes:
+                for (data,) in run("SELECT data FROM tether_images WHERE sha256 = :h", {"h": h}):
+                    found[h] = bytes(data)
+        return found
 
     # -- the inbox --------------------------------------------------------------------------
 
@@ -237,3 +268,9 @@ class Ledger:
             if dead:
                 run("DELETE FROM tether_executors WHERE last_beat < :t", old)
         return dead
+
+
+def recorded_result(call_id: str, d: dict[str, Any]) -> ToolResult:
+    """A result as `finish_call` recorded it; its images without their bytes."""
+    images = tuple(ImagePart(m, None, h) for m, h in d.get("images", ()))
+    return ToolResult(call_id, d["name"], d["output"], d["is_error"], images)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .messages import (
+    IMAGE_TOKENS,
+    ImagePart,
     Message,
     ModelRequest,
     ModelResponse,
@@ -260,7 +262,9 @@ def message_chars(m: Message) -> int:
         if isinstance(p, ToolCall):
             n += len(p.name) + len(p.raw_arguments)
         elif isinstance(p, ToolResult):
-            n += len(p.output)
+            n += len(p.output) + 4 * IMAGE_TOKENS * len(p.images)
+        elif isinstance(p, ImagePart):
+            n += 4 * IMAGE_TOKENS
         else:
             n += len(p.text)
     return n + 4

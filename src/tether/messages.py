@@ -8,7 +8,11 @@ journal without copies.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -37,12 +41,90 @@ class ToolCall:
     raw_arguments: str = ""
 
 
+IMAGE_TYPES = {
+    b"\x89PNG\r\n\x1a\n": "image/png",
+    b"\xff\xd8\xff": "image/jpeg",
+    b"GIF87a": "image/gif",
+    b"GIF89a": "image/gif",
+}
+
+
+def image_type(data: bytes) -> str:
+    """The media type of a PNG, JPEG, GIF or WebP image, from its first bytes (every protocol
+    takes these four); ValueError for anything else."""
+    for magic, media_type in IMAGE_TYPES.items():
+        if data.startswith(magic):
+            return media_type
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    raise ValueError("not a PNG, JPEG, GIF or WebP image")
+
+
+IMAGE_TOKENS = 1000
+"""What an image is taken to cost in input tokens where budgets estimate (providers charge
+from 85 to about 1,600, by its size)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image in a user message or a tool result. Its `sha256` names it: a durable store
+    keeps the bytes once under that name, and its records carry the image without them
+    (`data` is then None until the run reads them back, see `durable.Blobs`)."""
+
+    media_type: str
+    data: bytes | None
+    sha256: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.sha256:
+            if self.data is None:
+                raise ValueError("an image needs its bytes or its sha256")
+            object.__setattr__(self, "sha256", hashlib.sha256(self.data).hexdigest())
+
+    @classmethod
+    def of(cls, data: bytes, media_type: str | None = None) -> ImagePart:
+        """An image from its bytes; the media type is read from them unless given."""
+        return cls(media_type or image_type(data), data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ImagePart:
+        """An image from a file (PNG, JPEG, GIF or WebP); ValueError names the file."""
+        data = Path(path).read_bytes()
+        try:
+            return cls.of(data)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+
+    @property
+    def base64(self) -> str:
+        if self.data is None:
+            raise ValueError(f"image {self.sha256[:12]} has not been read back from its store")
+        return base64.b64encode(self.data).decode()
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.media_type};base64,{self.base64}"
+
+    def hollow(self) -> ImagePart:
+        """The image without its bytes, as records carry it."""
+        return self if self.data is None else ImagePart(self.media_type, None, self.sha256)
+
+    def describe(self) -> dict[str, Any]:
+        """What events and transcripts say of it (never the bytes)."""
+        d: dict[str, Any] = {"media_type": self.media_type, "sha256": self.sha256}
+        if self.data is not None:
+            d["bytes"] = len(self.data)
+        return d
+
+
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     call_id: str
     name: str
     output: str
     is_error: bool = False
+    images: tuple[ImagePart, ...] = ()
+    """Images the tool returned beside its text (sent in each protocol's own way)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +140,7 @@ class ReasoningPart:
     provider: str | None = None
 
 
-Part = TextPart | ToolCall | ToolResult | ReasoningPart
+Part = TextPart | ToolCall | ToolResult | ReasoningPart | ImagePart
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +149,9 @@ class Message:
     parts: tuple[Part, ...]
 
     @classmethod
-    def user(cls, text: str) -> Message:
-        return cls("user", (TextPart(text),))
+    def user(cls, text: str, images: tuple[ImagePart, ...] = ()) -> Message:
+        """A user message; its images go first, as Anthropic advises (any order works)."""
+        return cls("user", (*images, TextPart(text)))
 
     @classmethod
     def system(cls, text: str) -> Message:
@@ -85,6 +168,17 @@ class Message:
     @property
     def tool_results(self) -> list[ToolResult]:
         return [p for p in self.parts if isinstance(p, ToolResult)]
+
+    @property
+    def images(self) -> list[ImagePart]:
+        """The message's images, those of its tool results included."""
+        found: list[ImagePart] = []
+        for p in self.parts:
+            if isinstance(p, ImagePart):
+                found.append(p)
+            elif isinstance(p, ToolResult):
+                found.extend(p.images)
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,3 +267,43 @@ class ModelResponse:
     """The model the server says answered."""
     served_by: str = ""
     """Which of a `FallbackModel`'s models answered (its configured name); "" otherwise."""
+
+
+def hollow(message: Message) -> Message:
+    """The message with every image (its tool results' too) without its bytes: what a
+    durable record holds, the bytes being kept once beside it (`Ledger.keep_images`)."""
+    if not message.images:
+        return message
+    return Message(message.role, tuple(hollow_part(p) for p in message.parts))
+
+
+def hollow_part(p: Part) -> Part:
+    if isinstance(p, ImagePart):
+        return p.hollow()
+    if isinstance(p, ToolResult):
+        return hollow_result(p)
+    return p
+
+
+def hollow_result(r: ToolResult) -> ToolResult:
+    if not r.images:
+        return r
+    return dataclasses.replace(r, images=tuple(i.hollow() for i in r.images))
+
+
+def filled(message: Message, data: dict[str, bytes]) -> Message:
+    """The message with its hollow images given their bytes back from `data` (by sha256)."""
+    if all(i.data is not None for i in message.images):
+        return message
+
+    def fill(i: ImagePart) -> ImagePart:
+        return i if i.data is not None else ImagePart(i.media_type, data[i.sha256], i.sha256)
+
+    def part(p: Part) -> Part:
+        if isinstance(p, ImagePart):
+            return fill(p)
+        if isinstance(p, ToolResult) and p.images:
+            return dataclasses.replace(p, images=tuple(fill(i) for i in p.images))
+        return p
+
+    return Message(message.role, tuple(part(p) for p in message.parts))

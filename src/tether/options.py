@@ -28,7 +28,7 @@ from .providers import PROVIDERS, FallbackModel, HTTPSettings, Model, make_model
 from .terminal import TERMINAL_SYSTEM, TERMINAL_TOOLS
 from .tools import BUILTINS, Tool
 from .tools.bash import bash_tool
-from .tools.loading import load_tools
+from .tools.loading import load_module, load_tools
 from .tools.sandbox import Sandbox, check
 
 DEFAULT_TOOLS = "read_file,write_file,edit_file,list_files"
@@ -79,6 +79,9 @@ class RunOptions:
     approve: str = "ask"
     output_schema: str | None = None
     """A JSON Schema file the final answer must match (`run_finished.output` is the value)."""
+    guardrails: list[str] = field(default_factory=list)
+    """Python files or modules whose `input_guardrails`, `tool_guardrails` and
+    `output_guardrails` lists the agent checks with (see `guardrails`)."""
 
     @classmethod
     def from_namespace(cls, ns: Any) -> RunOptions:
@@ -104,14 +107,39 @@ class RunOptions:
             self,
             provider=self.provider or default_provider(self),
             workspace=str(Path(self.workspace).resolve()),
-            tools_from=[
-                str(Path(s).resolve()) if s.endswith(".py") or Path(s).is_file() else s
-                for s in self.tools_from
-            ],
+            tools_from=[absolute(s) for s in self.tools_from],
+            guardrails=[absolute(s) for s in self.guardrails],
             script=str(Path(self.script).resolve()) if self.script else None,
             prices=str(Path(self.prices).resolve()) if self.prices else None,
             output_schema=str(Path(self.output_schema).resolve()) if self.output_schema else None,
         )
+
+
+def absolute(source: str) -> str:
+    """A `--tools-from` or `--guardrails` source: a file by its absolute path, else a module."""
+    return (
+        str(Path(source).resolve()) if source.endswith(".py") or Path(source).is_file() else source
+    )
+
+
+GUARDRAIL_LISTS = ("input_guardrails", "tool_guardrails", "output_guardrails")
+
+
+def load_guardrails(sources: list[str]) -> dict[str, list[Any]]:
+    """The guardrail lists the `--guardrails` modules define, joined by kind."""
+    found: dict[str, list[Any]] = {name: [] for name in GUARDRAIL_LISTS}
+    for source in sources:
+        module = load_module(source, "--guardrails")
+        lists = {name: getattr(module, name) for name in GUARDRAIL_LISTS if hasattr(module, name)}
+        if not lists:
+            raise ConfigError(
+                f"--guardrails: {source} defines none of {', '.join(GUARDRAIL_LISTS)}"
+            )
+        for name, given in lists.items():
+            if not isinstance(given, (list, tuple)):
+                raise ConfigError(f"--guardrails: {source}: {name} is not a list")
+            found[name].extend(given)
+    return found
 
 
 def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
@@ -170,6 +198,7 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
             f"--tool-choice: {o.tool_choice!r} is none of auto, required, none or a tool's name "
             f"({', '.join(names) or 'no tools are enabled'})"
         )
+    guards = load_guardrails(o.guardrails)
     try:
         return Agent(
             model,
@@ -181,7 +210,12 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
             name=CLI_AGENT,
             tool_choice=o.tool_choice,
             output_type=load_schema(o.output_schema) if o.output_schema else None,
+            input_guardrails=guards["input_guardrails"],
+            tool_guardrails=guards["tool_guardrails"],
+            output_guardrails=guards["output_guardrails"],
         )
+    except TypeError as e:  # not a guardrail
+        raise ConfigError(f"--guardrails: {e}") from None
     except ValueError as e:  # two tools of one name: the model could not tell them apart
         raise ConfigError(
             f"tools: {e}; a built-in, a --tools-from tool and an MCP server's tool must not "

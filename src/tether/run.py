@@ -19,7 +19,7 @@ from .approvals import ApprovalDesk, ApprovalRequest, Approver
 from .bus import EventLog
 from .errors import RunEnded
 from .events import Emitter
-from .messages import Message
+from .messages import ImagePart, Message
 from .tools.tool import RunContext
 
 Status = Literal["queued", "running", "idle", "done", "halted", "cancelled", "failed"]
@@ -93,10 +93,12 @@ class Run:
         approval_ttl: float | None = None,
         restart: RestartPolicy | None = None,
         transcript: list[Message] | None = None,
+        images: tuple[ImagePart, ...] = (),
     ) -> None:
         self.id = run_id
         self.agent = agent
         self.task = task
+        self.images = images
         self.log = log
         self.context = context or RunContext(run_id=run_id)
         self.context.run_id = run_id
@@ -155,6 +157,7 @@ class Run:
         self.mail.clear()
         result = await self.agent.run(
             task,
+            images=self.images if task is not None else (),
             transcript=self.transcript,
             context=self.context,
             run_id=self.id,

@@ -25,7 +25,7 @@ import asyncio
 import contextvars
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,7 +37,7 @@ from .approvals import ApprovalRequest, Approver, approve_all, deny_all
 from .bus import Bus
 from .errors import ConfigError, NoSuchRun, RunExists
 from .events import Event, Sink
-from .messages import Message
+from .messages import ImagePart, Message
 from .run import RestartPolicy, Status
 from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
 from .tools.tool import RunContext, Spawn, Tool
@@ -281,9 +281,11 @@ class Runtime:
         restart: RestartPolicy | None = None,
         approver: Approver | None = None,
         sinks: list[Sink] | None = None,
+        images: Sequence[ImagePart] = (),
     ) -> RunHandle:
-        """Start a run of `agent` (a registered agent, by name or itself) on `task`; returns
-        its handle once the run is recorded (on a store) or started (in memory).
+        """Start a run of `agent` (a registered agent, by name or itself) on `task`, with
+        `images` beside it (`ImagePart.load`); returns its handle once the run is recorded
+        (on a store, which keeps each image once, by its hash) or started (in memory).
 
         `options`: build the agent with the factory from these instead (recorded with the
         run). `context`: the tools' workspace, account and config (on a store its JSON
@@ -310,13 +312,14 @@ class Runtime:
                 approver=approver,
                 sinks=sinks,
                 transcript=list(history or []),
+                images=tuple(images),
             )
         from .durable import record_of
 
         record = record_of(found, options, context, approvals_of(approver), restart)
         typed = None if found.output is None else found.output.typed
         return await self.durable.start(
-            record, task, run_id, list(sinks or []), history, chosen, typed
+            record, task, run_id, list(sinks or []), history, chosen, typed, tuple(images)
         )
 
     def spawner(self, approver: Approver | None) -> Spawn:

@@ -25,7 +25,7 @@ from .events import Event, model_response_data, tool_result_data
 from .journal import private_file
 from .ledger import Ledger
 from .loop import close_open_calls
-from .messages import Message, ToolCall, Usage
+from .messages import ImagePart, Message, ToolCall, Usage
 from .outage import cannot_open, said_by_us
 from .pricing import Price, price_for
 
@@ -91,7 +91,8 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
     if not isinstance(inputs, (list, tuple)) or len(inputs) < 3:
         return []
     history = inputs[3] if len(inputs) > 3 and inputs[3] else []
-    messages: list[Message] = [*history, Message.user(inputs[2])]
+    record = inputs[1] if isinstance(inputs[1], dict) else {}
+    messages: list[Message] = [*history, Message.user(inputs[2], task_images(record))]
     for s in store.list_workflow_steps(run_id):
         output, name = s.get("output"), s.get("function_name", "")
         if name.endswith("model_step") and isinstance(output, tuple):
@@ -105,6 +106,17 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
             messages = list(output[0])
     close_open_calls(messages, "Cancelled before the tool finished.")
     return messages
+
+
+def task_images(record: dict[str, Any]) -> tuple[ImagePart, ...]:
+    """The images a run's task came with, as its record names them (without their bytes)."""
+    return tuple(ImagePart(m, None, h) for m, h in record.get("images", ()))
+
+
+def images_of(record: Any) -> dict[str, Any]:
+    """`run_started`'s images, as a run in memory shows them (without their sizes)."""
+    shown = task_images(record) if isinstance(record, dict) else ()
+    return {"images": [i.describe() for i in shown]} if shown else {}
 
 
 def client(url: str, create: bool = False) -> Any:
@@ -187,6 +199,7 @@ def events_of(store: Any, run_id: str) -> list[Event]:
         provider=record.get("provider") if isinstance(record, dict) else None,
         model=first.model if first is not None else None,
         agent=record.get("agent") if isinstance(record, dict) else None,
+        **images_of(record),
     )
     for s in steps:
         output = s.get("output")

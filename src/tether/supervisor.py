@@ -28,7 +28,7 @@ from .approvals import Approver
 from .bus import Bus
 from .errors import NoSuchRun, RunError, RunExists
 from .events import Sink
-from .messages import Message, Usage
+from .messages import ImagePart, Message, Usage
 from .run import RestartPolicy, Run, after_attempt, forget_old
 from .tools.tool import RunContext
 
@@ -85,6 +85,7 @@ class Supervisor:
         approver: Approver | None = None,
         sinks: list[Sink] | None = None,
         transcript: list[Message] | None = None,
+        images: tuple[ImagePart, ...] = (),
     ) -> Run:
         """Start a run now (or queue it, over `max_runs`) and return it at once. `sinks` see
         every event as it is emitted (a journal, a tracer), before any subscriber does."""
@@ -104,6 +105,7 @@ class Supervisor:
             approval_ttl=self.approval_ttl,
             restart=restart,
             transcript=transcript,
+            images=images,
         )
         run.emitter.sinks.extend(sinks or ())
         self.runs[run_id] = run

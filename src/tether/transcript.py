@@ -106,6 +106,7 @@ def readable(
         d = e.data
         if e.type == "run_started" and d.get("task"):
             lines.append(f"user: {d['task']}")
+            lines.extend(f"  {image_line(i)}" for i in d.get("images", ()))
         elif e.type == "user_message":
             lines.append(f"user: {d['text']}")
         elif e.type == "model_response" and d.get("text"):
@@ -120,6 +121,13 @@ def readable(
                 lines.append(readable(child, children, "    "))
             mark = "✗" if d.get("is_error") else "←"
             lines.append(f"  {mark} {d['output'].rstrip()}")
+            lines.extend(f"    {image_line(i)}" for i in d.get("images", ()))
         elif e.type == "run_finished":
             lines.append(f"[{d.get('outcome')}] {d.get('reason') or ''}".rstrip())
     return "\n".join(indent + line if indent else line for line in "\n".join(lines).split("\n"))
+
+
+def image_line(image: dict[str, Any]) -> str:
+    """An image as a transcript names it (events carry no image's bytes)."""
+    size = f", {image['bytes']} bytes" if "bytes" in image else ""
+    return f"[image {image.get('media_type')}{size}, sha256 {str(image.get('sha256'))[:12]}]"

@@ -36,6 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one task to its end", description="Run one task.")
     run.add_argument("task", metavar="TASK", nargs="?", help="what the agent should do")
     run.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="an image (PNG, JPEG, GIF, WebP) for the model to see with the task; repeatable",
+    )
+    run.add_argument(
         "--tasks",
         metavar="FILE",
         help="with --queue: queue one run per line of FILE (- for standard input), all at "
@@ -237,6 +244,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         metavar="PROVIDER:MODEL[@URL]",
         help="a model that answers when the one before cannot serve now (429, 5xx, overloaded, "
         "unreachable, time-out), after its retries; repeat for more, tried in order",
+    )
+    m.add_argument(
+        "--guardrails",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        help="Python file or module whose input_guardrails, tool_guardrails and "
+        "output_guardrails lists check the run (a trip halts it, exit 3); repeatable",
     )
     m.add_argument("--script", metavar="FILE", help="replies for --provider scripted (JSON list)")
     m.add_argument("--no-stream", action="store_true", help="ask for whole replies, not streams")
@@ -445,6 +460,8 @@ def options_of(args: argparse.Namespace) -> RunOptions:
             raise ConfigError("--tasks queues runs for workers: add --queue and --store")
         if (args.task is None) == (args.tasks is None):
             raise ConfigError("give one TASK, or --tasks FILE with --queue")
+        if args.image and args.queue:
+            raise ConfigError("--image is for a run executed here; it cannot be queued yet")
     options = RunOptions.from_namespace(args).resolved()
     if args.provider is None and options.provider == "local":
         print(

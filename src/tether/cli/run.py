@@ -15,7 +15,7 @@ from ..agent import RunResult
 from ..approvals import Approver, approve_all, deny_all
 from ..errors import ConfigError, RunError
 from ..events import Sink
-from ..messages import Message
+from ..messages import ImagePart, Message
 from ..options import CLI_AGENT, RunOptions
 from ..runtime import Runtime
 from ..tools import RunContext
@@ -48,7 +48,8 @@ def command_run(args: argparse.Namespace, options: RunOptions) -> int:
         span_sink, shutdown = configure()
         sinks.append(span_sink)
     try:
-        result = asyncio.run(run_task(args, options, run_id, sinks))
+        images = tuple(load_image(path) for path in args.image)
+        result = asyncio.run(run_task(args, options, run_id, sinks, images))
     except (ConfigError, RunError) as e:
         return error(str(e))
     except KeyboardInterrupt:  # before the run was started: nothing to keep
@@ -60,13 +61,27 @@ def command_run(args: argparse.Namespace, options: RunOptions) -> int:
     return exit_status(result, args.json)
 
 
+def load_image(path: str) -> ImagePart:
+    """`--image FILE`, read and checked before anything starts."""
+    try:
+        return ImagePart.load(path)
+    except OSError as e:
+        raise ConfigError(f"--image {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise ConfigError(f"--image {e}") from None
+
+
 async def run_task(
-    args: argparse.Namespace, options: RunOptions, run_id: str, sinks: list[Sink]
+    args: argparse.Namespace,
+    options: RunOptions,
+    run_id: str,
+    sinks: list[Sink],
+    images: tuple[ImagePart, ...] = (),
 ) -> RunResult:
     rt = cli_runtime(args.store, take_over=False, store_patience=args.store_patience)
     try:
         await ready(rt, options)
-        return await one_run(rt, args, options, args.task, run_id, sinks, [])
+        return await one_run(rt, args, options, args.task, run_id, sinks, [], images=images)
     finally:
         await rt.close()
 
@@ -80,6 +95,7 @@ async def one_run(
     sinks: list[Sink],
     history: list[Message],
     can_ask: bool | None = None,
+    images: tuple[ImagePart, ...] = (),
 ) -> RunResult:
     """Start a run of the options' agent and show it to its end. The agent is built first (MCP
     servers connected), so a bad option is an error before anything is recorded."""
@@ -94,6 +110,7 @@ async def one_run(
         history=history,
         approver=approver,
         sinks=[*sinks, *extra],
+        images=images,
     )
     return await until_end(run)
 

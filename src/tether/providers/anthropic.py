@@ -22,6 +22,7 @@ import orjson
 
 from ..errors import ProviderProtocolError, error_kind, error_status, stream_error
 from ..messages import (
+    ImagePart,
     Message,
     ModelRequest,
     ModelResponse,
@@ -175,11 +176,17 @@ def wire_blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
             blocks.append(
                 {"type": "tool_use", "id": p.id, "name": p.name, "input": p.arguments or {}}
             )
+        elif isinstance(p, ImagePart):
+            blocks.append(image_block(p))
         elif isinstance(p, ToolResult):
+            content: str | list[dict[str, Any]] = p.output
+            if p.images:
+                text = [{"type": "text", "text": p.output}] if p.output else []
+                content = [*text, *(image_block(i) for i in p.images)]
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": p.call_id,
-                "content": p.output,
+                "content": content,
             }
             if p.is_error:
                 block["is_error"] = True
@@ -190,6 +197,11 @@ def wire_blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
             else:
                 blocks.append({"type": "thinking", "thinking": p.text, "signature": p.signature})
     return role, blocks
+
+
+def image_block(image: ImagePart) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": image.media_type, "data": image.base64}
+    return {"type": "image", "source": source}
 
 
 def parse_usage(u: dict[str, Any] | None) -> Usage:

@@ -24,7 +24,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ImagesUnsupported
 from ..messages import Message, ModelRequest, ModelResponse, TextPart, ToolResult
 from .base import TextHook
 from .http import HTTPSettings, RetryHook
@@ -188,6 +188,11 @@ class LocalModel(OpenAIChatModel):
         on_text: TextHook | None = None,
         on_retry: RetryHook | None = None,
     ) -> ModelResponse:
+        if any(m.images for m in request.messages):
+            raise ImagesUnsupported(
+                f"the local model ({MODEL_NAME}) cannot read images: use a provider whose "
+                "model can (openai, anthropic, or an OpenAI-compatible vision model)"
+            )
         choice = request.tool_choice
         asked = request
         if choice is None and request.tools:

@@ -19,6 +19,7 @@ import orjson
 
 from ..errors import ProviderProtocolError, error_kind, error_status, stream_error
 from ..messages import (
+    ImagePart,
     Message,
     ModelRequest,
     ModelResponse,
@@ -114,11 +115,14 @@ def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, A
 
 def wire_messages(m: Message) -> list[dict[str, Any]]:
     if m.role == "tool":
-        return [
-            {"role": "tool", "tool_call_id": r.call_id, "content": r.output}
-            for r in m.parts
-            if isinstance(r, ToolResult)
+        results = m.tool_results
+        said: list[dict[str, Any]] = [
+            {"role": "tool", "tool_call_id": r.call_id, "content": r.output} for r in results
         ]
+        shown = [r for r in results if r.images]
+        if shown:  # a tool message holds text only: its images follow in a user message
+            said.append({"role": "user", "content": tool_images(shown)})
+        return said
     if m.role == "assistant":
         out: dict[str, Any] = {"role": "assistant", "content": m.text}
         calls = m.tool_calls
@@ -132,7 +136,33 @@ def wire_messages(m: Message) -> list[dict[str, Any]]:
                 for c in calls
             ]
         return [out]
+    if m.role == "user" and m.images:
+        return [{"role": "user", "content": content_parts(m)}]
     return [{"role": m.role, "content": m.text}]
+
+
+def image_url(image: ImagePart) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": image.data_url}}
+
+
+def content_parts(m: Message) -> list[dict[str, Any]]:
+    """A user message with images as Chat's content parts, in the message's order."""
+    out: list[dict[str, Any]] = []
+    for p in m.parts:
+        if isinstance(p, TextPart) and p.text:
+            out.append({"type": "text", "text": p.text})
+        elif isinstance(p, ImagePart):
+            out.append(image_url(p))
+    return out
+
+
+def tool_images(results: list[ToolResult]) -> list[dict[str, Any]]:
+    """The images tool calls returned, each group named by its call."""
+    out: list[dict[str, Any]] = []
+    for r in results:
+        out.append({"type": "text", "text": f"The images returned by {r.name} ({r.call_id}):"})
+        out.extend(image_url(i) for i in r.images)
+    return out
 
 
 def parse_arguments(raw: str | None) -> dict[str, Any] | None:

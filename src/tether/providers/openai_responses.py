@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError, ProviderProtocolError, error_kind, error_status, stream_error
 from ..messages import (
+    ImagePart,
     Message,
     ModelRequest,
     ModelResponse,
@@ -102,6 +103,8 @@ def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, A
 
 
 def input_items(m: Message) -> list[dict[str, Any]]:
+    if m.role == "user" and m.images:
+        return [{"role": "user", "content": content_items(m.parts)}]
     if m.role in ("user", "system"):
         return [{"role": m.role, "content": m.text}]
     out: list[dict[str, Any]] = []
@@ -119,7 +122,10 @@ def input_items(m: Message) -> list[dict[str, Any]]:
                 }
             )
         elif isinstance(p, ToolResult):
-            out.append({"type": "function_call_output", "call_id": p.call_id, "output": p.output})
+            output: str | list[dict[str, Any]] = p.output
+            if p.images:
+                output = content_items((TextPart(p.output), *p.images))
+            out.append({"type": "function_call_output", "call_id": p.call_id, "output": output})
         elif isinstance(p, ReasoningPart) and p.provider == PROVIDER and p.id:
             item: dict[str, Any] = {
                 "type": "reasoning",
@@ -129,6 +135,17 @@ def input_items(m: Message) -> list[dict[str, Any]]:
             if p.encrypted:
                 item["encrypted_content"] = p.encrypted
             out.append(item)
+    return out
+
+
+def content_items(parts: tuple[Part, ...]) -> list[dict[str, Any]]:
+    """Text and images as input content (a user message's, or a tool output's)."""
+    out: list[dict[str, Any]] = []
+    for p in parts:
+        if isinstance(p, TextPart) and p.text:
+            out.append({"type": "input_text", "text": p.text})
+        elif isinstance(p, ImagePart):
+            out.append({"type": "input_image", "image_url": p.data_url, "detail": "auto"})
     return out
 
 

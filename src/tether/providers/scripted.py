@@ -27,7 +27,16 @@ from typing import Any
 import orjson
 
 from ..errors import ConfigError, ProviderProtocolError, status_error
-from ..messages import Message, ModelRequest, ModelResponse, Part, TextPart, ToolCall, Usage
+from ..messages import (
+    IMAGE_TOKENS,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Part,
+    TextPart,
+    ToolCall,
+    Usage,
+)
 from .base import TextHook
 from .http import RetryHook
 
@@ -65,6 +74,7 @@ def estimate_tokens(request: ModelRequest) -> int:
         for p in m.parts:
             chars += len(getattr(p, "text", "") or getattr(p, "output", "") or "")
             chars += len(getattr(p, "raw_arguments", "") or "")
+        chars += 4 * IMAGE_TOKENS * len(m.images)
     return chars // 4 + 1
 
 

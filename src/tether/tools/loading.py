@@ -12,28 +12,27 @@ from ..errors import ConfigError
 from .tool import Tool
 
 
-def load_module(source: str) -> ModuleType:
+def load_module(source: str, option: str = "--tools-from") -> ModuleType:
+    """A Python file or an importable module; errors name the `option` that gave it."""
     path = Path(source)
     if source.endswith(".py") or path.is_file():
         if not path.is_file():
-            raise ConfigError(f"--tools-from: no file {source}")
+            raise ConfigError(f"{option}: no file {source}")
         name = f"tether_user_tools_{abs(hash(str(path.resolve())))}"
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
-            raise ConfigError(f"--tools-from: cannot load {source}")
+            raise ConfigError(f"{option}: cannot load {source}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except Exception as e:
-            raise ConfigError(
-                f"--tools-from: {source} failed to load: {type(e).__name__}: {e}"
-            ) from e
+            raise ConfigError(f"{option}: {source} failed to load: {type(e).__name__}: {e}") from e
         return module
     try:
         return importlib.import_module(source)
     except ImportError as e:
-        raise ConfigError(f"--tools-from: cannot import {source}: {e}") from e
+        raise ConfigError(f"{option}: cannot import {source}: {e}") from e
 
 
 def load_tools(source: str) -> list[Tool]:

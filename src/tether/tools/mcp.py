@@ -5,13 +5,15 @@
 
 A server is a command (spoken to over stdio) or a streamable HTTP URL. Its tools keep their
 JSON schemas; calls get the same timeouts, error results and approvals as every other tool (an
-MCP error result reaches the model as an error result). A result's text and text resources reach
-the model; images, audio and binary resources are named in a note saying they were left out
-(tool results reach the model as text), never dropped unsaid. Needs the `mcp` extra.
+MCP error result reaches the model as an error result). A result's text, text resources and
+images reach the model; audio and binary resources are named in a note saying they were left
+out, never dropped unsaid. Needs the `mcp` extra.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import shlex
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -21,6 +23,7 @@ import orjson
 
 from ..approvals import Policy
 from ..errors import ConfigError
+from ..messages import ImagePart, image_type
 from .tool import DEFAULT_TIMEOUT, Tool
 
 
@@ -69,17 +72,29 @@ async def mcp_tools(
         yield tools
 
 
-def remote_call(client: Any, name: str) -> Callable[..., Coroutine[Any, Any, str]]:
-    async def call(**arguments: Any) -> str:
+def remote_call(client: Any, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+    async def call(**arguments: Any) -> str | list[Any]:
         result = await client.call_tool(name, arguments)
+        images = [i for i in map(block_image, result.content) if i is not None]
         text = "\n".join(filter(None, (block_text(b) for b in result.content)))
         if not text and result.structured_content is not None:
             text = orjson.dumps(result.structured_content).decode()
         if result.is_error:
             raise MCPToolError(text or "the MCP server reported an error")
-        return text
+        return [text, *images] if images else text
 
     return call
+
+
+def block_image(block: Any) -> ImagePart | None:
+    """An image content block as an image the model is shown (see `tool.tool_output`)."""
+    if getattr(block, "type", "") != "image":
+        return None
+    try:
+        data = base64.b64decode(block.data, validate=True)
+        return ImagePart(mime_of(block) or image_type(data), data)
+    except (binascii.Error, TypeError, ValueError):
+        return None  # not an image after all: `block_text` says it was left out
 
 
 def block_text(block: Any) -> str:
@@ -87,6 +102,8 @@ def block_text(block: Any) -> str:
     kind = getattr(block, "type", "")
     if kind == "text":
         return str(block.text)
+    if kind == "image" and block_image(block) is not None:
+        return ""  # shown to the model as an image
     if kind in ("image", "audio"):
         size = len(getattr(block, "data", "") or "") * 3 // 4
         return (

@@ -32,7 +32,7 @@ import pydantic_core
 
 from ..approvals import Policy
 from ..events import Sink
-from ..messages import ToolSpec
+from ..messages import ImagePart, ToolSpec
 from ..tree import Allowance
 
 DEFAULT_TIMEOUT = 60.0
@@ -143,12 +143,12 @@ class Tool:
             raise ToolArgumentsError(describe_validation_error(self.name, e)) from None
         return {k: getattr(model, k) for k in self._fields}
 
-    async def invoke(self, arguments: dict[str, Any], ctx: RunContext) -> str:
-        """Validate `arguments`, run the function and return its output as text."""
+    async def invoke(self, arguments: dict[str, Any], ctx: RunContext) -> Output:
+        """Validate `arguments`, run the function and return its output (see `tool_output`)."""
         return await self.call(self.validate(arguments), ctx)
 
-    async def call(self, kwargs: dict[str, Any], ctx: RunContext) -> str:
-        """Run the function on validated arguments and return its output as text."""
+    async def call(self, kwargs: dict[str, Any], ctx: RunContext) -> Output:
+        """Run the function on validated arguments and return its output (see `tool_output`)."""
         if self.context_param:
             kwargs[self.context_param] = ctx
         if self.is_async:
@@ -156,7 +156,23 @@ class Tool:
         else:
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(_POOL, functools.partial(self.fn, **kwargs))
-        return output_text(result)
+        return tool_output(result)
+
+
+Output = tuple[str, tuple[ImagePart, ...]]
+
+
+def tool_output(result: Any) -> Output:
+    """A tool's return value as the model reads it: its text, and its images. A tool returns
+    an `ImagePart`, or a list mixing text and images, to show the model a picture; anything
+    else is text (JSON for values that are not strings)."""
+    if isinstance(result, ImagePart):
+        return "", (result,)
+    if isinstance(result, (list, tuple)) and any(isinstance(r, ImagePart) for r in result):
+        images = tuple(r for r in result if isinstance(r, ImagePart))
+        texts = [output_text(r) for r in result if not isinstance(r, ImagePart)]
+        return "\n".join(t for t in texts if t), images
+    return output_text(result), ()
 
 
 def output_text(result: Any) -> str:

@@ -82,7 +82,7 @@ class Toolbox:
             ctx = dataclasses.replace(ctx, call_id=call.id)
         try:
             async with asyncio.timeout(t.timeout):
-                output = await t.call(kwargs, ctx)
+                output, images = await t.call(kwargs, ctx)
         except TimeoutError:
             return error(
                 call, f"Tool {call.name!r} timed out after {t.timeout:g} s and was stopped."
@@ -91,7 +91,7 @@ class Toolbox:
             raise
         except BaseException as e:  # SystemExit from a tool must not end the process
             return error(call, f"Tool {call.name!r} failed: {type(e).__name__}: {e}")
-        return ToolResult(call.id, call.name, scrub(output))
+        return ToolResult(call.id, call.name, scrub(output), images=images)
 
     async def ask(
         self, call: ToolCall, approver: Approver | None, emitter: Emitter | None
