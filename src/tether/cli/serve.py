@@ -8,6 +8,7 @@ import dataclasses
 import ipaddress
 import math
 import secrets
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,15 +99,18 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
 
 async def serve_until_stopped(app: Any, host: str, port: int, token: str) -> None:
     """Serve `app` until SIGINT or SIGTERM, then shut it down cleanly (running runs are left
-    to the store). The address is printed once it is bound: with port 0, the one chosen."""
+    to the store). The address is printed once it is bound: with port 0, the one chosen. It
+    is bound before the app starts: a port in use is an error before the store is opened
+    (DBOS's threads, once launched, printed a traceback at that exit)."""
     import signal
 
     from aiohttp import web
 
+    sock = bound_socket(host, port)
     runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
         bound = runner.addresses[0][1]
         shown_host = f"[{host}]" if ":" in host else host
         url = f"http://{shown_host}:{bound}/?token={token}"
@@ -118,6 +122,21 @@ async def serve_until_stopped(app: Any, host: str, port: int, token: str) -> Non
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on `host:port`; OSError when the port is taken or the address is
+    not this machine's."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def whole(value: Any, name: str, low: int, high: int) -> int:
