@@ -7,6 +7,7 @@ import asyncio
 import importlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -30,6 +31,8 @@ from helpers import alive, until, wait_until
 from tether.harbor import environment as environment_module
 from tether.harbor.agent import TRAJECTORY, TetherAgent
 from tether.harbor.environment import LocalEnvironment
+from tether.harbor.sandbox import SandboxEnvironment
+from tether.harbor.sandbox import available as sandbox_available
 
 bash_module = importlib.import_module("tether.tools.bash")  # `tether.tools.bash` is the tool
 
@@ -39,11 +42,18 @@ HARBOR = str(Path(sys.executable).with_name("harbor"))
 NAMES = sorted(p.name for p in TASKS.iterdir() if (p / "task.toml").exists())
 
 
+needs_bwrap = pytest.mark.skipif(
+    not sandbox_available() and not os.environ.get("TETHER_REQUIRE_SANDBOX"),
+    reason="needs bubblewrap (apt-get install bubblewrap)",
+)
+
+
 def harbor_run(jobs: Path, *args: str) -> dict[str, dict[str, Any]]:
-    """Run `harbor run` over the shipped tasks; each trial's result.json, by task name."""
+    """Run `harbor run` over the shipped tasks, each trial in its sandbox; each trial's
+    result.json, by task name."""
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     cmd = [HARBOR, "run", "--path", str(TASKS), "-o", str(jobs), "-y", "-q"]
-    cmd += ["--env", "tether.harbor.environment:LocalEnvironment", *args]
+    cmd += ["--env", "tether.harbor.sandbox:SandboxEnvironment", *args]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = {}
@@ -65,13 +75,19 @@ def rewards(results: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     }
 
 
-def test_five_offline_tasks_ship() -> None:
-    assert len(NAMES) >= 5
+def test_eight_offline_tasks_ship_written_as_for_docker() -> None:
+    """Each with its parts, its scripts naming the container's paths themselves (no
+    `$APP_DIR` stand-ins), three of them needing several commands and a check."""
+    assert len(NAMES) >= 8
     for name in NAMES:
         for part in ("instruction.md", "task.toml", "tests/test.sh", "solution/solve.sh"):
             assert (TASKS / name / part).is_file(), f"{name}/{part}"
+        for script in (TASKS / name).rglob("*.sh"):
+            assert "_DIR" not in script.read_text(), script
+        assert "/logs/verifier/reward.txt" in (TASKS / name / "tests/test.sh").read_text()
 
 
+@needs_bwrap
 def test_tether_solves_every_task_through_harbor_run(tmp_path: Path) -> None:
     results = harbor_run(
         tmp_path,
@@ -98,6 +114,7 @@ def test_tether_solves_every_task_through_harbor_run(tmp_path: Path) -> None:
         assert trajectory["steps"][0]["source"] == "user"
 
 
+@needs_bwrap
 def test_the_tasks_fail_when_nothing_is_done_and_pass_with_their_solutions(
     tmp_path: Path,
 ) -> None:
@@ -107,19 +124,21 @@ def test_the_tasks_fail_when_nothing_is_done_and_pass_with_their_solutions(
     assert rewards(harbor_run(tmp_path / "oracle", "--agent", "oracle")) == dict.fromkeys(
         NAMES, 1.0
     )
-    leftover = subprocess.run(["pgrep", "-f", "tether-harbor-.*/spinner.sh"], capture_output=True)
+    leftover = subprocess.run(["pgrep", "-f", "/app/spinner.sh"], capture_output=True)
     assert leftover.stdout == b""
 
 
-# -- the local environment, directly ---------------------------------------------------------
+# -- the environments, directly --------------------------------------------------------------
 
 
-def environment(tmp_path: Path, workdir: str | None = None) -> LocalEnvironment:
+def environment(
+    tmp_path: Path, workdir: str | None = None, kind: type[LocalEnvironment] = LocalEnvironment
+) -> LocalEnvironment:
     env_dir = tmp_path / "environment"
     env_dir.mkdir(exist_ok=True)
     paths = TrialPaths(tmp_path / "trial")
     paths.mkdir()
-    return LocalEnvironment(
+    return kind(
         environment_dir=env_dir,
         environment_name="t",
         session_id="t__x__env",
@@ -274,3 +293,78 @@ def test_a_script_keyed_by_instruction_needs_exactly_one_match(tmp_path: Path) -
         agent.model_for("alpha and beta")
     with pytest.raises(ConfigError, match="base_url"):
         TetherAgent(tmp_path, "someprovider/model").model_for("x")
+
+
+@needs_bwrap
+def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen from inside: the container's paths are real, the rest is read-only, there is no
+    network and no secret of the host; a process left running is there for the next
+    command and gone with the trial; a time-out kills the command, status 124."""
+    monkeypatch.setenv("SECRET_TOKEN", "sk-host-secret")
+    (tmp_path / "environment").mkdir()
+    (tmp_path / "environment" / "setup.sh").write_text("echo set up > /app/ready.txt\n")
+
+    async def scenario() -> None:
+        env = environment(tmp_path, kind=SandboxEnvironment)
+        await env.start(force_build=False)
+        try:
+            r = await env.exec("cat ready.txt; pwd; echo 1 > /logs/verifier/reward.txt; env")
+            assert r.return_code == 0, r.stderr
+            assert (r.stdout or "").startswith("set up\n/app\n")
+            assert "sk-host-secret" not in (r.stdout or "")
+            assert (env.root / "logs/verifier/reward.txt").read_text() == "1\n"
+            r = await env.exec("touch /etc/tether-was-here")
+            assert r.return_code != 0 and "Read-only file system" in (r.stderr or "")
+            with socket.socket() as listener:  # a server on the host's loopback
+                listener.bind(("127.0.0.1", 0))
+                listener.listen()
+                port = listener.getsockname()[1]
+                r = await env.exec(f"echo hi > /dev/tcp/127.0.0.1/{port} && echo reached")
+            assert r.return_code != 0 and "reached" not in (r.stdout or "")
+            await env.exec("setsid nohup sleep 300 > /dev/null 2>&1 &")
+            r = await env.exec("pgrep -x sleep")
+            assert r.return_code == 0  # still there for the next command, as in a container
+            assert host_sleepers(env)
+            t0 = time.monotonic()
+            r = await env.exec("sleep 30", timeout_sec=1)
+            assert r.return_code == 124 and time.monotonic() - t0 < 10
+        finally:
+            await env.stop(delete=True)
+        await until(lambda: not host_sleepers(env), "the trial's processes to end", 5)
+
+    asyncio.run(scenario())
+    assert not Path("/etc/tether-was-here").exists()
+
+
+def host_sleepers(env: LocalEnvironment) -> list[int]:
+    """The host's pids of the trial's `sleep 300` (found by the sandbox's own mount)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes() == b"sleep\x00300\x00":
+                root = os.readlink(proc / "cwd")
+                if root == "/app" or str(env.root) in root:
+                    found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@needs_bwrap
+def test_a_cancelled_exec_kills_its_command_in_the_sandbox(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        env = environment(tmp_path, kind=SandboxEnvironment)
+        await env.start(force_build=False)
+        try:
+            call = asyncio.ensure_future(env.exec("echo $$ > /app/pid; exec sleep 300"))
+            await until(lambda: (env.root / "app/pid").exists(), "the command to start")
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            inner = (env.root / "app/pid").read_text().strip()
+            gone = f"for i in $(seq 50); do kill -0 {inner} || exit 0; sleep 0.1; done; exit 1"
+            assert (await env.exec(gone)).return_code == 0  # the command's process is gone
+        finally:
+            await env.stop(delete=True)
+
+    asyncio.run(scenario())

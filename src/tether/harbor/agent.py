@@ -2,7 +2,7 @@
 
     harbor run -d terminal-bench@2.0 --agent tether.harbor.agent:TetherAgent \\
         --model anthropic/claude-sonnet-4-5
-    harbor run --path examples/terminal-tasks --env tether.harbor.environment:LocalEnvironment \\
+    harbor run --path examples/terminal-tasks --env tether.harbor.sandbox:SandboxEnvironment \\
         --agent tether.harbor.agent:TetherAgent --model scripted \\
         --ak script=examples/terminal-tasks/scripted.json
 

@@ -91,8 +91,15 @@ class LocalEnvironment(BaseEnvironment):
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self, force_build: bool) -> None:
+        self.make_places()
+        await self.set_up()
+
+    def make_places(self) -> None:
         for place in ("app", "tests", "solution", "logs/agent", "logs/verifier", "logs/artifacts"):
             (self.root / place).mkdir(parents=True, exist_ok=True)
+
+    async def set_up(self) -> None:
+        """The task's `environment/` copied into the workdir, and its setup script run."""
         if self.environment_dir.is_dir():
             shutil.copytree(self.environment_dir, self.root / "app", dirs_exist_ok=True)
             setup = self.root / "app" / SETUP_SCRIPT

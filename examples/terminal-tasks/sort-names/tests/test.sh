@@ -1,7 +1,7 @@
 #!/bin/bash
 # Reward 1 when sorted.txt holds each distinct name of names.txt once, in order.
-reward="${LOGS_DIR:-/logs}/verifier/reward.txt"
-cd "${APP_DIR:-/app}" || { echo 0 > "$reward"; exit 0; }
+reward=/logs/verifier/reward.txt
+cd /app || { echo 0 > "$reward"; exit 0; }
 expected=$(printf 'Alex\nBen\nCarla\nMara\nZoe\nmara\n' | LC_ALL=C sort)
 actual=$(LC_ALL=C sort sorted.txt 2>/dev/null)
 if [ -f sorted.txt ] && [ "$actual" = "$expected" ] && cmp -s <(LC_ALL=C sort sorted.txt) sorted.txt; then

@@ -1,4 +1,4 @@
 # Start the spinner in the background, detached from this shell's output.
-nohup bash "$APP_DIR/spinner.sh" > /dev/null 2>&1 &
-echo $! > "$APP_DIR/.spinner-pid"
+nohup bash /app/spinner.sh > /dev/null 2>&1 &
+echo $! > /app/.spinner-pid
 sleep 0.5

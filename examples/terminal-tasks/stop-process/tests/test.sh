@@ -1,7 +1,7 @@
 #!/bin/bash
 # Reward 1 when the spinner no longer runs, spin.log stopped growing and pid.txt names it.
-reward="${LOGS_DIR:-/logs}/verifier/reward.txt"
-cd "${APP_DIR:-/app}" || { echo 0 > "$reward"; exit 0; }
+reward=/logs/verifier/reward.txt
+cd /app || { echo 0 > "$reward"; exit 0; }
 ok=1
 if pgrep -f "$PWD/spinner.sh" > /dev/null; then echo "the spinner still runs"; ok=0; fi
 before=$(wc -l < spin.log); sleep 0.6; after=$(wc -l < spin.log)

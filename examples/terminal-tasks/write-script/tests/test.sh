@@ -1,7 +1,7 @@
 #!/bin/bash
 # Reward 1 when backup.sh copies exactly the .txt files, with .bak names, and prints the count.
-reward="${LOGS_DIR:-/logs}/verifier/reward.txt"
-cd "${APP_DIR:-/app}" || { echo 0 > "$reward"; exit 0; }
+reward=/logs/verifier/reward.txt
+cd /app || { echo 0 > "$reward"; exit 0; }
 work=$(mktemp -d)
 mkdir -p "$work/in/sub"
 echo one > "$work/in/a.txt"

@@ -1,0 +1,247 @@
+"""A Harbor environment in a bubblewrap sandbox: tasks written for Docker run unchanged.
+
+    harbor run --path examples/terminal-tasks --env tether.harbor.sandbox:SandboxEnvironment \\
+        --agent tether.harbor.agent:TetherAgent --model openai/gpt-5
+
+A trial gets one sandbox for its life, as a container would be: its scratch directories are
+mounted at `/app`, `/logs`, `/tests` and `/solution` themselves (and at the task's workdir), so
+a script that writes `/logs/verifier/reward.txt` does so, with no mapping of paths in command
+lines (`LocalEnvironment`'s way, which a task's own scripts never saw). The rest of the file
+system is the host's, read-only; `/tmp` is private; there is no network (only a loopback of
+its own); the environment holds no variable of the host's (no secrets), only what Harbor
+passes.
+
+Every command runs inside the trial's PID namespace, so a process one command leaves running
+(a server, `nohup`) is still there for the next, as in a container, and `stop` ends them all at
+once: the namespace's first process goes, and the kernel kills the rest. Commands reach the
+sandbox through a small server inside it (`SERVER`, on the standard library), spoken to over a
+pipe in JSON lines: a request names its command, working directory, environment and time
+limit; the reply carries the output and exit status (124 on a time-out, the command's process
+group killed). A call cancelled here kills its command there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import os
+import shutil
+import sys
+from typing import Any
+
+import orjson
+from harbor.environments.base import ExecResult
+
+from ..tools.sandbox import bwrap
+from .environment import PLACES, VARIABLES, LocalEnvironment
+
+HIDDEN = {"proc", "dev", "tmp", *(p.strip("/") for p in PLACES)}
+"""Top-level directories the sandbox gives its own (the rest are the host's, read-only)."""
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+}
+
+SERVER = r"""
+import asyncio, base64, json, os, signal, sys
+
+DRAIN = 1.0  # seconds to keep reading after the command exits (a job it left may hold a pipe)
+
+
+async def drain(stream, into):
+    while chunk := await stream.read(65536):
+        into += chunk
+
+
+def kill(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def run(req, running, send):
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", req["command"], cwd=req["cwd"], env=req["env"],
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True)
+    except OSError as e:
+        send({"id": req["id"], "stdout": "", "stderr": str(e), "code": 127})
+        return
+    running[req["id"]] = proc
+    out, err = bytearray(), bytearray()
+    readers = [asyncio.ensure_future(drain(proc.stdout, out)),
+               asyncio.ensure_future(drain(proc.stderr, err))]
+    try:
+        code = await asyncio.wait_for(proc.wait(), req["timeout"])
+    except asyncio.TimeoutError:
+        kill(proc)
+        code = 124
+    await asyncio.wait(readers, timeout=DRAIN)
+    for r in readers:
+        r.cancel()
+    running.pop(req["id"], None)
+    send({"id": req["id"], "stdout": base64.b64encode(out).decode(),
+          "stderr": base64.b64encode(err).decode(), "code": code})
+
+
+async def main():
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 26)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    out = os.fdopen(sys.stdout.fileno(), "wb", buffering=0)
+
+    def send(reply):
+        out.write(json.dumps(reply).encode() + b"\n")
+
+    running, tasks = {}, set()
+    send({"ready": True})
+    while line := await reader.readline():
+        req = json.loads(line)
+        if "kill" in req:
+            proc = running.get(req["kill"])
+            if proc is not None:
+                kill(proc)
+            continue
+        task = asyncio.ensure_future(run(req, running, send))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+
+asyncio.run(main())
+"""
+
+
+class SandboxEnvironment(LocalEnvironment):
+    """Runs the trial's commands inside one bubblewrap sandbox that lives as long as the trial."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.server: asyncio.subprocess.Process | None = None
+        self.replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.ids = itertools.count(1)
+        self.listener: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def type() -> str:
+        return "tether-sandbox"
+
+    # -- the mounts -----------------------------------------------------------------------
+
+    def variables(self) -> dict[str, str]:
+        """$APP_DIR and the like, for tasks written for `LocalEnvironment`: the paths
+        themselves."""
+        return {name: f"/{place}" for place, name in VARIABLES.items()}
+
+    def argv(self) -> list[str]:
+        """bubblewrap's command line: the host's top-level directories read-only but those
+        the sandbox gives its own, the trial's places mounted where a container has them."""
+        argv = [bwrap(), "--unshare-all", "--die-with-parent", "--new-session"]
+        for entry in sorted(os.listdir("/")):
+            path = f"/{entry}"
+            if entry in HIDDEN:
+                continue
+            if os.path.islink(path):
+                argv += ["--symlink", os.readlink(path), path]
+            else:
+                argv += ["--ro-bind", path, path]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        for prefix, place in self.places.items():
+            argv += ["--bind", str(self.root / place), prefix]
+        argv += ["--chdir", "/app", "--", sys.executable, "-I", "-c", SERVER]
+        return argv
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self, force_build: bool) -> None:
+        self.make_places()
+        self.server = await asyncio.create_subprocess_exec(
+            *self.argv(),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=BASE_ENV,
+            start_new_session=True,
+        )
+        assert self.server.stdout is not None and self.server.stderr is not None
+        first = await self.server.stdout.readline()
+        if not first.startswith(b'{"ready"'):
+            why = (await self.server.stderr.read()).decode(errors="replace").strip()
+            raise RuntimeError(f"the sandbox did not start: {why or 'no reason given'}")
+        self.listener = asyncio.ensure_future(self.listen())
+        await self.set_up()
+
+    async def listen(self) -> None:
+        """Hand each reply of the server to the call that waits for it."""
+        assert self.server is not None and self.server.stdout is not None
+        while line := await self.server.stdout.readline():
+            reply = orjson.loads(line)
+            waiting = self.replies.pop(reply["id"], None)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(reply)
+        for waiting in self.replies.values():  # the sandbox is gone: no reply will come
+            if not waiting.done():
+                waiting.set_exception(RuntimeError("the trial's sandbox has ended"))
+        self.replies.clear()
+
+    async def stop(self, delete: bool) -> None:
+        """End the sandbox, and with it every process of the trial."""
+        if self.server is not None:
+            if self.server.returncode is None:
+                self.server.kill()  # bubblewrap's namespace goes with it, and all inside
+            await self.server.wait()
+        if self.listener is not None:
+            await self.listener
+        if delete:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- commands -------------------------------------------------------------------------
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        """Run `command` with bash in the sandbox, in the workdir (or `cwd`); on a time-out
+        its process group is killed and the status is 124, as with coreutils' `timeout`."""
+        if self.server is None or self.server.stdin is None or self.server.returncode is not None:
+            raise RuntimeError("the trial's sandbox is not running")
+        environ = {**BASE_ENV, **self._persistent_env, **(env or {}), **self.variables()}
+        call = next(self.ids)
+        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.replies[call] = reply
+        request = {
+            "id": call,
+            "command": command,
+            "cwd": cwd or self.task_env_config.workdir or "/app",
+            "env": environ,
+            "timeout": timeout_sec,
+        }
+        self.server.stdin.write(orjson.dumps(request) + b"\n")
+        try:
+            done = await reply
+        except asyncio.CancelledError:
+            self.server.stdin.write(orjson.dumps({"kill": call}) + b"\n")
+            self.replies.pop(call, None)
+            raise
+        return ExecResult(
+            stdout=text(done["stdout"]),
+            stderr=text(done["stderr"]),
+            return_code=int(done["code"]),
+        )
+
+
+def text(encoded: str) -> str:
+    return base64.b64decode(encoded).decode("utf-8", "replace")
+
+
+def available() -> bool:
+    """Whether bubblewrap is installed (whether it can make a sandbox here shows at start)."""
+    return shutil.which("bwrap") is not None
