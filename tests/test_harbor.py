@@ -33,6 +33,7 @@ from tether.harbor.agent import TRAJECTORY, TetherAgent
 from tether.harbor.environment import LocalEnvironment
 from tether.harbor.sandbox import SandboxEnvironment
 from tether.harbor.sandbox import available as sandbox_available
+from tether.terminal import TERMINAL_CHECK
 
 bash_module = importlib.import_module("tether.tools.bash")  # `tether.tools.bash` is the tool
 
@@ -112,6 +113,8 @@ def test_tether_solves_every_task_through_harbor_run(tmp_path: Path) -> None:
         observed = observations(trajectory)
         assert calls and len(observed) == len(calls), name
         assert trajectory["steps"][0]["source"] == "user"
+        asked = [s for s in trajectory["steps"] if s["source"] == "user"][1:]
+        assert [s["message"] for s in asked] == [TERMINAL_CHECK], name  # checked once
 
 
 @needs_bwrap

@@ -40,10 +40,12 @@ from .loop import (
     RunTools,
     Started,
     ToolsDone,
+    ask_to_check,
     choice_for,
     close_open_calls,
     last_answer,
     output_room,
+    over_budget,
     step,
     unique_calls,
     with_usage,
@@ -156,6 +158,9 @@ class Agent:
     """Checks of the final answer (its typed output) before the run reports it."""
     tool_guardrails: Sequence[Any] = ()
     """Checks of each tool call (a `ToolCall`) before any call of its reply runs."""
+    check: str | None = None
+    """A message that asks the model, once, to check its work against the task before its
+    first final answer is taken (the terminal profile's `TERMINAL_CHECK`); None: no check."""
 
     def __post_init__(self) -> None:
         self.toolbox = self.tools if isinstance(self.tools, Toolbox) else Toolbox(self.tools)
@@ -330,6 +335,11 @@ class Effects(Protocol):
         """The verdicts of the agent's `kind` guardrails on `value`, each a `guardrail` event."""
         ...
 
+    def told(self, text: str) -> None:
+        """Say that the runtime added a user message to the conversation (the check before
+        the answer), as a `user_message` event."""
+        ...
+
     guard_beside_model: bool
     """Whether input guardrails may run while the first model call is under way (in memory);
     a durable run asks them first, so its steps keep one order for a replay."""
@@ -352,6 +362,11 @@ async def drive(
             if trip is not None:  # the reply is not reported; its calls are closed unrun
                 return Finish("halted", "", trip.reason)
         if isinstance(action, Finish):
+            room = not over_budget(state, agent.budget, agent.price, effects.now())
+            if action.outcome == "done" and ask_to_check(state, agent.check, room):
+                effects.told(state.messages[-1].text)
+                happened = Started()  # the model checks its work, then answers again
+                continue
             if action.outcome != "done" or agent.output is None or typed(agent, state, action):
                 return await checked(agent, state, effects, action)
             happened = Started()  # told what does not match: the model answers again
@@ -554,6 +569,9 @@ class LocalEffects:
 
     def now(self) -> float:
         return time.monotonic()
+
+    def told(self, text: str) -> None:
+        self.emitter.emit("user_message", text=text, by="check")
 
     def stopped(self) -> StoreUnavailable | None:
         return None  # nothing but a cancel stops a run in memory

@@ -908,6 +908,10 @@ class RecordedEffects:
     def stopped(self) -> StoreUnavailable | None:
         return self.owner.lost.get(self.run_id)
 
+    def told(self, text: str) -> None:
+        if self.run_id in self.owner.stepped:  # live: a replay's watchers saw it already
+            self.owner.emitter_for(self.run_id).emit("user_message", text=text, by="check")
+
     async def guard(self, kind: Kind, value: Any) -> list[Verdict]:
         found = await steps().guard_step(self.run_id, kind, value)
         return [Verdict.from_dict(v) for v in found]

@@ -68,6 +68,8 @@ class LoopState:
     """Final answers that did not match it (see `agent.typed`)."""
     allowance: Allowance | None = None
     """The run's share of its tree's budget: each model call is reserved against it first."""
+    checked: bool = False
+    """Whether the model was asked to check its work before answering (see `ask_to_check`)."""
 
 
 # What just happened
@@ -141,6 +143,17 @@ def step(
     if reason:
         return Finish("halted", answer=last_answer(state.messages), reason=reason)
     return CallModel()
+
+
+def ask_to_check(state: LoopState, check: str | None, room: bool) -> bool:
+    """Whether the model's first final answer waits for a check of its work: once a run, the
+    `check` message goes to the model, which may then use tools and answers again. With no
+    `room` in the budget for another call, the answer is taken as it is."""
+    if check is None or state.checked or not room:
+        return False
+    state.checked = True
+    state.messages.append(Message.user(check))
+    return True
 
 
 CHOICES = ("auto", "required", "none")

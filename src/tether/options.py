@@ -25,7 +25,7 @@ from .loop import Budget
 from .output import Output
 from .pricing import load_prices, price_for
 from .providers import PROVIDERS, FallbackModel, HTTPSettings, Model, make_model
-from .terminal import TERMINAL_SYSTEM, TERMINAL_TOOLS
+from .terminal import TERMINAL_CHECK, TERMINAL_SYSTEM, TERMINAL_TOOLS
 from .tools import BUILTINS, Tool
 from .tools.bash import bash_tool
 from .tools.loading import load_module, load_tools
@@ -79,6 +79,9 @@ class RunOptions:
     approve: str = "ask"
     output_schema: str | None = None
     """A JSON Schema file the final answer must match (`run_finished.output` is the value)."""
+    check: bool | None = None
+    """Ask the model once to check its work before its answer is taken (None: with the
+    terminal profile only)."""
     guardrails: list[str] = field(default_factory=list)
     """Python files or modules whose `input_guardrails`, `tool_guardrails` and
     `output_guardrails` lists the agent checks with (see `guardrails`)."""
@@ -209,6 +212,7 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
             context=context,
             name=CLI_AGENT,
             tool_choice=o.tool_choice,
+            check=TERMINAL_CHECK if wants_check(o) else None,
             output_type=load_schema(o.output_schema) if o.output_schema else None,
             input_guardrails=guards["input_guardrails"],
             tool_guardrails=guards["tool_guardrails"],
@@ -253,6 +257,10 @@ def fallback_model(spec: str, o: RunOptions, settings: HTTPSettings) -> Model:
         raise ConfigError(f"--fallback: {url!r} in {spec!r} is not an http(s) URL")
     stream = not o.no_stream
     return make_model(provider, name, base_url=url or None, stream=stream, settings=settings)
+
+
+def wants_check(o: RunOptions) -> bool:
+    return o.check if o.check is not None else o.profile == "terminal"
 
 
 def select_tools(o: RunOptions) -> list[Tool]:

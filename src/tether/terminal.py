@@ -3,6 +3,9 @@
 `tether ask --profile terminal` (and the Harbor adapter) use it: the system prompt below, bash
 and the file tools, the workspace as the current directory. bash still needs approval in
 `tether ask` unless `--yolo` is given; outputs are capped (head and tail kept) by the tools.
+Before its first final answer is taken, the model is asked once to check its work against the
+task (`TERMINAL_CHECK`; `--no-check` turns it off): terminal agents that check before they
+finish score higher in public results (Terminus-KIRA over Terminus-2 on Terminal-Bench 2.0).
 """
 
 from __future__ import annotations
@@ -23,3 +26,9 @@ pass flags such as --yes or -y where a command would ask.
 - Long outputs are cut to their head and tail; filter with grep, head or tail instead.
 - Do not stop at a plan: carry the task out. When it is done and checked, reply with a short \
 summary of what you did and how you verified it."""
+
+TERMINAL_CHECK = """\
+Before you finish, check your work against the task: read the task again, and for each thing \
+it asks, run the check that shows it is done (the tests, the file's contents, the command's \
+output). Fix what is not done. Then give your final answer again: a short summary of what you \
+did and how you verified it."""

@@ -369,7 +369,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         choices=("default", "terminal"),
         default="default",
         help="terminal: a terminal agent (bash and the file tools, a system prompt for shell "
-        "work); bash still asks for approval unless --yolo",
+        "work, a check before the answer); bash still asks for approval unless --yolo",
+    )
+    t.add_argument(
+        "--check",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ask the model once to check its work against the task before its answer is "
+        "taken (default: on with --profile terminal)",
     )
     o = p.add_argument_group("run")
     o.add_argument("--system", metavar="TEXT", help="system prompt")

@@ -11,7 +11,7 @@ An external agent: the loop runs in Harbor's process and reaches the task's envi
 client: `anthropic/...`, `openai/...` (Responses; `--ak api=openai-chat` for Chat Completions),
 any other provider name with `--ak base_url=...` (a compatible server), `local` (the offline
 model) or `scripted` with `--ak script=FILE`. Other kwargs: `max_steps`, `max_cost`,
-`context_window`.
+`context_window`, `check` (`false`: no check of the work before the answer).
 
 Harbor cancels `run()` when the task's time is up and keeps only what was already written, so
 the token counts and cost in `AgentContext` and the ATIF trajectory in `logs_dir` are updated
@@ -42,7 +42,7 @@ from ..pricing import price_for
 from ..providers import Model, ScriptedModel, make_model
 from ..providers.scripted import read_script
 from ..runtime import Runtime
-from ..terminal import TERMINAL_SYSTEM
+from ..terminal import TERMINAL_CHECK, TERMINAL_SYSTEM
 from ..tools.tool import RunContext
 from ..transcript import atif
 from ..version import __version__
@@ -66,6 +66,7 @@ class TetherAgent(BaseAgent):
         max_steps: int | str = 100,
         max_cost: float | str | None = None,
         context_window: int | str | None = None,
+        check: bool | str = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(logs_dir, model_name, *args, **kwargs)
@@ -75,6 +76,7 @@ class TetherAgent(BaseAgent):
         self.max_steps = int(max_steps)
         self.max_cost = float(max_cost) if max_cost is not None else None
         self.context_window = int(context_window) if context_window is not None else None
+        self.check = str(check).lower() not in ("false", "0", "no", "off")
 
     @staticmethod
     def name() -> str:
@@ -96,6 +98,7 @@ class TetherAgent(BaseAgent):
             model,
             TOOLS,
             system=TERMINAL_SYSTEM,
+            check=TERMINAL_CHECK if self.check else None,
             budget=Budget(max_steps=self.max_steps, max_cost_usd=self.max_cost),
             context=ContextPolicy(window, reserve=min(4096, window // 4)) if window else None,
         )

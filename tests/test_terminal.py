@@ -1,0 +1,104 @@
+"""The terminal profile's habits, shown with scripted models and the wire mock: the model is
+asked once to check its work before its answer is taken (and may use tools to do so); the
+check is said as a user message, costs no answer when the budget has no room for it, and is
+off outside the profile unless asked for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import json_lines, tether
+from tether import Agent, Budget, tool
+from tether.events import Event
+from tether.providers.scripted import ScriptedModel, reply
+from tether.terminal import TERMINAL_CHECK
+from wire_server import WireServer
+
+
+@tool
+def run_tests() -> str:
+    """Run the project's tests."""
+    return "3 passed"
+
+
+async def test_the_model_checks_its_work_once_before_its_answer_is_taken() -> None:
+    model = ScriptedModel(
+        [
+            reply("Fixed the bug."),
+            reply(tool_calls=[("run_tests", {})]),
+            reply("Fixed the bug; the 3 tests pass."),
+        ]
+    )
+    agent = Agent(model, [run_tests], check="Check your work, then answer again.")
+    events: list[Event] = []
+    result = await agent.run("Fix the bug.", sinks=[events.append])
+
+    assert result.outcome == "done" and result.answer == "Fixed the bug; the 3 tests pass."
+    assert len(model.requests) == 3  # asked once: the second answer is taken
+    asked = model.requests[1].messages
+    assert asked[-2].text == "Fixed the bug." and asked[-1].role == "user"
+    assert asked[-1].text == "Check your work, then answer again."
+    said = [e.data for e in events if e.type == "user_message"]
+    assert said == [{"text": "Check your work, then answer again.", "by": "check"}]
+    assert result.steps == 3  # the check's calls count against the budget
+
+
+async def test_with_no_room_in_the_budget_the_answer_is_taken_unchecked() -> None:
+    model = ScriptedModel([reply("Done.")])
+    agent = Agent(model, check=TERMINAL_CHECK, budget=Budget(max_steps=1))
+    result = await agent.run("Do it.")
+    assert result.outcome == "done" and result.answer == "Done."
+    assert len(model.requests) == 1
+
+
+async def test_no_check_unless_asked() -> None:
+    model = ScriptedModel([reply("Done.")])
+    result = await Agent(model).run("Do it.")
+    assert result.outcome == "done" and len(model.requests) == 1
+
+
+def requests_ending(wire: WireServer) -> list[str]:
+    """The last message of each request the model server received."""
+    return [str(body["messages"][-1]["content"]) for body in wire.requests]
+
+
+@pytest.mark.parametrize(
+    ("flags", "checked"),
+    [(["--profile", "terminal"], True), (["--profile", "terminal", "--no-check"], False)],
+    ids=["terminal", "no-check"],
+)
+def test_the_terminal_profile_checks_before_it_answers(
+    wire: WireServer, tmp_path: Path, flags: list[str], checked: bool
+) -> None:
+    wire.add(text="Made it.").add(text="Made it, and checked.")
+    p = tether(
+        *("run", "Make a file.", "--base-url", wire.url, "--json", "--yolo", *flags),
+        *("--workspace", str(tmp_path), "--store", "memory"),
+        OPENAI_API_KEY="sk-t",
+    )
+    assert p.returncode == 0, p.stderr
+    end = json_lines(p.stdout)[-1]
+    if checked:
+        assert requests_ending(wire) == ["Make a file.", TERMINAL_CHECK]
+        assert end["answer"] == "Made it, and checked."
+    else:
+        assert requests_ending(wire) == ["Make a file."]
+        assert end["answer"] == "Made it."
+
+
+def test_check_is_asked_for_outside_the_profile_too(wire: WireServer) -> None:
+    wire.add(text="One.").add(text="One, checked.")
+    p = tether(
+        *("run", "Count.", "--base-url", wire.url, "--json", "--tools", "none", "--check"),
+        OPENAI_API_KEY="sk-t",
+    )
+    assert p.returncode == 0, p.stderr
+    events: list[dict[str, Any]] = json_lines(p.stdout)
+    said = [e for e in events if e["type"] == "user_message"]
+    assert [e["text"] for e in said] == [TERMINAL_CHECK] and said[0]["by"] == "check"
+    assert events[-1]["answer"] == "One, checked."
+    assert json.dumps(wire.requests[1]).count("Before you finish") == 1
