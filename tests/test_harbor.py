@@ -371,3 +371,27 @@ def test_a_cancelled_exec_kills_its_command_in_the_sandbox(tmp_path: Path) -> No
             await env.stop(delete=True)
 
     asyncio.run(scenario())
+
+
+@needs_bwrap
+def test_the_harbor_bash_keeps_a_shell_session_in_the_sandbox(tmp_path: Path) -> None:
+    from tether.harbor import tools as harbor_tools
+    from tether.tools.tool import RunContext
+
+    async def scenario() -> None:
+        env = environment(tmp_path, kind=SandboxEnvironment)
+        await env.start(force_build=False)
+        try:
+            ctx = RunContext(workspace=Path("/app"), deps=env)
+
+            async def bash(command: str, fresh: bool = False) -> str:
+                out, _ = await harbor_tools.bash.call({"command": command, "fresh": fresh}, ctx)
+                return out
+
+            assert await bash("mkdir -p w && cd w && export K=v") == "exit status 0\n"
+            assert await bash("pwd; echo $K") == "exit status 0\n/app/w\nv\n"
+            assert await bash("pwd; echo [$K]", fresh=True) == "exit status 0\n/app\n[]\n"
+        finally:
+            await env.stop(delete=True)
+
+    asyncio.run(scenario())

@@ -1,7 +1,8 @@
 """The terminal profile's habits, shown with scripted models and the wire mock: the model is
 asked once to check its work before its answer is taken (and may use tools to do so); the
 check is said as a user message, costs no answer when the budget has no room for it, and is
-off outside the profile unless asked for."""
+off outside the profile unless asked for. bash keeps a shell session (directory, variables)
+from call to call."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from typing import Any
 import pytest
 
 from helpers import json_lines, tether
-from tether import Agent, Budget, tool
+from tether import Agent, Budget, RunContext, tool
 from tether.events import Event
 from tether.providers.scripted import ScriptedModel, reply
 from tether.terminal import TERMINAL_CHECK
+from tether.tools.bash import bash_tool
 from wire_server import WireServer
 
 
@@ -102,3 +104,46 @@ def test_check_is_asked_for_outside_the_profile_too(wire: WireServer) -> None:
     assert [e["text"] for e in said] == [TERMINAL_CHECK] and said[0]["by"] == "check"
     assert events[-1]["answer"] == "One, checked."
     assert json.dumps(wire.requests[1]).count("Before you finish") == 1
+
+
+async def test_a_terminal_session_carries_its_directory_and_variables(tmp_path: Path) -> None:
+    """As in a terminal: `cd` and variables set in one call hold in the next; a fresh
+    session starts again from the workspace, with none."""
+    (tmp_path / "build").mkdir()
+    model = ScriptedModel(
+        [
+            reply(tool_calls=[("bash", {"command": "cd build && export MODE=fast; N=$'1\\n2'"})]),
+            reply(tool_calls=[("bash", {"command": 'pwd; echo "$MODE"; echo "$N"'})]),
+            reply(tool_calls=[("bash", {"command": "pwd; echo [$MODE]", "fresh": True})]),
+            reply("Done."),
+        ]
+    )
+    bash = bash_tool(session=True)
+    bash.approval = "never"
+    result = await Agent(model, [bash]).run("Build.", context=RunContext(workspace=tmp_path))
+    assert result.outcome == "done"
+    outputs = [r.output for m in result.messages for r in m.tool_results]
+    assert outputs == [
+        "exit status 0\n",
+        f"exit status 0\n{tmp_path / 'build'}\nfast\n1\n2\n",
+        f"exit status 0\n{tmp_path}\n[]\n",
+    ]
+
+
+def test_the_cli_terminal_profile_keeps_a_session_and_plain_bash_does_not(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    (tmp_path / "src").mkdir()
+    for flags in (["--profile", "terminal", "--no-check"], ["--tools", "bash"]):
+        wire.add(calls=[("bash", {"command": "cd src; X=7"})])
+        wire.add(calls=[("bash", {"command": "echo $PWD:$X"})]).add(text="ok")
+        p = tether(
+            *("run", "Look.", "--base-url", wire.url, "--json", "--yolo", *flags),
+            *("--workspace", str(tmp_path), "--store", "memory"),
+            OPENAI_API_KEY="sk-t",
+        )
+        assert p.returncode == 0, p.stderr
+        outputs = [e["output"] for e in json_lines(p.stdout) if e["type"] == "tool_result"]
+        carried = flags[0] == "--profile"
+        expected = f"{tmp_path / 'src'}:7" if carried else f"{tmp_path}:"
+        assert outputs[1] == f"exit status 0\n{expected}\n", flags

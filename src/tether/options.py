@@ -283,10 +283,11 @@ def select_tools(o: RunOptions) -> list[Tool]:
 def bash_of(o: RunOptions) -> Tool:
     """The bash tool these options describe: its environment, and its sandbox (checked here,
     so a sandbox that cannot be made is an error at start, never an unsandboxed call)."""
+    session = o.profile == "terminal"  # a terminal keeps its directory and variables
     if not o.sandbox:
-        return bash_tool(o.tool_env)
+        return bash_tool(o.tool_env, session=session)
     check(o.sandbox_net)
-    return bash_tool(o.tool_env, Sandbox(net=o.sandbox_net))
+    return bash_tool(o.tool_env, Sandbox(net=o.sandbox_net), session=session)
 
 
 def timed(tools: list[Tool], timeout: float | None) -> list[Tool]:

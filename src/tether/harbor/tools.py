@@ -14,8 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..tools.bash import CappedOutput
+from ..tools.bash import capped
 from ..tools.files import MAX_READ, page
+from ..tools.session import session_of
 from ..tools.tool import RunContext, Tool, tool
 
 COMMAND_TIMEOUT = 180
@@ -31,22 +32,21 @@ def where(ctx: RunContext, path: str) -> str:
     return path if path.startswith("/") else str(Path(ctx.workspace) / path)
 
 
-def capped(text: str) -> str:
-    out = CappedOutput()
-    out.add(text.encode())
-    return out.text()
-
-
 @tool(timeout=COMMAND_TIMEOUT + 10)
-async def bash(command: str, ctx: RunContext) -> str:
-    """Run a bash command in the task's environment and return its exit status and output.
+async def bash(command: str, ctx: RunContext, fresh: bool = False) -> str:
+    """Run a bash command in the task's shell session and return its exit status and output.
+    The working directory and variables carry over from one call to the next, as in a
+    terminal.
 
     Args:
-        command: The command line, run with bash in the workdir. Runs without a terminal.
+        command: The command line, run with bash. Runs without a terminal.
+        fresh: Start a fresh session first: the workdir, no variables.
     """
     env = environment_of(ctx)
-    result = await env.exec(command, cwd=str(ctx.workspace), timeout_sec=COMMAND_TIMEOUT)
-    output = (result.stdout or "") + (result.stderr or "")
+    shell = session_of(ctx.kept, fresh)
+    script, mark = shell.wrap(command)
+    result = await env.exec(script, cwd=str(ctx.workspace), timeout_sec=COMMAND_TIMEOUT)
+    output = shell.take(result.stdout or "", mark) + (result.stderr or "")
     note = f" (timed out after {COMMAND_TIMEOUT} s)" if result.return_code == 124 else ""
     return f"exit status {result.return_code}{note}\n{capped(output)}"
 

@@ -28,6 +28,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from .sandbox import Sandbox
+from .session import session_of
 from .tool import RunContext, Tool, tool
 
 HEAD = 8_000
@@ -271,11 +272,20 @@ async def run_command(
             await reader
 
 
-def bash_tool(passed: Sequence[str] = (), sandbox: Sandbox | None = None) -> Tool:
+SESSION_ROOM = 65_536
+"""Room kept at the end of a session call's output for the session's state (see `session`)."""
+
+
+def bash_tool(
+    passed: Sequence[str] = (), sandbox: Sandbox | None = None, session: bool = False
+) -> Tool:
     """The bash tool, passing these environment variables on (`--tool-env`) besides the safe
-    ones, and running every command in `sandbox` when one is given (`--sandbox`)."""
+    ones, and running every command in `sandbox` when one is given (`--sandbox`). With
+    `session`, the working directory and variables carry from call to call (`session.py`)."""
     names = tuple(passed)
     sweeper = Sweeper()  # the calls of this tool that end together share one look at /proc
+    if session:
+        return session_bash(names, sandbox, sweeper)
 
     @tool(timeout=120, approval="always")
     async def bash(command: str, ctx: RunContext) -> str:
@@ -292,3 +302,30 @@ def bash_tool(passed: Sequence[str] = (), sandbox: Sandbox | None = None) -> Too
 
 
 bash = bash_tool()
+
+
+def session_bash(names: tuple[str, ...], sandbox: Sandbox | None, sweeper: Sweeper) -> Tool:
+    @tool(name="bash", timeout=120, approval="always")
+    async def bash(command: str, ctx: RunContext, fresh: bool = False) -> str:
+        """Run a bash command in the workspace's shell session and return its exit status and
+        combined output. The working directory and variables carry over from one call to the
+        next, as in a terminal.
+
+        Args:
+            command: The command line, run with bash; no terminal, no interactive programs.
+            fresh: Start a fresh session first: the workspace directory, no variables.
+        """
+        shell = session_of(ctx.kept, fresh)
+        script, mark = shell.wrap(command)
+        output = CappedOutput(tail=TAIL + SESSION_ROOM)
+        code = await run_command(script, str(ctx.workspace), output, names, sandbox, sweeper)
+        return f"exit status {code}\n{capped(shell.take(output.text(), mark))}"
+
+    return bash
+
+
+def capped(text: str) -> str:
+    """`text` with its head and tail kept, as a call's output is."""
+    out = CappedOutput()
+    out.add(text.encode())
+    return out.text()

@@ -64,6 +64,9 @@ class RunContext:
     None: a child runs inside the call (`Agent.run` on its own)."""
     tree_sinks: list[Sink] = field(default_factory=list)
     """Sinks that see the events of this run's descendants too (the root's watchers)."""
+    kept: dict[str, Any] = field(default_factory=dict)
+    """What tools keep between the calls of one run (the terminal's shell session): shared by
+    the run's calls, in this process only, never recorded."""
 
     def lineage(self) -> dict[str, str]:
         """A child run's `parent_run_id` and `root_run_id` (none for a root), as its events

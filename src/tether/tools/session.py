@@ -1,0 +1,105 @@
+"""A shell session carried between the bash calls of one run: its working directory and its
+variables, as a terminal keeps them (`cd build` in one call, `make` in the next).
+
+Each call is still a bash of its own (so a call's time limit, its sandbox and the killing of
+what it started work as before); the session is carried in the command line instead. Before the
+command, the session's directory and variables are restored; after it, they are printed, after
+a marker of the call's own, as one line of base64, and taken off the output the model reads:
+
+    cd -- DIR; eval "$(base64 -d <<< STATE)"      the session so far
+    eval -- COMMAND                               the model's command, as written
+    printf MARK; { pwd; declare -p; } | base64    the session after it
+
+A command that exits the shell, or is killed, leaves the session as it was. Shell options,
+functions and aliases are not carried, nor bash's own variables (`SKIPPED`). The session lives
+in the run's context (`RunContext.kept`), in this process: a durable run resumed elsewhere
+starts a fresh one. `fresh` starts one anew: the workspace, no variables carried.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import shlex
+import uuid
+from dataclasses import dataclass
+
+KEY = "tether.shell_session"
+"""Where a run's session is kept in its context's `kept`."""
+
+SKIPPED = re.compile(
+    r"declare -\S+ (BASH\w*|BASHOPTS|SHELLOPTS|EUID|UID|PPID|SHLVL|PWD|OLDPWD|_|PIPESTATUS|"
+    r"FUNCNAME|GROUPS|DIRSTACK|RANDOM|SRANDOM|SECONDS|LINENO|HISTCMD|EPOCH\w*|COMP_\w*|"
+    r"__tether\w*)(=|$)"
+)
+"""bash's own variables and the session's, which a restore must not set."""
+
+
+@dataclass
+class ShellSession:
+    cwd: str | None = None
+    declarations: str = ""
+    """`declare -p` lines of the variables the session carries."""
+
+    def wrap(self, command: str) -> tuple[str, str]:
+        """The command line that runs `command` in this session, and the marker after which
+        its output holds the session's new state (see `take`)."""
+        mark = f"__tether_session_{uuid.uuid4().hex}__"
+        lines = []
+        if self.cwd is not None:
+            lines.append(f"cd -- {shlex.quote(self.cwd)} 2>/dev/null")
+        if self.declarations:
+            state = base64.b64encode(self.declarations.encode()).decode()
+            lines.append(f'eval "$(printf %s {state} | base64 -d)" 2>/dev/null')
+        lines += [
+            f"eval -- {shlex.quote(command)}",
+            "__tether_status=$?",
+            f"printf '\\n%s\\n' {mark}",
+            "{ pwd; declare -p; } 2>/dev/null | base64 -w0; echo",
+            "exit $__tether_status",
+        ]
+        return "\n".join(lines), mark
+
+    def take(self, output: str, mark: str) -> str:
+        """The command's own output; the session takes the state printed after `mark` (none
+        there: the command ended the shell, and the session stays as it was)."""
+        head, found, state = output.rpartition(f"\n{mark}\n")
+        if not found:
+            return output
+        try:
+            text = base64.b64decode(state.strip().split("\n")[0], validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            return head
+        cwd, _, declared = text.partition("\n")
+        self.cwd = cwd or self.cwd
+        self.declarations = carried(declared)
+        return head
+
+
+def carried(declared: str) -> str:
+    """The declarations a restore sets: each `declare` (a value may span lines) but bash's own
+    and those of read-only variables."""
+    kept: list[str] = []
+    current: list[str] = []
+
+    def close() -> None:
+        if current and not SKIPPED.match(current[0]) and "r" not in current[0].split()[1]:
+            kept.append("\n".join(current))
+
+    for line in declared.split("\n"):
+        if line.startswith("declare -"):
+            close()
+            current = [line]
+        elif current:
+            current.append(line)
+    close()
+    return "\n".join(kept)
+
+
+def session_of(kept: dict[str, object], fresh: bool) -> ShellSession:
+    """The run's session (a new one when `fresh`, or the first time)."""
+    found = kept.get(KEY)
+    if fresh or not isinstance(found, ShellSession):
+        found = kept[KEY] = ShellSession()
+    return found
