@@ -414,7 +414,7 @@ def test_terminal_profile_asks_before_bash_unless_yolo(
     system = first["messages"][0]
     assert system["role"] == "system" and "terminal agent" in system["content"]
     names = {t["function"]["name"] for t in first["tools"]}
-    assert names == {"bash", "read_file", "write_file", "edit_file", "list_files"}
+    assert names == {"bash", "bash_job", "read_file", "write_file", "edit_file", "list_files"}
 
 
 def test_data_dir_holds_the_default_store_too(wire: WireServer, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from tether import Agent, Budget, RunContext, tool
 from tether.events import Event
 from tether.providers.scripted import ScriptedModel, reply
 from tether.terminal import TERMINAL_CHECK
-from tether.tools.bash import bash_tool
+from tether.tools.bash import session_tools
 from wire_server import WireServer
 
 
@@ -118,9 +118,9 @@ async def test_a_terminal_session_carries_its_directory_and_variables(tmp_path: 
             reply("Done."),
         ]
     )
-    bash = bash_tool(session=True)
-    bash.approval = "never"
-    result = await Agent(model, [bash]).run("Build.", context=RunContext(workspace=tmp_path))
+    tools = session_tools()
+    tools[0].approval = "never"
+    result = await Agent(model, tools).run("Build.", context=RunContext(workspace=tmp_path))
     assert result.outcome == "done"
     outputs = [r.output for m in result.messages for r in m.tool_results]
     assert outputs == [
@@ -147,3 +147,60 @@ def test_the_cli_terminal_profile_keeps_a_session_and_plain_bash_does_not(
         carried = flags[0] == "--profile"
         expected = f"{tmp_path / 'src'}:7" if carried else f"{tmp_path}:"
         assert outputs[1] == f"exit status 0\n{expected}\n", flags
+
+
+def sleeper_alive(mark: str) -> bool:
+    """Whether a process whose command line holds `mark` is alive."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark.encode() in (proc / "cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+WAITS_FOR_GO = "echo began; until [ -f go ]; do sleep 0.05; done; echo finished; exit 3"
+
+
+async def test_a_command_that_outlasts_its_wait_goes_on_as_a_job(tmp_path: Path) -> None:
+    """It is polled while it runs, seen to end with its status and output once it may
+    finish, and a second one is stopped; one left running ends with the run."""
+    go = tmp_path / "go"
+    mark = f"tether-job-{tmp_path.name}"
+
+    def let_it_finish(request: Any) -> Any:
+        go.write_text("")  # the job may end now; the next poll waits for it
+        return reply(tool_calls=[("bash_job", {"job": 1, "wait": 30})])
+
+    model = ScriptedModel(
+        [
+            reply(tool_calls=[("bash", {"command": WAITS_FOR_GO, "wait": 0.2})]),
+            reply(tool_calls=[("bash_job", {"job": 1})]),
+            let_it_finish,
+            reply(tool_calls=[("bash", {"command": f"exec -a {mark}-a sleep 300", "wait": 0})]),
+            reply(tool_calls=[("bash_job", {"job": 2, "stop": True})]),
+            reply(tool_calls=[("bash", {"command": f"exec -a {mark}-b sleep 300", "wait": 0})]),
+            reply("Done."),
+        ]
+    )  # fmt: skip
+    tools = session_tools()
+    tools[0].approval = "never"
+    result = await Agent(model, tools).run("Work.", context=RunContext(workspace=tmp_path))
+    assert result.outcome == "done"
+    outputs = [r.output for m in result.messages for r in m.tool_results]
+    assert outputs[0].startswith("job 1 still running\nbegan\n")
+    assert "bash_job(1) shows its output" in outputs[0]
+    assert outputs[1] == "job 1 still running\nbegan\n"
+    assert outputs[2] == "job 1 ended: exit status 3\nbegan\nfinished\n"
+    assert outputs[3].startswith("job 2 still running")
+    assert outputs[4] == "job 2 stopped\n" and not sleeper_alive(f"{mark}-a")
+    assert outputs[5].startswith("job 3 still running")
+    assert not sleeper_alive(f"{mark}-b")  # the run's end stopped it
+
+
+async def test_polling_an_unknown_job_says_which_there_are(tmp_path: Path) -> None:
+    model = ScriptedModel([reply(tool_calls=[("bash_job", {"job": 9})]), reply("ok")])
+    result = await Agent(model, session_tools()).run("x", context=RunContext(workspace=tmp_path))
+    (r,) = [r for m in result.messages for r in m.tool_results]
+    assert r.output == "no job 9 in this session (jobs: none)"

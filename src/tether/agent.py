@@ -56,6 +56,7 @@ from .pricing import Price, price_for
 from .providers.base import Model, TextHook
 from .providers.fallback import FallbackModel
 from .providers.http import RetryHook
+from .tools.session import close_kept
 from .tools.tool import RunContext, Tool, tool_from_function
 from .tools.toolbox import Toolbox
 from .tree import Allowance, child_run_id
@@ -221,7 +222,10 @@ class Agent:
         elif sinks and not ctx.tree_sinks:
             ctx.tree_sinks = list(sinks)  # the root's watchers see its children too
         effects = LocalEffects(self, ctx, emitter, approver, limiter)
-        return await execute(self, state, task, emitter, effects, reraise_cancel)
+        try:
+            return await execute(self, state, task, emitter, effects, reraise_cancel)
+        finally:
+            await close_kept(ctx.kept)  # what the tools left running ends with the run
 
     def allowance(self, run_id: str, parent: Allowance | None) -> Allowance:
         """A run's share of its tree's budget: this agent's limits, under its parent's."""

@@ -100,6 +100,7 @@ from .store import (
     task_images,
     use_modern_sqlite,
 )
+from .tools.session import close_kept
 from .tools.tool import RunContext, Spawn
 from .tree import Allowance
 
@@ -651,7 +652,9 @@ class DurableRuns:
         """Drop what this process kept for executing a run (it serves many runs)."""
         self.tasks.pop(run_id, None)
         self.agents.pop(run_id, None)
-        self.contexts.pop(run_id, None)
+        ctx = self.contexts.pop(run_id, None)
+        if ctx is not None and ctx.kept:  # what its tools left running ends with the run here
+            self.spawn(close_kept(ctx.kept))
         self.stepped.discard(run_id)
         self.parents.pop(run_id, None)
         self.shown.pop(run_id, None)

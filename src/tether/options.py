@@ -27,7 +27,7 @@ from .pricing import load_prices, price_for
 from .providers import PROVIDERS, FallbackModel, HTTPSettings, Model, make_model
 from .terminal import TERMINAL_CHECK, TERMINAL_SYSTEM, TERMINAL_TOOLS
 from .tools import BUILTINS, Tool
-from .tools.bash import bash_tool
+from .tools.bash import bash_tool, session_tools
 from .tools.loading import load_module, load_tools
 from .tools.sandbox import Sandbox, check
 
@@ -274,20 +274,23 @@ def select_tools(o: RunOptions) -> list[Tool]:
                 raise ConfigError(
                     f"--tools: no built-in tool {name!r}; known: {', '.join(BUILTINS)}"
                 )
-            tools.append(bash_of(o) if name == "bash" else BUILTINS[name])
+            tools.extend(bash_of(o) if name == "bash" else [BUILTINS[name]])
     for source in o.tools_from:
         tools.extend(load_tools(source))
     return tools
 
 
-def bash_of(o: RunOptions) -> Tool:
+def bash_of(o: RunOptions) -> list[Tool]:
     """The bash tool these options describe: its environment, and its sandbox (checked here,
-    so a sandbox that cannot be made is an error at start, never an unsandboxed call)."""
-    session = o.profile == "terminal"  # a terminal keeps its directory and variables
-    if not o.sandbox:
-        return bash_tool(o.tool_env, session=session)
-    check(o.sandbox_net)
-    return bash_tool(o.tool_env, Sandbox(net=o.sandbox_net), session=session)
+    so a sandbox that cannot be made is an error at start, never an unsandboxed call). The
+    terminal profile's keeps a shell session, with `bash_job` for commands that go on."""
+    sandbox = None
+    if o.sandbox:
+        check(o.sandbox_net)
+        sandbox = Sandbox(net=o.sandbox_net)
+    if o.profile == "terminal":
+        return session_tools(o.tool_env, sandbox)
+    return [bash_tool(o.tool_env, sandbox)]
 
 
 def timed(tools: list[Tool], timeout: float | None) -> list[Tool]:

@@ -28,7 +28,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from .sandbox import Sandbox
-from .session import session_of
+from .session import ShellSession, session_of
 from .tool import RunContext, Tool, tool
 
 HEAD = 8_000
@@ -274,18 +274,15 @@ async def run_command(
 
 SESSION_ROOM = 65_536
 """Room kept at the end of a session call's output for the session's state (see `session`)."""
+WAIT_MAX = 110.0
+"""The longest a session call waits for its command (its tool's time limit is a little more)."""
 
 
-def bash_tool(
-    passed: Sequence[str] = (), sandbox: Sandbox | None = None, session: bool = False
-) -> Tool:
+def bash_tool(passed: Sequence[str] = (), sandbox: Sandbox | None = None) -> Tool:
     """The bash tool, passing these environment variables on (`--tool-env`) besides the safe
-    ones, and running every command in `sandbox` when one is given (`--sandbox`). With
-    `session`, the working directory and variables carry from call to call (`session.py`)."""
+    ones, and running every command in `sandbox` when one is given (`--sandbox`)."""
     names = tuple(passed)
     sweeper = Sweeper()  # the calls of this tool that end together share one look at /proc
-    if session:
-        return session_bash(names, sandbox, sweeper)
 
     @tool(timeout=120, approval="always")
     async def bash(command: str, ctx: RunContext) -> str:
@@ -304,24 +301,90 @@ def bash_tool(
 bash = bash_tool()
 
 
-def session_bash(names: tuple[str, ...], sandbox: Sandbox | None, sweeper: Sweeper) -> Tool:
-    @tool(name="bash", timeout=120, approval="always")
-    async def bash(command: str, ctx: RunContext, fresh: bool = False) -> str:
+class BackgroundJob:
+    """A session command that went on past its call's wait: its task, and its output so far."""
+
+    def __init__(self, command: str, task: asyncio.Task[int], output: CappedOutput) -> None:
+        self.command, self.task, self.output = command, task, output
+
+    async def stop(self) -> None:
+        self.task.cancel()  # run_command's cleanup kills all it started
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    def report(self, number: int, mark: str) -> str:
+        """What the model is told of the job: running, or how it ended, and its output."""
+        text = ShellSession().take(self.output.text(), mark)  # its end leaves no state
+        if not self.task.done():
+            return f"job {number} still running\n{capped(text)}"
+        if self.task.cancelled():
+            return f"job {number} stopped\n{capped(text)}"
+        return f"job {number} ended: exit status {self.task.result()}\n{capped(text)}"
+
+
+def session_tools(passed: Sequence[str] = (), sandbox: Sandbox | None = None) -> list[Tool]:
+    """bash in the run's shell session (`session.py`: the working directory and variables
+    carry from call to call), and `bash_job` for commands that outlast their call's wait; the
+    environment and sandbox as `bash_tool`'s."""
+    names = tuple(passed)
+    sweeper = Sweeper()
+    marks: dict[int, str] = {}
+
+    @tool(name="bash", timeout=WAIT_MAX + 10, approval="always")
+    async def bash(command: str, ctx: RunContext, fresh: bool = False, wait: float = 60) -> str:
         """Run a bash command in the workspace's shell session and return its exit status and
         combined output. The working directory and variables carry over from one call to the
-        next, as in a terminal.
+        next, as in a terminal. A command still running after `wait` seconds goes on in the
+        background as a job: poll it or stop it with bash_job.
 
         Args:
             command: The command line, run with bash; no terminal, no interactive programs.
             fresh: Start a fresh session first: the workspace directory, no variables.
+            wait: Seconds to wait for the command before it goes on as a job (at most 110).
         """
         shell = session_of(ctx.kept, fresh)
         script, mark = shell.wrap(command)
         output = CappedOutput(tail=TAIL + SESSION_ROOM)
-        code = await run_command(script, str(ctx.workspace), output, names, sandbox, sweeper)
+        running = asyncio.ensure_future(
+            run_command(script, str(ctx.workspace), output, names, sandbox, sweeper)
+        )
+        try:
+            await asyncio.wait({running}, timeout=max(0.0, min(wait, WAIT_MAX)))
+        except asyncio.CancelledError:
+            running.cancel()
+            raise
+        if not running.done():
+            number = len(marks) + 1
+            marks[number] = mark
+            job = shell.jobs[number] = BackgroundJob(command, running, output)
+            return job.report(number, mark) + (
+                f"(it goes on as job {number}: bash_job({number}) shows its output, "
+                f"bash_job({number}, stop=true) stops it)"
+            )
+        code = running.result()
         return f"exit status {code}\n{capped(shell.take(output.text(), mark))}"
 
-    return bash
+    @tool(timeout=WAIT_MAX + 10)
+    async def bash_job(job: int, ctx: RunContext, stop: bool = False, wait: float = 0) -> str:
+        """Show a background job's output so far and whether it still runs, or stop it.
+
+        Args:
+            job: The job's number, as bash said.
+            stop: Stop the job (every process it started).
+            wait: Seconds to wait for the job to end first (at most 110).
+        """
+        shell = session_of(ctx.kept, False)
+        found = shell.jobs.get(job)
+        if not isinstance(found, BackgroundJob):
+            known = ", ".join(map(str, shell.jobs)) or "none"
+            return f"no job {job} in this session (jobs: {known})"
+        if stop:
+            await found.stop()
+        elif wait > 0:
+            await asyncio.wait({found.task}, timeout=min(wait, WAIT_MAX))
+        return found.report(job, marks[job])
+
+    return [bash, bash_job]
 
 
 def capped(text: str) -> str:

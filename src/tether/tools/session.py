@@ -14,16 +14,21 @@ A command that exits the shell, or is killed, leaves the session as it was. Shel
 functions and aliases are not carried, nor bash's own variables (`SKIPPED`). The session lives
 in the run's context (`RunContext.kept`), in this process: a durable run resumed elsewhere
 starts a fresh one. `fresh` starts one anew: the workspace, no variables carried.
+
+A command still running when its call's wait is up goes on as a job of the session, which
+the `bash_job` tool polls or stops; the run's end stops every job (`close_kept`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import re
 import shlex
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 KEY = "tether.shell_session"
 """Where a run's session is kept in its context's `kept`."""
@@ -36,11 +41,28 @@ SKIPPED = re.compile(
 """bash's own variables and the session's, which a restore must not set."""
 
 
+class Job(Protocol):
+    """A command that went on past its call's wait (see `bash.session_tools`)."""
+
+    async def stop(self) -> None:
+        """End it, and everything it started; return once they are gone."""
+        ...
+
+
 @dataclass
 class ShellSession:
     cwd: str | None = None
     declarations: str = ""
     """`declare -p` lines of the variables the session carries."""
+    jobs: dict[int, Job] = field(default_factory=dict)
+    """Commands still running in the background, by number (a job's end leaves the session
+    as it was: commands may have run since it started)."""
+
+    async def close(self) -> None:
+        """Stop every job: the run is over (its context lets go of the session)."""
+        jobs = list(self.jobs.values())
+        self.jobs.clear()
+        await asyncio.gather(*(job.stop() for job in jobs))
 
     def wrap(self, command: str) -> tuple[str, str]:
         """The command line that runs `command` in this session, and the marker after which
@@ -98,8 +120,18 @@ def carried(declared: str) -> str:
 
 
 def session_of(kept: dict[str, object], fresh: bool) -> ShellSession:
-    """The run's session (a new one when `fresh`, or the first time)."""
+    """The run's session (a new one when `fresh`, or the first time; the jobs go on)."""
     found = kept.get(KEY)
-    if fresh or not isinstance(found, ShellSession):
+    if not isinstance(found, ShellSession):
         found = kept[KEY] = ShellSession()
+    elif fresh:
+        found.cwd, found.declarations = None, ""
     return found
+
+
+async def close_kept(kept: dict[str, object]) -> None:
+    """At a run's end: stop what its tools left running (a session's jobs), and wait for it
+    to be gone (a cancel of the caller does not cut this short)."""
+    found = kept.get(KEY)
+    if isinstance(found, ShellSession) and found.jobs:
+        await asyncio.shield(found.close())
