@@ -304,17 +304,20 @@ bash = bash_tool()
 class BackgroundJob:
     """A session command that went on past its call's wait: its task, and its output so far."""
 
-    def __init__(self, command: str, task: asyncio.Task[int], output: CappedOutput) -> None:
-        self.command, self.task, self.output = command, task, output
+    def __init__(self, task: asyncio.Task[int], output: CappedOutput, mark: str) -> None:
+        self.task, self.output, self.mark = task, output, mark
 
     async def stop(self) -> None:
         self.task.cancel()  # run_command's cleanup kills all it started
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
 
-    def report(self, number: int, mark: str) -> str:
+    async def wait(self, seconds: float) -> None:
+        await asyncio.wait({self.task}, timeout=seconds)
+
+    def report(self, number: int) -> str:
         """What the model is told of the job: running, or how it ended, and its output."""
-        text = ShellSession().take(self.output.text(), mark)  # its end leaves no state
+        text = ShellSession().take(self.output.text(), self.mark)  # its end leaves no state
         if not self.task.done():
             return f"job {number} still running\n{capped(text)}"
         if self.task.cancelled():
@@ -328,7 +331,6 @@ def session_tools(passed: Sequence[str] = (), sandbox: Sandbox | None = None) ->
     environment and sandbox as `bash_tool`'s."""
     names = tuple(passed)
     sweeper = Sweeper()
-    marks: dict[int, str] = {}
 
     @tool(name="bash", timeout=WAIT_MAX + 10, approval="always")
     async def bash(command: str, ctx: RunContext, fresh: bool = False, wait: float = 60) -> str:
@@ -354,10 +356,8 @@ def session_tools(passed: Sequence[str] = (), sandbox: Sandbox | None = None) ->
             running.cancel()
             raise
         if not running.done():
-            number = len(marks) + 1
-            marks[number] = mark
-            job = shell.jobs[number] = BackgroundJob(command, running, output)
-            return job.report(number, mark) + (
+            number = shell.add_job(BackgroundJob(running, output, mark))
+            return shell.jobs[number].report(number) + (
                 f"(it goes on as job {number}: bash_job({number}) shows its output, "
                 f"bash_job({number}, stop=true) stops it)"
             )
@@ -375,14 +375,14 @@ def session_tools(passed: Sequence[str] = (), sandbox: Sandbox | None = None) ->
         """
         shell = session_of(ctx.kept, False)
         found = shell.jobs.get(job)
-        if not isinstance(found, BackgroundJob):
+        if found is None:
             known = ", ".join(map(str, shell.jobs)) or "none"
             return f"no job {job} in this session (jobs: {known})"
         if stop:
             await found.stop()
         elif wait > 0:
-            await asyncio.wait({found.task}, timeout=min(wait, WAIT_MAX))
-        return found.report(job, marks[job])
+            await found.wait(min(wait, WAIT_MAX))
+        return found.report(job)
 
     return [bash, bash_job]
 

@@ -48,6 +48,14 @@ class Job(Protocol):
         """End it, and everything it started; return once they are gone."""
         ...
 
+    async def wait(self, seconds: float) -> None:
+        """Wait for it to end, `seconds` at most."""
+        ...
+
+    def report(self, number: int) -> str:
+        """Whether it still runs, or how it ended, and its output so far."""
+        ...
+
 
 @dataclass
 class ShellSession:
@@ -55,8 +63,15 @@ class ShellSession:
     declarations: str = ""
     """`declare -p` lines of the variables the session carries."""
     jobs: dict[int, Job] = field(default_factory=dict)
-    """Commands still running in the background, by number (a job's end leaves the session
+    """Commands that went on in the background, by number (a job's end leaves the session
     as it was: commands may have run since it started)."""
+    started_jobs: int = 0
+
+    def add_job(self, job: Job) -> int:
+        """Keep `job` under the session's next number (1, 2, ...)."""
+        self.started_jobs += 1
+        self.jobs[self.started_jobs] = job
+        return self.started_jobs
 
     async def close(self) -> None:
         """Stop every job: the run is over (its context lets go of the session)."""
