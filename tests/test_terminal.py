@@ -204,3 +204,16 @@ async def test_polling_an_unknown_job_says_which_there_are(tmp_path: Path) -> No
     result = await Agent(model, session_tools()).run("x", context=RunContext(workspace=tmp_path))
     (r,) = [r for m in result.messages for r in m.tool_results]
     assert r.output == "no job 9 in this session (jobs: none)"
+
+
+async def test_each_run_numbers_its_own_jobs(tmp_path: Path) -> None:
+    tools = session_tools()
+    tools[0].approval = "never"
+    said = []
+    for _ in range(2):
+        model = ScriptedModel(
+            [reply(tool_calls=[("bash", {"command": "sleep 300", "wait": 0})]), reply("ok")]
+        )
+        result = await Agent(model, tools).run("x", context=RunContext(workspace=tmp_path))
+        said += [r.output.split("\n")[0] for m in result.messages for r in m.tool_results]
+    assert said == ["job 1 still running", "job 1 still running"]
