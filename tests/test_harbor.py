@@ -395,3 +395,18 @@ def test_the_harbor_bash_keeps_a_shell_session_in_the_sandbox(tmp_path: Path) ->
             await env.stop(delete=True)
 
     asyncio.run(scenario())
+
+
+def test_the_sandbox_server_runs_on_a_python_it_can_see(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox's /tmp is its own: a virtualenv copied into /tmp (a CI checkout's) is not
+    there, so the server runs on the system's Python instead (seen failing in CI)."""
+    from tether.harbor import sandbox as sandbox_module
+
+    copied = tmp_path / "python3"
+    copied.write_bytes(b"")
+    monkeypatch.setattr(sys, "executable", str(copied))
+    assert str(tmp_path).startswith("/tmp/")
+    chosen = sandbox_module.interpreter()
+    assert not os.path.realpath(chosen).startswith("/tmp/") and os.access(chosen, os.X_OK)

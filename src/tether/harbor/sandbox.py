@@ -152,7 +152,7 @@ class SandboxEnvironment(LocalEnvironment):
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         for prefix, place in self.places.items():
             argv += ["--bind", str(self.root / place), prefix]
-        argv += ["--chdir", "/app", "--", sys.executable, "-I", "-c", SERVER]
+        argv += ["--chdir", "/app", "--", interpreter(), "-I", "-c", SERVER]
         return argv
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -236,6 +236,19 @@ class SandboxEnvironment(LocalEnvironment):
             stderr=text(done["stderr"]),
             return_code=int(done["code"]),
         )
+
+
+def interpreter() -> str:
+    """A Python the sandbox can see, for its server (the standard library is all it needs):
+    this one's real file, unless that is under /tmp (the sandbox has a /tmp of its own: a
+    virtualenv in /tmp, as in a CI checkout, is not there), then the system's."""
+    real = os.path.realpath(sys.executable)
+    if not real.startswith("/tmp/"):
+        return real
+    found = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if found is None or os.path.realpath(found).startswith("/tmp/"):
+        raise RuntimeError(f"the sandbox needs a Python outside /tmp; this one is {real}")
+    return found
 
 
 def text(encoded: str) -> str:
