@@ -26,7 +26,7 @@ from .admission import Limiter
 from .approvals import Approver, Policy
 from .context import ContextPolicy, estimate, fit, is_context_error
 from .errors import ChildRunEnded, OutputInvalid, ProviderError, StoreUnavailable
-from .events import Emitter, Sink, model_response_data, tool_result_data
+from .events import Emitter, Sink, images_data, model_response_data, tool_result_data
 from .guardrails import Guardrail, Kind, Verdict, tripped, verdicts
 from .loop import (
     CHOICES,
@@ -45,7 +45,6 @@ from .loop import (
     close_open_calls,
     last_answer,
     output_room,
-    over_budget,
     step,
     unique_calls,
     with_usage,
@@ -366,8 +365,9 @@ async def drive(
             if trip is not None:  # the reply is not reported; its calls are closed unrun
                 return Finish("halted", "", trip.reason)
         if isinstance(action, Finish):
-            room = not over_budget(state, agent.budget, agent.price, effects.now())
-            if action.outcome == "done" and ask_to_check(state, agent.check, room):
+            if action.outcome == "done" and ask_to_check(
+                state, agent.check, agent.budget, agent.price, effects.now()
+            ):
                 effects.told(state.messages[-1].text)
                 happened = Started()  # the model checks its work, then answers again
                 continue
@@ -474,8 +474,7 @@ async def execute(
     limit cuts a model call or a tool call in flight, a cancel closes the open calls and keeps
     what completed, a failed model call or a bug ends the run `failed` with the error."""
     shown = state.messages[-1].images if task is not None and state.messages else []
-    images = {"images": [i.describe() for i in shown]} if shown else {}
-    emitter.emit("run_started", **agent.started(task, **images))
+    emitter.emit("run_started", **agent.started(task, **images_data(shown)))
     error: dict[str, Any] | None = None
     limit = agent.budget.max_seconds
     inputs: asyncio.Task[Verdict | None] | None = None

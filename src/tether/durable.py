@@ -349,7 +349,7 @@ class DurableRuns:
 
         if images:
             await self.ledger.call(self.ledger.keep_images, list(images))
-            record = {**record, "images": [[i.media_type, i.sha256] for i in images]}
+            record = {**record, "images": [i.ref for i in images]}
 
         taken = chosen and await self.in_time(DBOS.get_workflow_status_async(run_id)) is not None
         if run_id in self.runs or taken:

@@ -23,13 +23,13 @@ of done, halted, cancelled, failed. Types may gain fields; none is ever renamed 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from .messages import ModelResponse, ToolCall, ToolResult, Usage
+from .messages import ImagePart, ModelResponse, ToolCall, ToolResult, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +108,14 @@ def tool_result_data(result: ToolResult) -> dict[str, Any]:
         "output": result.output,
         "is_error": result.is_error,
     }
-    if result.images:  # named, never inlined: an event stream carries no image's bytes
-        data["images"] = [i.describe() for i in result.images]
+    data.update(images_data(result.images))
     return data
+
+
+def images_data(images: Sequence[ImagePart]) -> dict[str, Any]:
+    """An event's `images` (none when there are none): each named, never inlined, since an
+    event stream carries no image's bytes."""
+    return {"images": [i.describe() for i in images]} if images else {}
 
 
 def usage_from_dict(d: dict[str, Any]) -> Usage:

@@ -194,7 +194,7 @@ class Ledger:
             "is_error": result.is_error,
         }
         if result.images:
-            data["images"] = [[i.media_type, i.sha256] for i in result.images]
+            data["images"] = [i.ref for i in result.images]
         with self.transaction() as run:
             run(
                 "UPDATE tether_tool_calls SET result = :x WHERE run_id = :r AND call_id = :c",
@@ -272,5 +272,5 @@ class Ledger:
 
 def recorded_result(call_id: str, d: dict[str, Any]) -> ToolResult:
     """A result as `finish_call` recorded it; its images without their bytes."""
-    images = tuple(ImagePart(m, None, h) for m, h in d.get("images", ()))
+    images = tuple(map(ImagePart.from_ref, d.get("images", ())))
     return ToolResult(call_id, d["name"], d["output"], d["is_error"], images)

@@ -145,11 +145,13 @@ def step(
     return CallModel()
 
 
-def ask_to_check(state: LoopState, check: str | None, room: bool) -> bool:
+def ask_to_check(
+    state: LoopState, check: str | None, budget: Budget, price: Price | None, now: float
+) -> bool:
     """Whether the model's first final answer waits for a check of its work: once a run, the
     `check` message goes to the model, which may then use tools and answers again. With no
-    `room` in the budget for another call, the answer is taken as it is."""
-    if check is None or state.checked or not room:
+    room in the budget for another call, the answer is taken as it is."""
+    if check is None or state.checked or over_budget(state, budget, price, now):
         return False
     state.checked = True
     state.messages.append(Message.user(check))

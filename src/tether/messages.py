@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -108,6 +109,17 @@ class ImagePart:
     def hollow(self) -> ImagePart:
         """The image without its bytes, as records carry it."""
         return self if self.data is None else ImagePart(self.media_type, None, self.sha256)
+
+    @property
+    def ref(self) -> list[str]:
+        """How a record names the image: its media type and sha256 (`from_ref` reads it)."""
+        return [self.media_type, self.sha256]
+
+    @classmethod
+    def from_ref(cls, ref: Any) -> ImagePart:
+        """The image a record names (`ref`), without its bytes."""
+        media_type, sha256 = ref
+        return cls(media_type, None, sha256)
 
     def describe(self) -> dict[str, Any]:
         """What events and transcripts say of it (never the bytes)."""
@@ -269,41 +281,36 @@ class ModelResponse:
     """Which of a `FallbackModel`'s models answered (its configured name); "" otherwise."""
 
 
-def hollow(message: Message) -> Message:
-    """The message with every image (its tool results' too) without its bytes: what a
-    durable record holds, the bytes being kept once beside it (`Ledger.keep_images`)."""
+def with_images(message: Message, change: Callable[[ImagePart], ImagePart]) -> Message:
+    """The message with `change` made to every image, its tool results' too."""
     if not message.images:
         return message
-    return Message(message.role, tuple(hollow_part(p) for p in message.parts))
+
+    def part(p: Part) -> Part:
+        if isinstance(p, ImagePart):
+            return change(p)
+        if isinstance(p, ToolResult) and p.images:
+            return dataclasses.replace(p, images=tuple(map(change, p.images)))
+        return p
+
+    return Message(message.role, tuple(part(p) for p in message.parts))
 
 
-def hollow_part(p: Part) -> Part:
-    if isinstance(p, ImagePart):
-        return p.hollow()
-    if isinstance(p, ToolResult):
-        return hollow_result(p)
-    return p
+def hollow(message: Message) -> Message:
+    """The message with every image without its bytes: what a durable record holds, the
+    bytes being kept once beside it (`Ledger.keep_images`)."""
+    return with_images(message, ImagePart.hollow)
 
 
 def hollow_result(r: ToolResult) -> ToolResult:
-    if not r.images:
-        return r
-    return dataclasses.replace(r, images=tuple(i.hollow() for i in r.images))
+    (hollowed,) = hollow(Message("tool", (r,))).tool_results
+    return hollowed
 
 
 def filled(message: Message, data: dict[str, bytes]) -> Message:
     """The message with its hollow images given their bytes back from `data` (by sha256)."""
-    if all(i.data is not None for i in message.images):
-        return message
 
     def fill(i: ImagePart) -> ImagePart:
         return i if i.data is not None else ImagePart(i.media_type, data[i.sha256], i.sha256)
 
-    def part(p: Part) -> Part:
-        if isinstance(p, ImagePart):
-            return fill(p)
-        if isinstance(p, ToolResult) and p.images:
-            return dataclasses.replace(p, images=tuple(fill(i) for i in p.images))
-        return p
-
-    return Message(message.role, tuple(part(p) for p in message.parts))
+    return with_images(message, fill)

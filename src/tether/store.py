@@ -21,7 +21,7 @@ from .agent import RunResult
 from .approvals import ApprovalError, ApprovalRequest
 from .bus import EventLog
 from .errors import ConfigError, NoSuchRun, RunEnded
-from .events import Event, model_response_data, tool_result_data
+from .events import Event, images_data, model_response_data, tool_result_data
 from .journal import private_file
 from .ledger import Ledger
 from .loop import close_open_calls
@@ -110,13 +110,7 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
 
 def task_images(record: dict[str, Any]) -> tuple[ImagePart, ...]:
     """The images a run's task came with, as its record names them (without their bytes)."""
-    return tuple(ImagePart(m, None, h) for m, h in record.get("images", ()))
-
-
-def images_of(record: Any) -> dict[str, Any]:
-    """`run_started`'s images, as a run in memory shows them (without their sizes)."""
-    shown = task_images(record) if isinstance(record, dict) else ()
-    return {"images": [i.describe() for i in shown]} if shown else {}
+    return tuple(map(ImagePart.from_ref, record.get("images", ())))
 
 
 def client(url: str, create: bool = False) -> Any:
@@ -199,7 +193,7 @@ def events_of(store: Any, run_id: str) -> list[Event]:
         provider=record.get("provider") if isinstance(record, dict) else None,
         model=first.model if first is not None else None,
         agent=record.get("agent") if isinstance(record, dict) else None,
-        **images_of(record),
+        **images_data(task_images(record) if isinstance(record, dict) else ()),
     )
     for s in steps:
         output = s.get("output")

@@ -75,8 +75,15 @@ async def mcp_tools(
 def remote_call(client: Any, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
     async def call(**arguments: Any) -> str | list[Any]:
         result = await client.call_tool(name, arguments)
-        images = [i for i in map(block_image, result.content) if i is not None]
-        text = "\n".join(filter(None, (block_text(b) for b in result.content)))
+        images: list[ImagePart] = []
+        texts: list[str] = []
+        for block in result.content:  # an image is shown as one, anything else as text
+            image = block_image(block)
+            if image is not None:
+                images.append(image)
+            else:
+                texts.append(block_text(block))
+        text = "\n".join(filter(None, texts))
         if not text and result.structured_content is not None:
             text = orjson.dumps(result.structured_content).decode()
         if result.is_error:
@@ -94,7 +101,7 @@ def block_image(block: Any) -> ImagePart | None:
         data = base64.b64decode(block.data, validate=True)
         return ImagePart(mime_of(block) or image_type(data), data)
     except (binascii.Error, TypeError, ValueError):
-        return None  # not an image after all: `block_text` says it was left out
+        return None  # not an image after all: `block_text` says it is left out
 
 
 def block_text(block: Any) -> str:
@@ -102,8 +109,6 @@ def block_text(block: Any) -> str:
     kind = getattr(block, "type", "")
     if kind == "text":
         return str(block.text)
-    if kind == "image" and block_image(block) is not None:
-        return ""  # shown to the model as an image
     if kind in ("image", "audio"):
         size = len(getattr(block, "data", "") or "") * 3 // 4
         return (

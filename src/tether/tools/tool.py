@@ -146,11 +146,11 @@ class Tool:
             raise ToolArgumentsError(describe_validation_error(self.name, e)) from None
         return {k: getattr(model, k) for k in self._fields}
 
-    async def invoke(self, arguments: dict[str, Any], ctx: RunContext) -> Output:
+    async def invoke(self, arguments: dict[str, Any], ctx: RunContext) -> ToolOutput:
         """Validate `arguments`, run the function and return its output (see `tool_output`)."""
         return await self.call(self.validate(arguments), ctx)
 
-    async def call(self, kwargs: dict[str, Any], ctx: RunContext) -> Output:
+    async def call(self, kwargs: dict[str, Any], ctx: RunContext) -> ToolOutput:
         """Run the function on validated arguments and return its output (see `tool_output`)."""
         if self.context_param:
             kwargs[self.context_param] = ctx
@@ -162,10 +162,11 @@ class Tool:
         return tool_output(result)
 
 
-Output = tuple[str, tuple[ImagePart, ...]]
+ToolOutput = tuple[str, tuple[ImagePart, ...]]
+"""A call's text and its images (`tool_output`)."""
 
 
-def tool_output(result: Any) -> Output:
+def tool_output(result: Any) -> ToolOutput:
     """A tool's return value as the model reads it: its text, and its images. A tool returns
     an `ImagePart`, or a list mixing text and images, to show the model a picture; anything
     else is text (JSON for values that are not strings)."""
