@@ -5,18 +5,21 @@
     ... await rt.resume("a-7")                                  (no completed step repeats)
 
 The workflow runs the same driver as a run in memory (`agent.execute`), over `RecordedEffects`:
-each effect (a model call, fitting the context, the tool calls of a reply) is a DBOS step, so
-there is one loop, and what differs is only how an effect is performed. A store records the
+each effect (a model call, fitting the context, the tool calls of a reply) is a recorded step,
+so there is one loop, and what differs is only how an effect is performed. DBOS keeps the run's
+life (its start, end and status, recovery, queues, durable messages for approvals); the steps
+are numbered in the order the run takes them and recorded in the ledger (`ledger.py`, with
+group commit), which costs a fraction of a DBOS step. A store records the
 agent's name, the run's options (for agents built from options) and context, never a Python
 object or a command line (`record_of`, versioned); any process that registers the agent can
 execute the run. `DurableRuns` owns what a process keeps in memory for the runs it executes.
 
 What is persisted is what completed: each model reply and each tool result (token deltas are
-only streamed live). Each model call is a DBOS step; the parallel calls of one reply share one
-DBOS step, and each of them is also journaled on its own in the ledger (`ledger.py`): started
-before it runs, its result when it ends. After a crash DBOS replays the workflow: completed
-steps return their recorded output, the first unfinished step runs again, and inside a tool
-step a call the journal shows finished gives back its result instead of running again. A call
+only streamed live). Each model call is a step; the parallel calls of one reply share one step,
+and each of them is also journaled on its own (`ledger.py`): started before it runs, its result
+when it ends. After a crash DBOS runs the workflow again and the run replays: completed steps
+return their recorded output, the first unfinished step runs again, and inside a tool step a
+call the journal shows finished gives back its result instead of running again. A call
 that started but never finished is rerun if its tool is idempotent; any other gives the model
 an "outcome unknown" error: a payment is never made twice silently. Tools get an idempotency
 key (`run_id:call_id`, in `RunContext.idempotency_key`) for the at-least-once window that
@@ -37,6 +40,7 @@ import contextlib
 import contextvars
 import dataclasses
 import os
+import pickle
 import socket
 import sys
 import threading
@@ -44,7 +48,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .admission import Limiter
 from .agent import Agent, RunResult, execute, judge, respond
@@ -63,7 +67,7 @@ from .errors import (
 from .events import Emitter, Event, Sink, model_response_data, tool_result_data
 from .guardrails import Kind, Verdict
 from .journal import private_file
-from .ledger import Ledger
+from .ledger import CallState, Ledger
 from .loop import LoopState, unique_calls
 from .messages import (
     ImagePart,
@@ -103,6 +107,8 @@ from .store import (
 from .tools.session import close_kept
 from .tools.tool import RunContext, Spawn
 from .tree import Allowance
+
+T = TypeVar("T")
 
 APP = "tether"
 
@@ -237,6 +243,8 @@ class DurableRuns:
         too (an agent used as a tool runs inside the call, see `agent.run_child`)."""
         self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.stepped: set[str] = set()
+        self.fresh: set[str] = set()
+        """Runs started here that have not executed yet: nothing is recorded of them to read."""
         self.shown: dict[str, set[str]] = {}
         self.background: set[asyncio.Task[Any]] = set()
         self.watcher: asyncio.Task[None] | None = None  # see watch
@@ -356,12 +364,14 @@ class DurableRuns:
             raise RunExists(f"the store has a run {run_id!r} already; resume it or use another id")
         run = self.attach(run_id, sinks)
         run.typed = typed
+        self.fresh.add(run_id)
         try:
             with SetWorkflowID(run_id):
                 started = DBOS.start_workflow_async(workflow(), run_id, record, task, history)
                 handle = await self.in_time(started)
         except StoreUnavailable:
             self.runs.pop(run_id, None)
+            self.fresh.discard(run_id)
             raise
         self.spawn(self.follow(run, handle))  # "queued" until it starts (its events say so)
         return run
@@ -589,6 +599,9 @@ class DurableRuns:
         if "parent_run_id" in record:
             emitter.lineage = {k: record[k] for k in ("parent_run_id", "root_run_id")}
         effects = RecordedEffects(self, run_id, record, agent)
+        if run_id not in self.fresh:
+            effects.replay(await self.ledger.call(self.ledger.steps_of, run_id))
+        self.fresh.discard(run_id)
         messages = await self.filled([*(history or []), Message.user(task, task_images(record))])
         restarts: deque[float] = deque()
         first: str | None = task
@@ -656,6 +669,7 @@ class DurableRuns:
         if ctx is not None and ctx.kept:  # what its tools left running ends with the run here
             self.spawn(close_kept(ctx.kept))
         self.stepped.discard(run_id)
+        self.fresh.discard(run_id)
         self.parents.pop(run_id, None)
         self.shown.pop(run_id, None)
         self.lost.pop(run_id, None)
@@ -892,9 +906,9 @@ def recorded(result: RunResult) -> dict[str, Any]:
 
 
 class RecordedEffects:
-    """The driver's effects in a durable run (see `agent.Effects`): each a DBOS step whose
-    output is recorded, so a replay after a crash gets the same answers without the work. The
-    clock is the recorded time of the last step, so reading it costs no step of its own."""
+    """The driver's effects in a durable run (see `agent.Effects`): each a recorded step (see
+    `step`), so a replay after a crash gets the same answers without the work. The clock is the
+    recorded time of the last step, so reading it costs no step of its own."""
 
     def __init__(
         self, owner: DurableRuns, run_id: str, record: dict[str, Any], agent: Agent
@@ -902,8 +916,35 @@ class RecordedEffects:
         self.owner, self.run_id, self.record, self.agent = owner, run_id, record, agent
         self.clock = 0.0  # until the first model call (its recorded start), no time has passed
         self.seen = 0  # the last inbox message delivered
+        self.n = 0  # the number of the next step
+        self.recorded: dict[int, tuple[str, bytes]] = {}  # what a replay has yet to go through
+        self.live_reply = True  # whether the last model reply was made here (not replayed)
 
     guard_beside_model = False  # its steps must keep one order: the guardrails ask first
+
+    def replay(self, steps: list[tuple[int, str, bytes, float]]) -> None:
+        """Go through these recorded steps (the ledger's, in order) before doing any work."""
+        self.recorded = {n: (kind, output) for n, kind, output, _ in steps}
+
+    async def step(self, kind: str, work: Callable[[], Awaitable[T]]) -> T:
+        """The run's next step: what was recorded of it, or `work` done and recorded (with
+        the steps of other runs that complete at the same moment: `ledger.Writer`). A step
+        recorded as another kind means that the agent's code no longer takes the same path:
+        the replay stops there instead of pairing answers with the wrong questions."""
+        n, self.n = self.n, self.n + 1
+        found = self.recorded.pop(n, None)
+        if found is not None:
+            if found[0] != kind:
+                raise RuntimeError(
+                    f"run {self.run_id}: step {n} was recorded as {found[0]} and is now {kind}; "
+                    "the agent's code changed since the run started"
+                )
+            recorded: T = pickle.loads(found[1])
+            return recorded
+        self.owner.stepped.add(self.run_id)  # live from here: its events are shown
+        out = await work()
+        await self.owner.ledger.record_step(self.run_id, n, kind, pickle.dumps(out))
+        return out
 
     def now(self) -> float:
         return self.clock
@@ -916,17 +957,25 @@ class RecordedEffects:
             self.owner.emitter_for(self.run_id).emit("user_message", text=text, by="check")
 
     async def guard(self, kind: Kind, value: Any) -> list[Verdict]:
-        found = await steps().guard_step(self.run_id, kind, value)
+        found = await self.step(GUARD, lambda: guard_step(self.owner, self.run_id, kind, value))
         return [Verdict.from_dict(v) for v in found]
 
     async def fit(self, state: LoopState, force: bool) -> None:
-        messages, usage, _ = await steps().context_step(self.run_id, list(state.messages), force)
-        state.messages[:] = await self.owner.filled(messages)
+        messages = list(state.messages)
+        out = await self.step(
+            CONTEXT, lambda: context_step(self.owner, self.run_id, messages, force)
+        )
+        fitted, usage, _ = out
+        state.messages[:] = await self.owner.filled(fitted)
         self.agent.charge(state, usage)
 
     async def call_model(self, state: LoopState) -> ModelResponse:
         request = self.agent.request(state)
-        out = await steps().model_step(self.run_id, request, self.seen)
+        live = self.n not in self.recorded
+        out = await self.step(
+            MODEL, lambda: model_step(self.owner, self.run_id, request, self.seen)
+        )
+        self.live_reply = live
         response, began, self.clock, arrived, late = out
         if state.steps == 0:
             state.started_at = began
@@ -934,14 +983,16 @@ class RecordedEffects:
         state.messages.extend(Message.user(text) for _, text in arrived)
         state.inbox.extend(text for _, text in late)  # after the answer
         self.seen = max([self.seen, *(n for n, _ in arrived + late)])
-        reply: ModelResponse = response
-        return reply
+        return response
 
     async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
-        if self.run_id in self.owner.stepped:  # while DBOS replays, its watchers saw these
+        if self.run_id in self.owner.stepped:  # while the run replays, its watchers saw these
             self.owner.announce(self.run_id, calls)
         decisions = await self.decide(calls)
-        results, self.clock = await steps().tools_step(self.run_id, calls, decisions)
+        fresh = self.live_reply  # no earlier attempt can have started calls of a reply made here
+        results, self.clock = await self.step(
+            TOOLS, lambda: tools_step(self.owner, self.run_id, calls, decisions, fresh)
+        )
         if not any(r.images for r in results):
             return list(results)
         (message,) = await self.owner.filled([Message("tool", tuple(results))])
@@ -955,7 +1006,7 @@ class RecordedEffects:
         from dbos import DBOS
 
         idle = False
-        while not await steps().inbox_step(self.run_id, self.seen):
+        while not await self.step(INBOX, lambda: inbox_step(self.owner, self.run_id, self.seen)):
             if not idle:
                 self.owner.emitter_for(self.run_id).emit("idle")
                 idle = True
@@ -1037,124 +1088,111 @@ def decided(emitter: Emitter, approval_id: str, call: ToolCall, decision: Decisi
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class Steps:
-    """The workflow and its steps, registered with DBOS once per process."""
-
-    durable_run: Any
-    model_step: Any
-    context_step: Any
-    tools_step: Any
-    inbox_step: Any
-    guard_step: Any
+MODEL, CONTEXT, TOOLS, INBOX, GUARD = (
+    "tether.model_step",
+    "tether.context_step",
+    "tether.tools_step",
+    "tether.inbox_step",
+    "tether.guard_step",
+)
+"""The kinds of a run's steps, as the ledger records them (and `store.py` reads them)."""
 
 
-def register() -> Steps:
-    from dbos import DBOS
+async def model_step(
+    owner: DurableRuns, run_id: str, request: ModelRequest, seen: int
+) -> tuple[ModelResponse, float, float, list[tuple[int, str]], list[tuple[int, str]]]:
+    """One model call, with the user messages that arrived since message `seen`: the recorded
+    output says which went in, so a replay delivers the same ones."""
+    agent, ledger = owner.agents[run_id], owner.ledger
+    emitter = owner.emitter_for(run_id)
+    arrived = await ledger.call(ledger.messages_after, run_id, seen)
+    if arrived:
+        extra = tuple(Message.user(text) for _, text in arrived)
+        request = dataclasses.replace(request, messages=request.messages + extra)
+        for _, text in arrived:
+            emitter.emit("user_message", text=text)
+    emitter.emit("model_request", messages=len(request.messages))
 
-    @DBOS.step(name="tether.model_step")
-    async def model_step(
-        run_id: str, request: ModelRequest, seen: int
-    ) -> tuple[ModelResponse, float, float, list[tuple[int, str]], list[tuple[int, str]]]:
-        """One model call, with the user messages that arrived since message `seen`: the
-        recorded output says which went in, so a replay delivers the same ones."""
-        owner = active()
-        owner.stepped.add(run_id)
-        agent, ledger = owner.agents[run_id], owner.ledger
-        emitter = owner.emitter_for(run_id)
-        arrived = await ledger.call(ledger.messages_after, run_id, seen)
-        if arrived:
-            extra = tuple(Message.user(text) for _, text in arrived)
-            request = dataclasses.replace(request, messages=request.messages + extra)
-            for _, text in arrived:
-                emitter.emit("user_message", text=text)
-        emitter.emit("model_request", messages=len(request.messages))
+    def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
+        emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
 
-        def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
-            emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
+    def on_text(text: str) -> None:
+        emitter.emit("text_delta", text=text)
 
-        def on_text(text: str) -> None:
-            emitter.emit("text_delta", text=text)
-
-        began = time.time()
-        limiter = owner.limiter_for(agent)
-        response = await respond(agent.model, request, emitter, limiter, on_text, on_retry)
-        response = unique_calls(response, request.messages)  # recorded so: a replay agrees
-        emitter.emit("model_response", **model_response_data(response))
-        late: list[tuple[int, str]] = []
-        if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
-            late = await ledger.call(
-                ledger.messages_after, run_id, max([seen, *(n for n, _ in arrived)])
-            )
-            for _, text in late:
-                emitter.emit("user_message", text=text)
-        return response, began, time.time(), arrived, late
-
-    @DBOS.step(name="tether.context_step")
-    async def context_step(
-        run_id: str, messages: list[Message], force: bool
-    ) -> tuple[list[Message], Usage, list[tuple[str, dict[str, Any]]]]:
-        """Fit the conversation to the model's window (`context.fit`): the new messages, the
-        summary call's usage, and what was replaced, recorded as one step."""
-        owner = active()
-        owner.stepped.add(run_id)
-        agent = owner.agents[run_id]
-        assert agent.context is not None
-        live = owner.emitter_for(run_id)
-        happened: list[tuple[str, dict[str, Any]]] = []
-
-        def keep(event: Event) -> None:
-            happened.append((event.type, event.data))
-            live.emit(event.type, **event.data)
-
-        usage = await fit(
-            agent.model, messages, agent.system, agent.context, Emitter(run_id, [keep]), force
+    began = time.time()
+    limiter = owner.limiter_for(agent)
+    response = await respond(agent.model, request, emitter, limiter, on_text, on_retry)
+    response = unique_calls(response, request.messages)  # recorded so: a replay agrees
+    emitter.emit("model_response", **model_response_data(response))
+    late: list[tuple[int, str]] = []
+    if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
+        late = await ledger.call(
+            ledger.messages_after, run_id, max([seen, *(n for n, _ in arrived)])
         )
-        return [hollow(m) for m in messages], usage, happened
+        for _, text in late:
+            emitter.emit("user_message", text=text)
+    return response, began, time.time(), arrived, late
 
-    @DBOS.step(name="tether.tools_step")
-    async def tools_step(
-        run_id: str, calls: list[ToolCall], decisions: list[Decision | None]
-    ) -> tuple[list[ToolResult], float]:
-        """The calls of one reply, at the same time, in one recorded step; each call is
-        journaled on its own (see `ledger.py`), so a retried step repeats no finished call."""
-        owner = active()
-        owner.stepped.add(run_id)
-        owner.announce(run_id, calls)  # those a replay passed over silently
-        ledger = owner.ledger
-        started = await ledger.call(ledger.start_calls, run_id, [c.id for c in calls])
-        results = await asyncio.gather(
-            *(
-                one_call(owner, run_id, c, d, *started[c.id])
-                for c, d in zip(calls, decisions, strict=True)
-            )
+
+async def context_step(
+    owner: DurableRuns, run_id: str, messages: list[Message], force: bool
+) -> tuple[list[Message], Usage, list[tuple[str, dict[str, Any]]]]:
+    """Fit the conversation to the model's window (`context.fit`): the new messages, the
+    summary call's usage, and what was replaced, recorded as one step."""
+    agent = owner.agents[run_id]
+    assert agent.context is not None
+    live = owner.emitter_for(run_id)
+    happened: list[tuple[str, dict[str, Any]]] = []
+
+    def keep(event: Event) -> None:
+        happened.append((event.type, event.data))
+        live.emit(event.type, **event.data)
+
+    usage = await fit(
+        agent.model, messages, agent.system, agent.context, Emitter(run_id, [keep]), force
+    )
+    return [hollow(m) for m in messages], usage, happened
+
+
+async def tools_step(
+    owner: DurableRuns,
+    run_id: str,
+    calls: list[ToolCall],
+    decisions: list[Decision | None],
+    fresh: bool,
+) -> tuple[list[ToolResult], float]:
+    """The calls of one reply, at the same time, in one recorded step; each call is journaled
+    on its own (see `ledger.py`), so a step made again repeats no finished call. `fresh`: the
+    reply was made here, so no earlier attempt can have started its calls (none is read)."""
+    owner.announce(run_id, calls)  # those a replay passed over silently
+    ledger = owner.ledger
+    ids = [c.id for c in calls]
+    if fresh:
+        await ledger.start_fresh(run_id, ids)
+        started: dict[str, tuple[CallState, ToolResult | None]] = {i: ("fresh", None) for i in ids}
+    else:
+        started = await ledger.call(ledger.start_calls, run_id, ids)
+    results = await asyncio.gather(
+        *(
+            one_call(owner, run_id, c, d, *started[c.id])
+            for c, d in zip(calls, decisions, strict=True)
         )
-        return list(results), time.time()
+    )
+    return list(results), time.time()
 
-    @DBOS.step(name="tether.inbox_step")
-    async def inbox_step(run_id: str, seen: int) -> bool:
-        """Whether the run's inbox has a message after message `seen`."""
-        owner = active()
-        owner.stepped.add(run_id)
-        ledger = owner.ledger
-        return bool(await ledger.call(ledger.messages_after, run_id, seen))
 
-    @DBOS.step(name="tether.guard_step")
-    async def guard_step(run_id: str, kind: Kind, value: Any) -> list[dict[str, Any]]:
-        """The verdicts of the agent's guardrails of `kind`, recorded: a replay asks none."""
-        owner = active()
-        owner.stepped.add(run_id)
-        found = await judge(owner.agents[run_id], kind, value, owner.emitter_for(run_id))
-        return [v.to_dict() for v in found]
+async def inbox_step(owner: DurableRuns, run_id: str, seen: int) -> bool:
+    """Whether the run's inbox has a message after message `seen`."""
+    ledger = owner.ledger
+    return bool(await ledger.call(ledger.messages_after, run_id, seen))
 
-    @DBOS.workflow(name=WORKFLOW)
-    async def durable_run(
-        run_id: str, record: dict[str, Any], task: str, history: list[Message] | None = None
-    ) -> dict[str, Any]:
-        """`history`: the conversation before `task` (a turn of `tether ask`)."""
-        return await active().execute(run_id, record, task, history)
 
-    return Steps(durable_run, model_step, context_step, tools_step, inbox_step, guard_step)
+async def guard_step(
+    owner: DurableRuns, run_id: str, kind: Kind, value: Any
+) -> list[dict[str, Any]]:
+    """The verdicts of the agent's guardrails of `kind`, recorded: a replay asks none."""
+    found = await judge(owner.agents[run_id], kind, value, owner.emitter_for(run_id))
+    return [v.to_dict() for v in found]
 
 
 async def one_call(
@@ -1187,23 +1225,29 @@ async def one_call(
     if recorded is None:
         if result.images:  # kept once; the records name them
             await owner.ledger.call(owner.ledger.keep_images, list(result.images))
-        await owner.ledger.call(owner.ledger.finish_call, run_id, result)
+        await owner.ledger.finish_call(run_id, result)
     emitter.emit("tool_result", **tool_result_data(result))
     return hollow_result(result)
 
 
-_steps: Steps | None = None
-
-
-def steps() -> Steps:
-    global _steps
-    if _steps is None:
-        _steps = register()
-    return _steps
+_workflow: Any = None
 
 
 def workflow() -> Any:
-    return steps().durable_run
+    """The run's DBOS workflow, registered with DBOS once per process."""
+    global _workflow
+    if _workflow is None:
+        from dbos import DBOS
+
+        @DBOS.workflow(name=WORKFLOW)
+        async def durable_run(
+            run_id: str, record: dict[str, Any], task: str, history: list[Message] | None = None
+        ) -> dict[str, Any]:
+            """`history`: the conversation before `task` (a turn of `tether ask`)."""
+            return await active().execute(run_id, record, task, history)
+
+        _workflow = durable_run
+    return _workflow
 
 
 _launched: str | None = None

@@ -1,5 +1,13 @@
-"""What durable runs keep beside DBOS's tables: the journal of tool calls, the inbox of user
-messages, and the workers' heartbeats.
+"""What durable runs keep beside DBOS's tables: the record of each run's steps, the journal of
+tool calls, the inbox of user messages, and the workers' heartbeats.
+
+A run's steps (each model reply, the results of each reply's tool calls, a fitted context, the
+guardrails' verdicts, a look at the inbox) are numbered in the order the run takes them, and
+each is recorded here when it completes; DBOS keeps the run's life (start, end, recovery,
+queues, messages). A DBOS step cost about 3.6 ms of CPU on SQLite and 2.8 ms on Postgres on
+2 cores (bench/durable_bench.py), mostly its own bookkeeping and a thread hop each way, where
+a row here costs tens of microseconds: the records of every run in the process are written
+together, one transaction for all that completed at the same moment (`Writer`, group commit).
 
 The journal records each tool call's start before it runs and its result when it ends, so a
 call is never repeated once it has finished, even when the DBOS step that ran it (one step for
@@ -36,6 +44,10 @@ from .messages import ImagePart, ToolResult
 from .outage import POSTGRES_CONNECT_ARGS
 
 TABLES = (
+    # a run's recorded steps: n counts from 0 in the order the run takes them (durable.py)
+    "CREATE TABLE IF NOT EXISTS tether_steps (run_id TEXT NOT NULL, n INTEGER NOT NULL, "
+    "kind TEXT NOT NULL, output BYTEA NOT NULL, at DOUBLE PRECISION NOT NULL, "
+    "PRIMARY KEY (run_id, n))",
     "CREATE TABLE IF NOT EXISTS tether_tool_calls (run_id TEXT NOT NULL, call_id TEXT NOT NULL, "
     "attempt TEXT NOT NULL, started_at DOUBLE PRECISION NOT NULL, result TEXT, "
     "PRIMARY KEY (run_id, call_id))",
@@ -54,6 +66,13 @@ SCHEMA_LOCK = 0x7E7E_0001
 """The Postgres advisory lock under which a process creates the ledger's tables: two workers
 starting at once on a fresh database both ran CREATE TABLE IF NOT EXISTS, and one of them
 died of a duplicate key in Postgres's catalog (pg_type_typname_nsp_index)."""
+
+STEP_SQL = "INSERT INTO tether_steps VALUES (:r, :n, :k, :o, :t) ON CONFLICT (run_id, n) DO NOTHING"
+START_SQL = (
+    "INSERT INTO tether_tool_calls VALUES (:r, :c, :a, :t, NULL) "
+    "ON CONFLICT (run_id, call_id) DO NOTHING"
+)
+FINISH_SQL = "UPDATE tether_tool_calls SET result = :x WHERE run_id = :r AND call_id = :c"
 
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 5.0
@@ -104,6 +123,7 @@ class Ledger:
                 max_overflow=0,
                 connect_args=dict(POSTGRES_CONNECT_ARGS),
             )
+        self.writer = Writer(self)
         with self.transaction() as run:
             if self.engine is not None:  # one process at a time (see SCHEMA_LOCK)
                 run("SELECT pg_advisory_xact_lock(:k)", {"k": SCHEMA_LOCK})
@@ -132,6 +152,36 @@ class Ledger:
 
             yield run
 
+    def read(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows of one query (on SQLite outside any transaction: a reader in another
+        thread must not begin one while the event loop's is open on the same connection)."""
+        if self.conn is not None:
+            return self.conn.execute(sql, params).fetchall()
+        with self.transaction() as run:
+            return run(sql, params)
+
+    def write_many(self, writes: list[tuple[str, dict[str, Any]]]) -> None:
+        """Make these writes in one transaction, each statement once for all its rows."""
+        by_sql: dict[str, list[dict[str, Any]]] = {}
+        for sql, params in writes:
+            by_sql.setdefault(sql, []).append(params)
+        if self.conn is not None:
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, rows in by_sql.items():
+                    conn.executemany(sql, rows)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return
+        from sqlalchemy import text
+
+        with self.engine.begin() as c:
+            for sql, rows in by_sql.items():
+                c.execute(text(sql), rows)
+
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a ledger method from async code: inline for SQLite, in a thread for Postgres.
 
@@ -154,7 +204,27 @@ class Ledger:
             await asyncio.sleep(pause)
             pause = min(2 * pause, RETRY_MAX_S)
 
+    # -- a run's steps ------------------------------------------------------------------------
+
+    async def record_step(self, run_id: str, n: int, kind: str, output: bytes) -> None:
+        """Record step `n` of a run (returns once it is committed)."""
+        row = {"r": run_id, "n": n, "k": kind, "o": output, "t": time.time()}
+        await self.writer.write([(STEP_SQL, row)])
+
+    def steps_of(self, run_id: str) -> list[tuple[int, str, bytes, float]]:
+        """A run's recorded steps, in order: (n, kind, output, when recorded)."""
+        sql = "SELECT n, kind, output, at FROM tether_steps WHERE run_id = :r ORDER BY n"
+        rows = self.read(sql, {"r": run_id})
+        return [(int(n), str(k), bytes(o), float(t)) for n, k, o, t in rows]
+
     # -- the journal of tool calls -----------------------------------------------------------
+
+    async def start_fresh(self, run_id: str, call_ids: list[str]) -> None:
+        """Record that these calls start, where no earlier attempt can have started them (the
+        reply that asked for them was made in this process): no read is needed."""
+        now, attempt = time.time(), uuid.uuid4().hex
+        rows = [{"r": run_id, "c": c, "a": attempt, "t": now} for c in call_ids]
+        await self.writer.write([(START_SQL, row) for row in rows])
 
     def start_calls(
         self, run_id: str, call_ids: list[str]
@@ -168,11 +238,7 @@ class Ledger:
         with self.transaction() as run:
             for call_id in call_ids:
                 key = {"r": run_id, "c": call_id}
-                run(
-                    "INSERT INTO tether_tool_calls VALUES (:r, :c, :a, :t, NULL) "
-                    "ON CONFLICT (run_id, call_id) DO NOTHING",
-                    {**key, "a": attempt, "t": now},
-                )
+                run(START_SQL, {**key, "a": attempt, "t": now})
                 by, result = run(
                     "SELECT attempt, result FROM tether_tool_calls "
                     "WHERE run_id = :r AND call_id = :c",
@@ -186,8 +252,9 @@ class Ledger:
                     out[call_id] = ("finished", recorded_result(call_id, orjson.loads(result)))
         return out
 
-    def finish_call(self, run_id: str, result: ToolResult) -> None:
-        """Record a call's result (its images by name: `keep_images` has their bytes)."""
+    async def finish_call(self, run_id: str, result: ToolResult) -> None:
+        """Record a call's result (its images by name: `keep_images` has their bytes); returns
+        once it is committed."""
         data: dict[str, Any] = {
             "name": result.name,
             "output": result.output,
@@ -195,11 +262,8 @@ class Ledger:
         }
         if result.images:
             data["images"] = [i.ref for i in result.images]
-        with self.transaction() as run:
-            run(
-                "UPDATE tether_tool_calls SET result = :x WHERE run_id = :r AND call_id = :c",
-                {"x": orjson.dumps(data).decode(), "r": run_id, "c": result.call_id},
-            )
+        row = {"x": orjson.dumps(data).decode(), "r": run_id, "c": result.call_id}
+        await self.writer.write([(FINISH_SQL, row)])
 
     # -- images -----------------------------------------------------------------------------
 
@@ -244,11 +308,7 @@ class Ledger:
 
     def messages_after(self, run_id: str, seq: int) -> list[tuple[int, str]]:
         sql = "SELECT seq, text FROM tether_inbox WHERE run_id = :r AND seq > :s ORDER BY seq"
-        if self.conn is not None:  # a read needs no transaction of its own
-            rows = self.conn.execute(sql, {"r": run_id, "s": seq}).fetchall()
-        else:
-            with self.transaction() as run:
-                rows = run(sql, {"r": run_id, "s": seq})
+        rows = self.read(sql, {"r": run_id, "s": seq})
         return [(int(s), str(t)) for s, t in rows]
 
     # -- workers' heartbeats ----------------------------------------------------------------
@@ -274,3 +334,49 @@ def recorded_result(call_id: str, d: dict[str, Any]) -> ToolResult:
     """A result as `finish_call` recorded it; its images without their bytes."""
     images = tuple(map(ImagePart.from_ref, d.get("images", ())))
     return ToolResult(call_id, d["name"], d["output"], d["is_error"], images)
+
+
+class Writer:
+    """Group commit: the writes of every run in the process that arrive while the store is
+    busy go in the next transaction together, and each writer resumes once its own are
+    committed. On SQLite a transaction is made on the event loop (see the module's note), so
+    the writes of one turn of the loop share one; on Postgres, those that arrive while a
+    transaction is under way in its thread share the next. A transaction the connection
+    failed under is made again (`Ledger.call`): every write here may be repeated (an insert
+    that keeps the first row, an update to the same value)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.pending: list[tuple[list[tuple[str, dict[str, Any]]], asyncio.Future[None]]] = []
+        self.flusher: asyncio.Task[None] | None = None
+
+    async def write(self, writes: list[tuple[str, dict[str, Any]]]) -> None:
+        """Make `writes` (statements with `:name` parameters) with the others that arrive
+        meanwhile; returns once they are committed. A writer cancelled meanwhile leaves its
+        writes to be made all the same."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self.pending.append((writes, done))
+        if self.flusher is None or self.flusher.done():
+            self.flusher = loop.create_task(self.flush())
+        await done
+
+    async def flush(self) -> None:
+        """Commit what is pending, again and again until nothing is."""
+        while self.pending:
+            batch, self.pending = self.pending, []
+            writes = [w for ws, _ in batch for w in ws]
+            try:
+                await self.ledger.call(self.ledger.write_many, writes)
+            except asyncio.CancelledError:  # the loop ends: so do its writers
+                for _, done in batch + self.pending:
+                    done.cancel()
+                raise
+            except Exception as e:  # each writer of the batch learns it
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(e)
+                continue
+            for _, done in batch:
+                if not done.done():
+                    done.set_result(None)

@@ -12,6 +12,7 @@ its token deltas.
 from __future__ import annotations
 
 import asyncio
+import pickle
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +34,7 @@ T = TypeVar("T")
 
 WORKFLOW = "tether.durable_run"
 QUEUE = "tether"
-VERSION = "tether-3"  # the workflow's shape: a run recorded by another cannot resume
+VERSION = "tether-4"  # the workflow's shape: a run recorded by another cannot resume
 
 
 def use_modern_sqlite() -> None:
@@ -93,7 +94,7 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
     history = inputs[3] if len(inputs) > 3 and inputs[3] else []
     record = inputs[1] if isinstance(inputs[1], dict) else {}
     messages: list[Message] = [*history, Message.user(inputs[2], task_images(record))]
-    for s in store.list_workflow_steps(run_id):
+    for s in store.steps(run_id):
         output, name = s.get("output"), s.get("function_name", "")
         if name.endswith("model_step") and isinstance(output, tuple):
             response, _, _, arrived, late = output
@@ -113,10 +114,43 @@ def task_images(record: dict[str, Any]) -> tuple[ImagePart, ...]:
     return tuple(map(ImagePart.from_ref, record.get("images", ())))
 
 
-def client(url: str, create: bool = False) -> Any:
-    """A DBOS client for reading and messaging runs without executing any (a process that only
-    lists or approves must not pick up pending runs and then exit in the middle of them).
-    A SQLite file that is not there is an error, unless `create` (runs are being queued)."""
+class Reader:
+    """A store read from a process that executes none of its runs: DBOS's client (runs, their
+    status, approvals, messages) and the store's ledger (each run's recorded steps). It
+    answers for the client's own methods too."""
+
+    def __init__(self, dbos_client: Any, url: str, ledger: Ledger | None = None) -> None:
+        self.client = dbos_client
+        self.url = url
+        self._ledger = ledger
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = ledger_for(self.url)
+        return self._ledger
+
+    def steps(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's recorded steps, in order, each with its `function_name` (its kind),
+        `output` and `completed_at_epoch_ms`; a run recorded before the ledger kept its
+        steps (tether-3) has them among DBOS's."""
+        rows = self.ledger.steps_of(run_id)
+        if not rows:
+            return list(self.client.list_workflow_steps(run_id))
+        return [
+            {"function_name": kind, "output": pickle.loads(out), "completed_at_epoch_ms": at * 1000}
+            for _, kind, out, at in rows
+        ]
+
+
+def client(url: str, create: bool = False, ledger: Ledger | None = None) -> Any:
+    """A reader of the store (`Reader`) for reading and messaging runs without executing any
+    (a process that only lists or approves must not pick up pending runs and then exit in the
+    middle of them). A SQLite file that is not there is an error, unless `create` (runs are
+    being queued). `ledger`: the store's, where this process has it open already."""
     check_url(url)
     if url.startswith("sqlite"):
         path = url.removeprefix("sqlite:///")
@@ -144,7 +178,7 @@ def client(url: str, create: bool = False) -> Any:
         if store is not None:
             store.destroy()
         raise cannot_open(e) from None
-    return store
+    return Reader(store, url, ledger)
 
 
 def status_of(store: Any, run_id: str) -> Any:
@@ -175,7 +209,7 @@ def events_of(store: Any, run_id: str) -> list[Event]:
     inputs = status.input.get("args") if isinstance(status.input, dict) else None
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
     record = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else {}
-    steps = store.list_workflow_steps(run_id)
+    steps = store.steps(run_id)
     approvals = store._sys_db.get_all_events(run_id)
     first = next(
         (
@@ -458,14 +492,13 @@ class StoreView:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = client(self.url, create=True)
+            self._client = client(self.url, create=True, ledger=self._ledger)
         return self._client
 
     @property
     def ledger(self) -> Ledger:
-        if self._ledger is None:
-            self._ledger = ledger_for(self.url)
-        return self._ledger
+        ledger: Ledger = self.client.ledger  # the reader's: one per process
+        return ledger
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(client, *args)` in a thread."""
