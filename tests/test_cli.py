@@ -427,6 +427,28 @@ def test_data_dir_holds_the_default_store_too(wire: WireServer, tmp_path: Path) 
     assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == ["dd-1"]
 
 
+def test_a_run_id_the_store_has_is_refused_and_the_run_kept(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """The store refuses a second run under an id it has (as it records the run, with no read
+    first): exit 2 with a one-line error, no request to the model, the first run unchanged."""
+    wire.add(text="First answer.")
+    data = tmp_path / "data"
+    first = tether(
+        "run", "first", "--base-url", wire.url, "--data-dir", str(data), "--run-id", "x-1"
+    )
+    assert first.returncode == 0, first.stderr
+    again = tether(
+        "run", "second", "--base-url", wire.url, "--data-dir", str(data), "--run-id", "x-1"
+    )
+    assert again.returncode == 2
+    assert "the store has a run 'x-1' already" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert len(wire.requests) == 1
+    row = json.loads(tether("runs", "--data-dir", str(data), "--json").stdout)
+    assert (row["id"], row["task"], row["answer"]) == ("x-1", "first", "First answer.")
+
+
 def test_runs_shows_what_each_run_was_asked_and_how_it_ended(
     wire: WireServer, tmp_path: Path
 ) -> None:

@@ -349,32 +349,42 @@ class DurableRuns:
         images: tuple[ImagePart, ...] = (),
     ) -> StoredRun:
         """Start a run executed by this process; returns once the run is recorded. An id the
-        caller `chosen` is looked up in the store first (DBOS would hand back the run that
-        has it); a generated one cannot be there, and costs no read. `typed` makes the
-        recorded output (JSON) the agent's output type again. The task's `images` are kept
-        once, beside the record, which names them."""
+        store has already is refused as the run is recorded (DBOS's `reject` policy: no read
+        first); a generated one (not `chosen`) cannot be there. `typed` makes the recorded
+        output (JSON) the agent's output type again. The task's `images` are kept once,
+        beside the record, which names them."""
         from dbos import DBOS, SetWorkflowID
+        from dbos._error import DBOSWorkflowIDInUseError
 
         if images:
             await self.ledger.call(self.ledger.keep_images, list(images))
             record = {**record, "images": [i.ref for i in images]}
-
-        taken = chosen and await self.in_time(DBOS.get_workflow_status_async(run_id)) is not None
-        if run_id in self.runs or taken:
+        if run_id in self.runs:  # it ran here: the store has it
             raise RunExists(f"the store has a run {run_id!r} already; resume it or use another id")
         run = self.attach(run_id, sinks)
         run.typed = typed
         self.fresh.add(run_id)
         try:
-            with SetWorkflowID(run_id):
+            with SetWorkflowID(run_id, workflow_id_reuse_policy="reject" if chosen else None):
                 started = DBOS.start_workflow_async(workflow(), run_id, record, task, history)
                 handle = await self.in_time(started)
-        except StoreUnavailable:
-            self.runs.pop(run_id, None)
-            self.fresh.discard(run_id)
-            raise
+        except (StoreUnavailable, DBOSWorkflowIDInUseError) as e:
+            self.forget_start(run_id)
+            if isinstance(e, StoreUnavailable):
+                raise
+            raise RunExists(
+                f"the store has a run {run_id!r} already; resume it or use another id"
+            ) from None
         self.spawn(self.follow(run, handle))  # "queued" until it starts (its events say so)
         return run
+
+    def forget_start(self, run_id: str) -> None:
+        """Undo `attach` for a run that could not start."""
+        self.fresh.discard(run_id)
+        self.runs.pop(run_id, None)
+        self.bus.logs.pop(run_id, None)
+        self.emitters.pop(run_id, None)
+        self.watchers.pop(run_id, None)
 
     def attach(
         self, run_id: str, sinks: list[Sink], before: list[Event] | None = None
