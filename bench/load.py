@@ -139,7 +139,13 @@ async def in_process(store: str | None, base_url: str, runs: int, limit: float) 
 
 
 def by_workers(
-    store: str, base_url: str, runs: int, workers: int, timeout: float, kill_at: int = 0
+    store: str,
+    base_url: str,
+    runs: int,
+    workers: int,
+    timeout: float,
+    kill_at: int = 0,
+    concurrency: int = 10_000,
 ) -> dict[str, Any]:
     """`runs` runs queued at once, executed by `workers` worker processes; with `kill_at`,
     the first worker is killed with SIGKILL once that many runs have ended. The tool stands
@@ -153,12 +159,9 @@ def by_workers(
     agent = load_agent(base_url)
     effects = Path(tempfile.mkdtemp()) / "effects"
     env = {**os.environ, "PYTHONPATH": PATH, "LOAD_EFFECTS": str(effects)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--be-worker", store, "--base-url", base_url], env=env
-        )
-        for _ in range(workers)
-    ]
+    argv = [sys.executable, __file__, "--be-worker", store, "--base-url", base_url]
+    argv += ["--concurrency", str(concurrency)]
+    procs = [subprocess.Popen(argv, env=env) for _ in range(workers)]
     try:
         t0 = time.perf_counter()
         Runtime(store, [agent]).enqueue_many(agent, [TASK] * runs)
@@ -214,11 +217,11 @@ def one_process(store: str, base_url: str, runs: int, timeout: float) -> dict[st
     return out
 
 
-async def be_worker(store: str, base_url: str) -> None:
+async def be_worker(store: str, base_url: str, concurrency: int) -> None:
     from tether import Runtime
 
     async with Runtime(store, [load_agent(base_url)]) as rt:
-        await rt.work(concurrency=10_000)
+        await rt.work(concurrency=concurrency)
 
 
 def main() -> None:
@@ -232,13 +235,19 @@ def main() -> None:
     ap.add_argument(
         "--kill-at", type=int, default=0, metavar="K", help="SIGKILL a worker after K runs end"
     )
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        default=10_000,
+        help="runs a worker takes at once (with --workers; the rest wait on the queue)",
+    )
     ap.add_argument("--mock", default=str(BENCH.parents[1] / "shared/bench/mock_llm.py"))
     ap.add_argument("--be-worker", metavar="STORE", help=argparse.SUPPRESS)
     ap.add_argument("--be-process", metavar="STORE", help=argparse.SUPPRESS)
     ap.add_argument("--base-url", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.be_worker:
-        asyncio.run(be_worker(a.be_worker, a.base_url))
+        asyncio.run(be_worker(a.be_worker, a.base_url, a.concurrency))
         return
     if a.be_process:
         print(json.dumps(asyncio.run(in_process(a.be_process, a.base_url, a.runs, a.timeout))))
@@ -252,7 +261,9 @@ def main() -> None:
                 store = None if a.memory else fresh_store(a.store, Path(tmp))
                 with Connections(store) as conns:
                     if a.workers and store:
-                        out = by_workers(store, base_url, a.runs, a.workers, a.timeout, a.kill_at)
+                        out = by_workers(
+                            store, base_url, a.runs, a.workers, a.timeout, a.kill_at, a.concurrency
+                        )
                     elif store is None:
                         out = asyncio.run(in_process(store, base_url, a.runs, a.timeout))
                     else:  # DBOS launches once per process: a process per repetition

@@ -1,0 +1,142 @@
+"""The ledger's step records: written together (group commit), each writer resumes only once
+its record is committed, a failed transaction reaches every writer in it, and a durable run's
+records grow with what each step adds, never with the conversation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+from helpers import tether
+from tether.ledger import Ledger
+from wire_server import WireServer
+
+
+def commits_of(ledger: Ledger) -> list[int]:
+    """A count of the transactions `ledger` commits from now on (SQLite)."""
+    assert ledger.conn is not None
+    count = [0]
+
+    def trace(sql: str) -> None:
+        if sql.strip().upper() == "COMMIT":
+            count[0] += 1
+
+    ledger.conn.set_trace_callback(trace)
+    return count
+
+
+def test_many_runs_steps_share_one_transaction_and_are_committed_on_return(
+    tmp_path: Path,
+) -> None:
+    """50 runs recording a step at the same moment make one transaction, not 50; when a
+    writer resumes, another connection (another process) reads its record already."""
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    ledger = Ledger(store)
+    commits = commits_of(ledger)
+    other = sqlite3.connect(f"{tmp_path}/runs.sqlite-effects")
+
+    async def one(i: int) -> int:
+        await ledger.record_step(f"run-{i}", 0, "tether.model_step", b"x" * i)
+        (found,) = other.execute(
+            "SELECT count(*) FROM tether_steps WHERE run_id = ?", (f"run-{i}",)
+        ).fetchone()
+        return int(found)
+
+    async def all_at_once() -> list[int]:
+        return await asyncio.gather(*(one(i) for i in range(50)))
+
+    seen = asyncio.run(all_at_once())
+    assert seen == [1] * 50
+    assert commits[0] == 1
+    assert [len(o) for _, _, o, _ in ledger.steps_of("run-7")] == [7]
+
+
+def test_steps_recorded_one_after_another_come_back_in_order(tmp_path: Path) -> None:
+    ledger = Ledger(f"sqlite:///{tmp_path}/runs.sqlite")
+
+    async def record() -> None:
+        for n, kind in enumerate(["tether.model_step", "tether.tools_step", "tether.model_step"]):
+            await ledger.record_step("r", n, kind, kind.encode())
+
+    asyncio.run(record())
+    steps = ledger.steps_of("r")
+    assert [(n, kind) for n, kind, _, _ in steps] == [
+        (0, "tether.model_step"),
+        (1, "tether.tools_step"),
+        (2, "tether.model_step"),
+    ]
+    assert steps[1][2] == b"tether.tools_step" and steps[0][3] <= steps[2][3]
+
+
+def test_a_transaction_that_fails_fails_each_writer_in_it_and_the_next_goes_on(
+    tmp_path: Path,
+) -> None:
+    ledger = Ledger(f"sqlite:///{tmp_path}/runs.sqlite")
+    bad = ("INSERT INTO no_such_table VALUES (:x)", {"x": 1})
+
+    async def go() -> tuple[list[BaseException | None], list[int]]:
+        first = await asyncio.gather(
+            ledger.writer.write([bad]),
+            ledger.record_step("a", 0, "tether.model_step", b"a"),
+            return_exceptions=True,
+        )
+        await ledger.record_step("b", 0, "tether.model_step", b"b")
+        return list(first), [len(ledger.steps_of(r)) for r in ("a", "b")]
+
+    errors, counts = asyncio.run(go())
+    assert all(isinstance(e, sqlite3.OperationalError) for e in errors), errors
+    assert counts == [0, 1]  # the failed transaction wrote nothing; the next one did
+
+
+def test_a_postgres_ledger_commits_many_runs_steps_together(postgres: str) -> None:
+    ledger = Ledger(postgres)
+    transactions = [0]
+    write_many = ledger.write_many
+
+    def counted(writes: list[tuple[str, dict[str, object]]]) -> None:
+        transactions[0] += 1
+        write_many(writes)
+
+    ledger.write_many = counted  # type: ignore[method-assign]
+
+    async def go() -> None:
+        await asyncio.gather(
+            *(ledger.record_step(f"pg-{i}", 0, "tether.model_step", b"y") for i in range(40))
+        )
+
+    asyncio.run(go())
+    assert transactions[0] < 5  # 40 records; one transaction while the first is under way
+    assert all(len(ledger.steps_of(f"pg-{i}")) == 1 for i in range(40))
+    ledger.engine.dispose()
+
+
+def test_a_durable_runs_records_grow_with_each_step_not_the_conversation(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """Eight turns, each reading a 4 KB file: the conversation sent to the model grows by
+    4 KB a turn, while each step's record holds only what that step added."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("n" * 4000)
+    for _ in range(8):
+        wire.add(calls=[("read_file", {"path": "notes.txt"})])
+    wire.add(text="Read it eight times.")
+    data = tmp_path / "data"
+    p = tether(
+        "run", "read notes.txt eight times", "--base-url", wire.url, "--tools", "read_file",
+        "--workspace", str(work), "--data-dir", str(data), "--run-id", "grow",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert len(json.dumps(wire.requests[-1]["messages"])) > 8 * 4000
+    with sqlite3.connect(data / "runs.sqlite-effects") as db:
+        rows = db.execute(
+            "SELECT kind, length(output) FROM tether_steps WHERE run_id = 'grow' ORDER BY n"
+        ).fetchall()
+    kinds = [k for k, _ in rows]
+    assert kinds == ["tether.model_step", "tether.tools_step"] * 8 + ["tether.model_step"]
+    model = [size for kind, size in rows if kind == "tether.model_step"]
+    tools = [size for kind, size in rows if kind == "tether.tools_step"]
+    assert max(model) < 2_000 and max(model) - min(model) < 200
+    assert all(4_000 < size < 5_000 for size in tools)
