@@ -439,6 +439,19 @@ async def test_a_sandboxed_call_cannot_take_all_memory(tmp_path: Path) -> None:
     assert "MemoryError" in out and "took 8 GB" not in out
 
 
+@needs_bwrap
+async def test_a_sandboxed_call_runs_its_command_as_given_under_a_cpu_limit(
+    tmp_path: Path,
+) -> None:
+    """The limits are set by a shell of their own, and the command runs as `bash -c` runs it:
+    its own $0 and no arguments, quotes and a syntax error as they are."""
+    out = await sandboxed("ulimit -t; ulimit -v; echo \"$0 [$1] 'q'\"; echo $#", tmp_path)
+    assert out.split("\n") == ["exit status 0", "600", "4194304", "bash [] 'q'", "0", ""]
+    broken = await sandboxed("echo before; if then", tmp_path)
+    assert broken.startswith("exit status 2\nbash: -c: line 1: syntax error")
+    assert "\nbefore\n" not in broken  # nothing of it ran
+
+
 def test_the_sandbox_never_runs_a_call_unsandboxed(wire: Any, tmp_path: Path) -> None:
     """Without bubblewrap, --sandbox is an error at start, and bash never ran."""
     wire.add(calls=[("bash", {"command": "touch ran.txt"})]).add(text="ran")

@@ -10,15 +10,15 @@ a row here costs tens of microseconds: the records of every run in the process a
 together, one transaction for all that completed at the same moment (`Writer`, group commit).
 
 The journal records each tool call's start before it runs and its result when it ends, so a
-call is never repeated once it has finished, even when the DBOS step that ran it (one step for
-all the calls of one reply) is retried after a crash: a finished call gives back its recorded
+call is never repeated once it has finished, even when the step that ran it (one step for all
+the calls of one reply) is made again after a crash: a finished call gives back its recorded
 result, a call that started but never finished is rerun only if its tool is idempotent.
 
-Images (a task's, a tool result's) are kept once each, by their sha256: a run's records (DBOS's
-and the journal) carry them without their bytes, however often they name them.
+Images (a task's, a tool result's) are kept once each, by their sha256: a run's records (its
+steps, the journal, DBOS's) carry them without their bytes, however often they name them.
 
 The inbox holds `tether send` messages, numbered per run. A model step reads the messages past
-the last one the run has seen and returns them with the reply, so DBOS records which messages
+the last one the run has seen and returns them with the reply, so its record says which messages
 went into which call; a replay delivers the same ones, and nothing needs marking as consumed.
 
 For a SQLite store these tables live in a file beside it (`PATH-effects`): sharing DBOS's file

@@ -235,7 +235,6 @@ async def run_command(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=sandbox.limits() if sandbox else None,
         ),
         cookie,
     )
