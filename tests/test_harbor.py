@@ -325,9 +325,11 @@ def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.Monk
                 r = await env.exec(f"echo hi > /dev/tcp/127.0.0.1/{port} && echo reached")
             assert r.return_code != 0 and "reached" not in (r.stdout or "")
             await env.exec("setsid nohup sleep 300 > /dev/null 2>&1 &")
+            # still there for the next command, as in a container (once it has become
+            # `sleep`: under load the background exec may not be done when `exec` returns)
+            await until(lambda: host_sleepers(env), "the left-over sleep to start", 10)
             r = await env.exec("pgrep -x sleep")
-            assert r.return_code == 0  # still there for the next command, as in a container
-            assert host_sleepers(env)
+            assert r.return_code == 0
             t0 = time.monotonic()
             r = await env.exec("sleep 30", timeout_sec=1)
             assert r.return_code == 124 and time.monotonic() - t0 < 10

@@ -192,6 +192,27 @@ def test_duplicate_names_are_refused() -> None:
         Toolbox([add, other])
 
 
+class Opaque:
+    """A type no JSON Schema describes."""
+
+
+def test_an_argument_type_a_model_cannot_be_told_is_an_error_where_the_agent_is_made() -> None:
+    """A tool's schema is built when it joins an agent (the built-ins, unused, cost nothing
+    at start): a type pydantic cannot describe fails there, before any run."""
+    import pydantic
+
+    from tether import Agent
+    from tether.providers.scripted import ScriptedModel
+
+    @tool
+    def takes(thing: Opaque) -> str:
+        """Takes something no schema can describe."""
+        return "never"
+
+    with pytest.raises(pydantic.PydanticSchemaGenerationError):
+        Agent(ScriptedModel([]), [takes])
+
+
 def test_sphinx_docstring() -> None:
     @tool
     def f(x: str) -> str:

@@ -89,8 +89,10 @@ def connection_lost(e: Exception) -> bool:
 
 
 T = TypeVar("T")
-Run = Callable[[str, dict[str, Any]], list[tuple[Any, ...]]]
-"""Executes one statement (`:name` parameters) in the open transaction; the rows it returned."""
+Params = dict[str, Any] | list[dict[str, Any]]
+Run = Callable[[str, Params], list[tuple[Any, ...]]]
+"""Executes one statement (`:name` parameters) in the open transaction; the rows it returned.
+With a list of parameters, the statement once for each (no rows)."""
 
 
 def ledger_url(store: str) -> str:
@@ -135,8 +137,15 @@ class Ledger:
         if self.conn is not None:
             conn = self.conn
             conn.execute("BEGIN IMMEDIATE")
+
+            def run_here(sql: str, params: Params) -> list[tuple[Any, ...]]:
+                if isinstance(params, list):
+                    conn.executemany(sql, params)
+                    return []
+                return conn.execute(sql, params).fetchall()
+
             try:
-                yield lambda sql, params: conn.execute(sql, params).fetchall()
+                yield run_here
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -146,7 +155,7 @@ class Ledger:
 
         with self.engine.begin() as c:
 
-            def run(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+            def run(sql: str, params: Params) -> list[tuple[Any, ...]]:
                 result = c.execute(text(sql), params)
                 return [tuple(r) for r in result] if result.returns_rows else []
 
@@ -165,22 +174,9 @@ class Ledger:
         by_sql: dict[str, list[dict[str, Any]]] = {}
         for sql, params in writes:
             by_sql.setdefault(sql, []).append(params)
-        if self.conn is not None:
-            conn = self.conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for sql, rows in by_sql.items():
-                    conn.executemany(sql, rows)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return
-        from sqlalchemy import text
-
-        with self.engine.begin() as c:
+        with self.transaction() as run:
             for sql, rows in by_sql.items():
-                c.execute(text(sql), rows)
+                run(sql, rows)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a ledger method from async code: inline for SQLite, in a thread for Postgres.

@@ -108,7 +108,7 @@ class Tool:
     fn: Callable[..., Any]
     args_model: type[pydantic.BaseModel] | None
     """Validates the model's arguments; None for tools described by a JSON schema alone (MCP
-    tools: their server validates)."""
+    tools: their server validates), or until `arguments` builds it."""
     context_param: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     approval: Policy = "never"
@@ -121,30 +121,46 @@ class Tool:
     agent: Any = None
     """The agent a call of this tool runs as a child run (`Agent.as_tool`): a runtime that
     registers the parent registers it too, so a process can resume the child."""
-    parameters: dict[str, Any] = field(init=False)
+    arguments: Callable[[], type[pydantic.BaseModel]] | None = None
+    """Builds `args_model` when the tool is first described to a model or called: pydantic
+    takes 5 to 10 ms a tool, and the built-ins, made as Tether is imported, added about
+    100 ms to every start (`tether --help` included) whether a run used them or not."""
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.args_model is not None:
-            self.parameters = clean_schema(self.args_model.model_json_schema())
-            self._fields = tuple(self.args_model.model_fields)
-        else:
-            self.parameters = dict(self.schema or {"type": "object", "properties": {}})
         self.is_async = inspect.iscoroutinefunction(self.fn)
-        self.spec = ToolSpec(self.name, self.description, self.parameters)
+
+    def model(self) -> type[pydantic.BaseModel] | None:
+        """The arguments' model (built on first use), or None for a schema alone."""
+        if self.args_model is None and self.arguments is not None:
+            self.args_model = self.arguments()
+        return self.args_model
+
+    @functools.cached_property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON Schema of the arguments, as the model is told it."""
+        model = self.model()
+        if model is not None:
+            return clean_schema(model.model_json_schema())
+        return dict(self.schema or {"type": "object", "properties": {}})
+
+    @functools.cached_property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the plain function, as if it were not a tool."""
         return self.fn(*args, **kwargs)
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        if self.args_model is None:
+        args_model = self.model()
+        if args_model is None:
             return dict(arguments)
         try:
-            model = self.args_model.model_validate(arguments)
+            model = args_model.model_validate(arguments)
         except pydantic.ValidationError as e:
             raise ToolArgumentsError(describe_validation_error(self.name, e)) from None
-        return {k: getattr(model, k) for k in self._fields}
+        return {k: getattr(model, k) for k in type(model).model_fields}
 
     async def invoke(self, arguments: dict[str, Any], ctx: RunContext) -> ToolOutput:
         """Validate `arguments`, run the function and return its output (see `tool_output`)."""
@@ -247,18 +263,22 @@ def tool_from_function(
         default = ... if param.default is param.empty else param.default
         fields[pname] = (annotation, pydantic.Field(default, description=arg_docs.get(pname)))
     tool_name = name or fn.__name__
-    args_model = pydantic.create_model(
-        f"{tool_name}_arguments",
-        __config__=pydantic.ConfigDict(extra="forbid"),
-        **fields,
-    )
+
+    def arguments() -> type[pydantic.BaseModel]:
+        return pydantic.create_model(
+            f"{tool_name}_arguments",
+            __config__=pydantic.ConfigDict(extra="forbid"),
+            **fields,
+        )
+
     return Tool(
         tool_name,
         description if description is not None else summary,
         fn,
-        args_model,
+        None,
         context_param=context_param,
         timeout=timeout,
+        arguments=arguments,
     )
 
 

@@ -27,8 +27,11 @@ class Toolbox:
             self.add(t)
 
     def add(self, t: Tool) -> None:
+        """Add a tool; its arguments' model is built now, so a type pydantic cannot describe
+        is an error where the agent is made, not in the middle of a run."""
         if t.name in self.tools and self.tools[t.name] is not t:
             raise ValueError(f"two tools are named {t.name!r}")
+        t.model()
         self.tools[t.name] = t
 
     @property
