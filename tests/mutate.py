@@ -37,7 +37,11 @@ TARGETS: dict[str, list[str]] = {
     "src/tether/admission.py": ["tests/test_runtime.py"],
     "src/tether/providers/http.py": ["tests/test_providers.py", "tests/test_hostile_servers.py"],
     "src/tether/web/server.py": ["tests/test_web.py"],
-    "src/tether/ledger.py": ["tests/test_durable_python.py", "tests/test_one_driver.py"],
+    "src/tether/ledger.py": [
+        "tests/test_ledger.py",
+        "tests/test_durable_python.py",
+        "tests/test_one_driver.py",
+    ],
     "src/tether/output.py": ["tests/test_output.py"],
     "src/tether/providers/fallback.py": ["tests/test_fallback.py"],
     "src/tether/outage.py": ["tests/test_store_outage.py"],

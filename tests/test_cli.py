@@ -449,6 +449,25 @@ def test_a_run_id_the_store_has_is_refused_and_the_run_kept(
     assert (row["id"], row["task"], row["answer"]) == ("x-1", "first", "First answer.")
 
 
+def test_a_run_recorded_by_another_version_is_not_resumed_here(tmp_path: Path) -> None:
+    """A run an older Tether recorded keeps its steps elsewhere: resuming it here could
+    repeat what it completed, so `tether resume` refuses, saying why, and changes nothing."""
+    import sqlite3
+
+    path = tmp_path / "runs.sqlite"
+    store = f"sqlite:///{path}"
+    queued = tether("run", "a job", "--queue", "--store", store, "--run-id", "old-1")
+    assert queued.returncode == 0, queued.stderr
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE workflow_status SET application_version = 'tether-3'")
+    p = tether("resume", "old-1", "--store", store)
+    assert p.returncode == 2, p.stderr
+    assert "recorded by another version of Tether (tether-3" in p.stderr
+    assert "Traceback" not in p.stderr
+    row = json.loads(tether("runs", "--store", store, "--json").stdout)
+    assert (row["id"], row["state"]) == ("old-1", "queued")
+
+
 def test_runs_shows_what_each_run_was_asked_and_how_it_ended(
     wire: WireServer, tmp_path: Path
 ) -> None:

@@ -91,6 +91,7 @@ from .outage import (
 )
 from .run import RestartPolicy, after_attempt, forget_old
 from .store import (
+    ENDED,
     MAIL,
     QUEUE,
     VERSION,
@@ -442,6 +443,13 @@ class DurableRuns:
             self.emitters[run_id].sinks.extend(sinks)
             return here
         status = await asyncio.to_thread(status_of, self.reader, run_id)
+        if status.app_version not in (None, VERSION) and status.status not in ENDED:
+            raise ConfigError(
+                f"run {run_id} was recorded by another version of Tether ({status.app_version}, "
+                f"this one writes {VERSION}): its steps are kept differently, so resuming it "
+                "here could repeat what it had completed; finish it with the version that "
+                "started it"
+            )
         if status.status == "PENDING":
             owner = status.executor_id or "local"
             if owner != self.executor_id and executor_alive(owner) and not force:
