@@ -41,6 +41,7 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_ledger.py",
         "tests/test_durable_python.py",
         "tests/test_one_driver.py",
+        "tests/test_store_outage.py",
     ],
     "src/tether/output.py": ["tests/test_output.py"],
     "src/tether/providers/fallback.py": ["tests/test_fallback.py"],

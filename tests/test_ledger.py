@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from helpers import tether
 from tether.ledger import Ledger
+from tether.messages import ToolResult
 from wire_server import WireServer
 
 
@@ -140,3 +142,98 @@ def test_a_durable_runs_records_grow_with_each_step_not_the_conversation(
     tools = [size for kind, size in rows if kind == "tether.tools_step"]
     assert max(model) < 2_000 and max(model) - min(model) < 200
     assert all(4_000 < size < 5_000 for size in tools)
+
+
+def test_a_call_an_earlier_attempt_started_is_told_apart_from_a_fresh_one(
+    tmp_path: Path,
+) -> None:
+    """The journal after a crash: a call started before and never finished is `interrupted`,
+    one that finished gives back its result, a call never seen is `fresh`."""
+    ledger = Ledger(f"sqlite:///{tmp_path}/runs.sqlite")
+    first = ledger.start_calls("r", ["a", "b"])
+    assert first == {"a": ("fresh", None), "b": ("fresh", None)}
+    asyncio.run(ledger.finish_call("r", ToolResult("a", "charge", "charged", False)))
+    again = ledger.start_calls("r", ["a", "b", "c"])
+    assert again["b"] == ("interrupted", None) and again["c"] == ("fresh", None)
+    state, result = again["a"]
+    assert state == "finished" and result == ToolResult("a", "charge", "charged", False)
+    assert ledger.start_calls("other-run", ["a"]) == {"a": ("fresh", None)}
+
+
+def test_a_reply_made_here_starts_its_calls_without_a_read_and_a_replay_sees_them(
+    tmp_path: Path,
+) -> None:
+    ledger = Ledger(f"sqlite:///{tmp_path}/runs.sqlite")
+    asyncio.run(ledger.start_fresh("r", ["x", "y"]))
+    assert ledger.start_calls("r", ["x", "y"]) == {
+        "x": ("interrupted", None),
+        "y": ("interrupted", None),
+    }
+
+
+def test_inbox_messages_are_numbered_in_order_per_run(tmp_path: Path) -> None:
+    ledger = Ledger(f"sqlite:///{tmp_path}/runs.sqlite")
+    assert [ledger.send("r", t) for t in ("one", "two", "three")] == [1, 2, 3]
+    assert ledger.send("other", "first") == 1
+    assert ledger.messages_after("r", 1) == [(2, "two"), (3, "three")]
+    assert ledger.messages_after("r", 3) == []
+
+
+def test_concurrent_senders_to_one_run_on_postgres_each_get_a_number(postgres: str) -> None:
+    """Two senders may read the same last number; the one that loses takes the next."""
+    ledgers = [Ledger(postgres, connections=2) for _ in range(4)]
+    with ThreadPoolExecutor(8) as pool:
+        numbers = list(pool.map(lambda i: ledgers[i % 4].send("r", f"message {i}"), range(24)))
+    assert sorted(numbers) == list(range(1, 25))
+    texts = {t for _, t in ledgers[0].messages_after("r", 0)}
+    assert texts == {f"message {i}" for i in range(24)}
+    for ledger in ledgers:
+        ledger.engine.dispose()
+
+
+def test_a_worker_silent_too_long_is_reported_once_and_forgotten(tmp_path: Path) -> None:
+    ledger = Ledger(f"sqlite:///{tmp_path}/runs.sqlite")
+    assert ledger.beat("w-1", dead_after=60) == []
+    assert ledger.beat("w-2", dead_after=60) == []
+    with sqlite3.connect(f"{tmp_path}/runs.sqlite-effects") as db:
+        db.execute(
+            "UPDATE tether_executors SET last_beat = last_beat - 120 WHERE executor_id = 'w-1'"
+        )
+    assert ledger.beat("w-2", dead_after=60) == ["w-1"]
+    assert ledger.beat("w-2", dead_after=60) == []  # one worker recovers its runs, once
+
+
+def test_a_store_reader_in_another_thread_reads_the_steps(tmp_path: Path) -> None:
+    """The page and `tether show` read a run's steps from a thread of their own."""
+    ledger = Ledger(f"sqlite:///{tmp_path}/runs.sqlite")
+    asyncio.run(ledger.record_step("r", 0, "tether.model_step", b"reply"))
+    with ThreadPoolExecutor(1) as pool:
+        steps = pool.submit(ledger.steps_of, "r").result()
+    assert [(n, o) for n, _, o, _ in steps] == [(0, b"reply")]
+
+
+def test_writers_waiting_when_the_loop_ends_are_cancelled_not_left_hanging(
+    tmp_path: Path,
+) -> None:
+    """The flusher cancelled in the middle of a transaction (the loop ends): the writers of
+    that transaction and those waiting for the next are cancelled, not left waiting."""
+    ledger = Ledger(f"sqlite:///{tmp_path}/runs.sqlite")
+    in_transaction = asyncio.Event()
+
+    async def held(fn: object, *args: object) -> None:
+        in_transaction.set()
+        await asyncio.Event().wait()  # a transaction that never ends
+
+    ledger.call = held  # type: ignore[assignment]
+
+    async def go() -> list[bool]:
+        first = asyncio.ensure_future(ledger.record_step("r", 0, "tether.model_step", b"a"))
+        await asyncio.wait_for(in_transaction.wait(), 5)
+        later = asyncio.ensure_future(ledger.record_step("r", 1, "tether.model_step", b"b"))
+        await asyncio.sleep(0)  # it joins the next transaction
+        assert ledger.writer.flusher is not None
+        ledger.writer.flusher.cancel()
+        await asyncio.wait({first, later}, timeout=5)
+        return [first.cancelled(), later.cancelled()]
+
+    assert asyncio.run(go()) == [True, True]
