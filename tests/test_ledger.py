@@ -10,6 +10,8 @@ import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from helpers import tether
 from tether.ledger import Ledger
 from tether.messages import ToolResult
@@ -237,3 +239,31 @@ def test_writers_waiting_when_the_loop_ends_are_cancelled_not_left_hanging(
         return [first.cancelled(), later.cancelled()]
 
     assert asyncio.run(go()) == [True, True]
+
+
+def test_an_error_of_the_request_is_raised_at_once_not_waited_out(postgres: str) -> None:
+    """Only a lost connection is waited out (the store may come back); a statement the store
+    refuses fails at once, on Postgres as on SQLite."""
+    from sqlalchemy import exc
+
+    ledger = Ledger(postgres, connections=1)
+    calls = [0]
+
+    def refused() -> None:
+        calls[0] += 1
+        with ledger.transaction() as run:
+            run("INSERT INTO no_such_table VALUES (1)", {})
+
+    with pytest.raises(exc.ProgrammingError):
+        asyncio.run(asyncio.wait_for(ledger.call(refused), 10))
+    assert calls[0] == 1
+    ledger.engine.dispose()
+
+
+def test_a_message_the_inbox_cannot_take_fails_at_once(tmp_path: Path) -> None:
+    """A sender retries only when another took its number; any other error is the caller's."""
+    ledger = Ledger(f"sqlite:///{tmp_path}/runs.sqlite")
+    assert ledger.conn is not None
+    ledger.conn.execute("DROP TABLE tether_inbox")
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        ledger.send("r", "hello")
