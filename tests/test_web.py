@@ -290,6 +290,12 @@ def test_the_page_links_a_child_run_and_the_list_nests_it(page: Page, server: Se
     assert first["y"] == second["y"] < call["y"]
     assert first["x"] + first["width"] <= call["x"] + 1
     assert call["x"] + call["width"] <= second["x"] + 1
+    # a bar is as wide as its time: nothing drawn around it (a tool item's border was, 4 px)
+    drawn, meant = tools.evaluate(
+        "e => [e.getBoundingClientRect().width,"
+        " parseFloat(e.style.width) / 100 * e.parentElement.clientWidth]"
+    )
+    assert abs(drawn - meant) <= 1, (drawn, meant)
     shot(page, "tree-parent")
     link.click()
     expect(page.locator("#run-id")).to_have_text(child)

@@ -30,7 +30,7 @@ form.start textarea { width: 100%; min-height: 4rem; }
 button { cursor: pointer; }
 #timeline { position: relative; background: white; border: 1px solid #e3e6ea; margin: .5rem 0;
             border-radius: 6px; overflow: hidden; }
-#timeline .bar { position: absolute; height: 10px; border-radius: 3px; min-width: 3px; }
+#timeline .bar { position: absolute; height: 10px; border-radius: 3px; min-width: 3px; border: 0; }
 #timeline .model { background: #6f42c1; } #timeline .tool { background: #8a96a3; }
 #timeline .tool.error { background: #a4161a; } #timeline .open { opacity: .5; }
 #timeline .scale { position: absolute; right: .4rem; bottom: 0; }
