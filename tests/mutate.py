@@ -34,7 +34,7 @@ TARGETS: dict[str, list[str]] = {
     "src/tether/loop.py": ["tests/test_loop.py", "tests/test_agent.py", "tests/test_context.py"],
     "src/tether/approvals.py": ["tests/test_runtime.py", "tests/test_agent.py"],
     "src/tether/redact.py": ["tests/test_builtin_tools.py", "tests/test_tools.py"],
-    "src/tether/admission.py": ["tests/test_runtime.py"],
+    "src/tether/admission.py": ["tests/test_admission.py", "tests/test_runtime.py"],
     "src/tether/providers/http.py": ["tests/test_providers.py", "tests/test_hostile_servers.py"],
     "src/tether/web/server.py": ["tests/test_web.py"],
     "src/tether/ledger.py": [
