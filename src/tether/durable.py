@@ -192,7 +192,7 @@ class DurableRuns:
     or taken from the queue), keeps their live events on a bus, and answers for their handles.
 
     It owns what executing runs needs in memory: the agents of running runs, their emitters and
-    tasks, which runs have stepped here (DBOS's replay is behind them), which tool calls were
+    tasks, which runs have stepped here (their replay is behind them), which tool calls were
     announced, and the background tasks (followers, MCP holders, approvals sent), which are
     cancelled when it closes. One per process, for one store (DBOS's own rule)."""
 
@@ -936,7 +936,6 @@ class RecordedEffects:
         self.seen = 0  # the last inbox message delivered
         self.n = 0  # the number of the next step
         self.recorded: dict[int, tuple[str, bytes]] = {}  # what a replay has yet to go through
-        self.live_reply = True  # whether the last model reply was made here (not replayed)
 
     guard_beside_model = False  # its steps must keep one order: the guardrails ask first
 
@@ -989,11 +988,9 @@ class RecordedEffects:
 
     async def call_model(self, state: LoopState) -> ModelResponse:
         request = self.agent.request(state)
-        live = self.n not in self.recorded
         out = await self.step(
             MODEL, lambda: model_step(self.owner, self.run_id, request, self.seen)
         )
-        self.live_reply = live
         response, began, self.clock, arrived, late = out
         if state.steps == 0:
             state.started_at = began
@@ -1007,7 +1004,9 @@ class RecordedEffects:
         if self.run_id in self.owner.stepped:  # while the run replays, its watchers saw these
             self.owner.announce(self.run_id, calls)
         decisions = await self.decide(calls)
-        fresh = self.live_reply  # no earlier attempt can have started calls of a reply made here
+        # live since an earlier step (the reply, or the guardrails after it): a step is
+        # recorded before the next begins, so no earlier attempt can have started these calls
+        fresh = self.run_id in self.owner.stepped
         results, self.clock = await self.step(
             TOOLS, lambda: tools_step(self.owner, self.run_id, calls, decisions, fresh)
         )

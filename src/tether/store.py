@@ -94,7 +94,7 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
     history = inputs[3] if len(inputs) > 3 and inputs[3] else []
     record = inputs[1] if isinstance(inputs[1], dict) else {}
     messages: list[Message] = [*history, Message.user(inputs[2], task_images(record))]
-    for s in store.steps(run_id):
+    for s in store.steps(status):
         output, name = s.get("output"), s.get("function_name", "")
         if name.endswith("model_step") and isinstance(output, tuple):
             response, _, _, arrived, late = output
@@ -133,13 +133,15 @@ class Reader:
             self._ledger = ledger_for(self.url)
         return self._ledger
 
-    def steps(self, run_id: str) -> list[dict[str, Any]]:
-        """A run's recorded steps, in order, each with its `function_name` (its kind),
-        `output` and `completed_at_epoch_ms`; a run recorded before the ledger kept its
-        steps (tether-3) has them among DBOS's."""
-        rows = self.ledger.steps_of(run_id)
-        if not rows:
+    def steps(self, status: Any) -> list[dict[str, Any]]:
+        """The recorded steps of the run with this DBOS `status`, in order, each with its
+        `function_name` (its kind), `output` and `completed_at_epoch_ms`; a run that an
+        earlier version recorded (tether-3, before the ledger kept steps) has them among
+        DBOS's."""
+        run_id = status.workflow_id
+        if status.app_version not in (None, VERSION):
             return list(self.client.list_workflow_steps(run_id))
+        rows = self.ledger.steps_of(run_id)
         return [
             {"function_name": kind, "output": pickle.loads(out), "completed_at_epoch_ms": at * 1000}
             for _, kind, out, at in rows
@@ -209,7 +211,7 @@ def events_of(store: Any, run_id: str) -> list[Event]:
     inputs = status.input.get("args") if isinstance(status.input, dict) else None
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
     record = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else {}
-    steps = store.steps(run_id)
+    steps = store.steps(status)
     approvals = store._sys_db.get_all_events(run_id)
     first = next(
         (

@@ -37,7 +37,8 @@ class Sandbox:
         a first bash sets them, then becomes the bash that runs `command` (exactly as
         `bash -c COMMAND`). Set there rather than in the child before it becomes bubblewrap
         (`preexec_fn`), which made Python fork the whole interpreter for every call instead
-        of spawning: 13.7 ms a call over a plain one, 6.5 ms without it."""
+        of spawning: +12.4 ms a call over a plain one then, +8.1 to +9.3 ms now
+        (`bench/sandbox_cost.py`)."""
         net = ["--share-net"] if self.net else []
         limits = f"ulimit -v {self.memory_mb << 10} -t {self.cpu_seconds}"
         return [
