@@ -9,6 +9,7 @@ import collections
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -271,7 +272,12 @@ def test_the_example_tree_on_a_store_keeps_to_the_roots_limit(
     wire: WireServer, tmp_path: Path, limit: int
 ) -> None:
     """Durable, over a real model server: 3 researchers of 2 calls each and the lead's 2 make
-    8 calls, under 9; under 5 exactly 5 requests reach the server and the tree halts (exit 3)."""
+    8 calls, under 9; under 5 exactly 5 requests reach the server and the tree halts (exit 3).
+    The researchers' first replies wait until all three have asked, so which of them the
+    budget serves does not depend on how fast one finishes before the others start: all
+    three get their first call (4 in all), and one its second."""
+    first_asked: list[str] = []
+    all_asked = threading.Event()
 
     def rule(body: dict[str, Any]) -> dict[str, Any]:
         done = tool_results(body)
@@ -279,7 +285,12 @@ def test_the_example_tree_on_a_store_keeps_to_the_roots_limit(
             if done == 0:
                 return {"calls": [("researcher", {"task": s}) for s in ("gravity", "sun", "moon")]}
             return {"text": "the lead's answer"}
-        return {"calls": [("look_up", {"subject": "sun"})]} if done == 0 else {"text": "found"}
+        if done == 0:
+            first_asked.append("asked")
+            if len(first_asked) == 3:
+                all_asked.set()
+            return {"calls": [("look_up", {"subject": "sun"})], "gate": all_asked}
+        return {"text": "found"}
 
     wire.rule = rule
     store = f"sqlite:///{tmp_path / 'tree.sqlite'}"
