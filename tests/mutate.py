@@ -31,7 +31,12 @@ PYTHON = sys.executable
 
 # the modules that carry the guarantees, and the fast tests that guard each
 TARGETS: dict[str, list[str]] = {
-    "src/tether/loop.py": ["tests/test_loop.py", "tests/test_agent.py", "tests/test_context.py"],
+    "src/tether/loop.py": [
+        "tests/test_loop.py",
+        "tests/test_agent.py",
+        "tests/test_context.py",
+        "tests/test_output.py",
+    ],
     "src/tether/approvals.py": ["tests/test_runtime.py", "tests/test_agent.py"],
     "src/tether/redact.py": ["tests/test_builtin_tools.py", "tests/test_tools.py"],
     "src/tether/admission.py": ["tests/test_admission.py", "tests/test_runtime.py"],
@@ -97,9 +102,12 @@ def mutable(tree: ast.AST) -> Iterator[tuple[ast.AST, str]]:
 
 
 def annotation_nodes(tree: ast.AST) -> set[int]:
-    """The nodes of annotations: never mutated (they change no behaviour)."""
+    """The nodes of annotations and a dataclass's `slots=` flag: never mutated (they change no
+    behaviour; slots change only the memory an instance takes)."""
     skip: set[int] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "slots":
+            skip.add(id(node.value))
         for field in ("returns", "annotation"):
             sub = getattr(node, field, None)
             if sub is not None:
