@@ -41,7 +41,14 @@ TARGETS: dict[str, list[str]] = {
     "src/tether/redact.py": ["tests/test_builtin_tools.py", "tests/test_tools.py"],
     "src/tether/admission.py": ["tests/test_admission.py", "tests/test_runtime.py"],
     "src/tether/providers/http.py": ["tests/test_providers.py", "tests/test_hostile_servers.py"],
-    "src/tether/web/server.py": ["tests/test_web.py"],
+    "src/tether/web/server.py": [  # its access checks (see FOCUS), by the tests without a browser
+        "tests/test_web.py::test_the_api_needs_the_token_and_the_csrf_header",
+        "tests/test_web.py::test_a_wrong_token_in_the_link_is_refused_even_with_the_right_cookie",
+        "tests/test_web.py::test_only_the_token_s_cookie_lets_a_browser_in_and_the_link_keeps_its_other_parts",
+        "tests/test_web.py::test_a_host_header_names_a_host_without_its_port",
+        "tests/test_web.py::test_requests_come_from_where_they_should",
+        "tests/test_web.py::test_binding_beyond_loopback_needs_a_flag",
+    ],
     "src/tether/ledger.py": [
         "tests/test_ledger.py",
         "tests/test_durable_python.py",
@@ -71,13 +78,31 @@ FLIPS: dict[type[ast.AST], type[ast.AST]] = {
 }
 
 
+FOCUS: dict[str, tuple[str, ...]] = {
+    "src/tether/web/server.py": (
+        "guard",
+        "auth",
+        "denied",
+        "same",
+        "host_name",
+        "secure_headers",
+        "html_page",
+    ),
+}
+"""The functions mutated by default in a module that is more than its guarantees: the page
+server's are its access checks (token, cookie, CSRF header, Host, security headers); the rest
+renders pages, which the browser tests guard at a minute a run. `--only` chooses others."""
+
+
 @dataclass
 class Site:
-    """One place a mutant changes: the n-th mutable node of the module, and what it becomes."""
+    """One place a mutant changes: the n-th mutable node of the module, the function it is in,
+    and what it becomes."""
 
     index: int
     line: int
     what: str
+    function: str = ""
 
 
 def mutable(tree: ast.AST) -> Iterator[tuple[ast.AST, str]]:
@@ -115,11 +140,26 @@ def annotation_nodes(tree: ast.AST) -> set[int]:
     return skip
 
 
-def sites(source: str) -> list[Site]:
+def owners(tree: ast.AST) -> dict[int, str]:
+    """The name of the innermost function each node is in (outer functions come first in a
+    walk, so inner ones write over them)."""
+    owner: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            owner.update((id(n), node.name) for n in ast.walk(node))
+    return owner
+
+
+def sites(source: str, only: tuple[str, ...] = ()) -> list[Site]:
+    """The module's mutants; with `only`, those inside the functions so named."""
     tree = ast.parse(source)
     skip = annotation_nodes(tree)
+    owner = owners(tree)
     found = [(n, w) for n, w in mutable(tree) if id(n) not in skip]
-    return [Site(i, getattr(n, "lineno", 0), w) for i, (n, w) in enumerate(found)]
+    every = [
+        Site(i, getattr(n, "lineno", 0), w, owner.get(id(n), "")) for i, (n, w) in enumerate(found)
+    ]
+    return [s for s in every if not only or s.function in only]
 
 
 def mutant(source: str, index: int) -> str:
@@ -165,10 +205,12 @@ def killed(tests: list[str], timeout: float) -> bool:
     return done.returncode != 0
 
 
-def run(module: str, limit: int | None, timeout: float) -> tuple[int, int, list[str]]:
+def run(
+    module: str, only: tuple[str, ...], limit: int | None, timeout: float
+) -> tuple[int, int, list[str]]:
     path = ROOT / module
     original = path.read_text()
-    found = sites(original)[:limit]
+    found = sites(original, only)[:limit]
     survivors = []
     lines = original.splitlines()
     try:
@@ -194,22 +236,30 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     ap.add_argument("--max", type=int, help="at most N mutants a module")
     ap.add_argument("--timeout", type=float, default=120, help="seconds a test run may take")
+    ap.add_argument(
+        "--only",
+        help="mutate only inside these functions, comma-separated (default: FOCUS's, if any)",
+    )
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, stop)  # the source is put back on SIGTERM too, not only ^C
     modules = args.modules or list(TARGETS)
     unknown = [m for m in modules if m not in TARGETS]
     if unknown:
         sys.exit(f"mutate: no tests named for {', '.join(unknown)} (see TARGETS)")
+
+    def only(module: str) -> tuple[str, ...]:
+        return tuple(args.only.split(",")) if args.only else FOCUS.get(module, ())
+
     if args.list:
         for m in modules:
-            for s in sites((ROOT / m).read_text())[: args.max]:
-                print(f"{m}:{s.line}: {s.what}")
+            for s in sites((ROOT / m).read_text(), only(m))[: args.max]:
+                print(f"{m}:{s.line}: {s.what}  ({s.function or 'module'})")
         return
     t0 = time.monotonic()
     total = caught = 0
     everything: list[str] = []
     for m in modules:
-        n, k, survivors = run(m, args.max, args.timeout)
+        n, k, survivors = run(m, only(m), args.max, args.timeout)
         total, caught = total + n, caught + k
         everything += survivors
         print(f"{m}: {k}/{n} killed ({100 * k / max(n, 1):.0f}%)")

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from helpers import FIXTURES, TETHER, Output, alive, cli_env, tether, wait_until
+from tether.web.server import host_name
 from wire_server import WireServer, tool_results
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -376,6 +377,30 @@ def test_a_wrong_token_in_the_link_is_refused_even_with_the_right_cookie(server:
     assert status == 401 and "set-cookie" not in headers
     status, headers, _ = raw_request(server, "GET", f"/?token={TOKEN}", here)
     assert status == 302 and headers["set-cookie"].startswith(f"tether_token={TOKEN};")
+
+
+def test_only_the_token_s_cookie_lets_a_browser_in_and_the_link_keeps_its_other_parts(
+    server: Server,
+) -> None:
+    """A cookie that is not the token is refused like none; the link that sets the right one
+    sends the browser on to the same address without the token, with a cookie scripts cannot
+    read and other sites cannot send."""
+    here = {"Host": f"127.0.0.1:{server.port}"}
+    for path in ("/", "/api/runs"):
+        assert raw_request(server, "GET", path, {**here, "Cookie": "tether_token=wrong"})[0] == 401
+    status, headers, _ = raw_request(server, "GET", f"/runs/r1?token={TOKEN}&tab=events", here)
+    assert status == 302 and headers["location"] == "/runs/r1?tab=events"
+    assert "HttpOnly" in headers["set-cookie"] and "SameSite=Strict" in headers["set-cookie"]
+    # a Host this server does not serve is named in the refusal, cut to 100 characters
+    status, _, body = raw_request(server, "GET", "/api/runs", {"Host": "e" * 300})
+    assert status == 421 and body.decode().endswith(repr("e" * 100))
+
+
+def test_a_host_header_names_a_host_without_its_port() -> None:
+    assert host_name("[::1]:8000") == "::1" and host_name("[::1]") == "::1"
+    assert host_name(" LocalHost:8000") == "localhost"
+    assert host_name("::1") == "::1"  # a bare IPv6 address has no port to drop
+    assert host_name("[::1") == "[::1"  # malformed: kept whole, so it matches no name
 
 
 def test_the_runs_list_shows_a_task_as_text(server: Server) -> None:
