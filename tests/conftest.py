@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from helpers import Hostile
 from wire_server import WireServer
 
 POSTGRES_SERVER = os.environ.get("TETHER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
@@ -32,6 +33,14 @@ def wire() -> Iterator[WireServer]:
     server = WireServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def hostile() -> Iterator[Hostile]:
+    """A server whose every answer the test writes (see `helpers.Hostile`)."""
+    h = Hostile()
+    yield h
+    h.stop()
 
 
 @pytest.fixture

@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+
 from tether import AnthropicModel, HTTPSettings, OpenAIChatModel, OpenAIResponsesModel, tool
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -187,3 +189,46 @@ def png(rgb: tuple[int, int, int] = (200, 30, 30), size: int = 4) -> bytes:
         + chunk(b"IDAT", zlib.compress(row * size))
         + chunk(b"IEND", b"")
     )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Hostile:
+    """An HTTP server on 127.0.0.1 that answers every POST with the handler a test sets; it
+    notes what happened to it (e.g. that the client stopped reading)."""
+
+    def __init__(self) -> None:
+        self.handler: Handler | None = None
+        self.notes: list[str] = []
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self.serve, args=(ready,), daemon=True)
+        self.thread.start()
+        assert ready.wait(10)
+
+    def serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self.answer)
+        runner = web.AppRunner(app)
+        self.loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        ready.set()
+        self.loop.run_forever()
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        assert self.handler is not None
+        return await self.handler(request)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)

@@ -40,7 +40,11 @@ TARGETS: dict[str, list[str]] = {
     "src/tether/approvals.py": ["tests/test_runtime.py", "tests/test_agent.py"],
     "src/tether/redact.py": ["tests/test_builtin_tools.py", "tests/test_tools.py"],
     "src/tether/admission.py": ["tests/test_admission.py", "tests/test_runtime.py"],
-    "src/tether/providers/http.py": ["tests/test_providers.py", "tests/test_hostile_servers.py"],
+    "src/tether/providers/http.py": [
+        "tests/test_http.py",
+        "tests/test_providers.py",
+        "tests/test_hostile_servers.py",
+    ],
     "src/tether/web/server.py": [  # its access checks (see FOCUS), by the tests without a browser
         "tests/test_web.py::test_the_api_needs_the_token_and_the_csrf_header",
         "tests/test_web.py::test_a_wrong_token_in_the_link_is_refused_even_with_the_right_cookie",

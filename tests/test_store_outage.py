@@ -272,3 +272,34 @@ def test_what_dbos_says_of_the_store_is_kept_short_and_its_own_cancels_unsaid() 
     finally:
         log.removeHandler(keep)
     assert kept == ["Workflow w-2 has an unknown queue"]
+
+
+def test_a_postgres_connection_notices_a_silent_peer_within_30_s(postgres: str) -> None:
+    """Each connection to a Postgres store carries libpq's keep-alives as the README says: a
+    peer gone silent is found after 10 s idle and 3 probes 5 s apart, data never acknowledged
+    fails after 30 s, and a connection attempt gives up after 10 s."""
+    from tether.ledger import Ledger
+
+    ledger = Ledger(postgres)
+    try:
+        with ledger.engine.connect() as c:
+            params = c.connection.dbapi_connection.info.get_parameters()
+    finally:
+        ledger.engine.dispose()
+    wanted = {
+        "connect_timeout": "10",
+        "keepalives": "1",
+        "keepalives_idle": "10",
+        "keepalives_interval": "5",
+        "keepalives_count": "3",
+        "tcp_user_timeout": "30000",
+    }
+    assert {k: params.get(k) for k in wanted} == wanted
+
+
+def test_the_cause_kept_is_one_line_of_at_most_200_characters() -> None:
+    from tether.outage import cause_of
+
+    text = "".join(chr(ord("a") + i % 26) for i in range(300))
+    assert cause_of(text + "\nmore") == text[:200]
+    assert cause_of("  \n") == "no reply"
