@@ -1,5 +1,6 @@
 """Recorded provider responses, written from each provider's API reference, replayed byte for byte
-to `tether run --json --max-steps 1 --max-retries 1`, through the real clients over HTTP."""
+to `tether run --json --max-steps 1 --max-retries 1 --store memory`, through the real clients over
+HTTP."""
 
 from __future__ import annotations
 
@@ -163,6 +164,8 @@ def run(wire: WireServer, protocol: str, stream: bool) -> tuple[int, list[dict[s
         "1",
         "--max-retries",
         "1",
+        "--store",  # what is tested is the wire format; durable runs are tested on their own
+        "memory",
     ]
     if not stream:
         args.append("--no-stream")
