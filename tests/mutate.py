@@ -1,7 +1,9 @@
 """Mutation testing: break the modules that carry Tether's guarantees one small change at a
 time, run their fast tests against each break, and count how many breaks the tests catch.
 
-    .venv/bin/python tests/mutate.py [MODULE ...] [--list] [--max N]
+    scripts/mutate [MODULE ...] [--list] [--max N] [--only FUNCTION,...]
+
+(`scripts/mutate` runs this file in a copy of the tree, which it removes at the end.)
 
 A mutant flips one comparison (`<` and `<=`, `==` and `!=`, `in` and `not in`, `is` and
 `is not`), swaps `and` and `or`, drops a `not`, swaps `True` and `False`, adds one to a whole
@@ -10,8 +12,9 @@ timeout), and survives when they pass: a survivor is either a test to write or a
 change (one that no caller could tell apart), to be named as such. The source file is put back
 after every mutant, and at the end whatever happens.
 
-Not part of CI: each mutant runs its tests once (a module takes minutes). Do not run other
-tests or durable runs from this checkout meanwhile: they would import the mutants.
+Not part of CI: each mutant runs its tests once (a module takes minutes). Run directly
+(`.venv/bin/python tests/mutate.py`), it changes the checkout's own files: run no other tests
+or durable runs from it meanwhile, they would import the mutants.
 """
 
 from __future__ import annotations
