@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,10 @@ from tether import (
     reply,
     tool,
 )
+from tether.agent import RunResult
 from tether.events import Event
 from tether.loop import CallModel, Finish, LoopState, ModelReplied, RunTools, Started, step
+from tether.messages import ImagePart
 
 
 @tool
@@ -193,3 +196,138 @@ def test_a_tool_choice_must_name_a_choice_or_a_tool() -> None:
     with pytest.raises(ValueError, match="tool_choice 'ad' is none of auto, required, none"):
         Agent(ScriptedModel([]), [add], tool_choice="ad")
     assert Agent(ScriptedModel([]), [add], tool_choice="add").tool_choice == "add"
+
+
+def test_a_result_keeps_its_fields_through_its_record() -> None:
+    """What a durable run records is read back whole; a record that lacks a field (one of an
+    earlier version) reads as nothing spent, never as one step."""
+    result = RunResult("r1", "failed", "a", "why", Usage(10, 2, 5), 0.123456789, 3, [], {"k": 1})
+    data = result.to_dict()
+    assert data["cost_usd"] == 0.123457 and data["error"] == {"k": 1}
+    back = RunResult.from_dict("r1", data)
+    assert (back.usage, back.cost_usd, back.steps, back.error) == (
+        Usage(10, 2, 5),
+        0.123457,
+        3,
+        {"k": 1},
+    )
+    bare = RunResult.from_dict("r2", {"outcome": "done", "messages": [{"role": "user"}]})
+    assert (bare.usage, bare.cost_usd, bare.steps, bare.messages) == (
+        Usage(),
+        0.0,
+        0,
+        [{"role": "user"}],
+    )
+    assert "error" not in RunResult("r3", "done", "a", "", Usage(), 0.0, 1, []).summary()
+
+
+def test_a_tool_choice_of_an_agent_without_tools_says_there_are_none() -> None:
+    with pytest.raises(ValueError, match=r"\(no tools\)"):
+        Agent(ScriptedModel([]), tool_choice="lookup")
+
+
+async def test_the_check_before_the_answer_is_said_as_a_user_message() -> None:
+    model = ScriptedModel([reply("4"), reply("4, checked")])
+    events: list[Event] = []
+    result = await Agent(model, check="Check it.").run("2+2?", sinks=[events.append])
+    assert result.answer == "4, checked"
+    said = [e.data["text"] for e in events if e.type == "user_message"]
+    assert said == ["Check it."]
+
+
+async def test_a_halted_run_is_not_judged_by_the_output_guardrails() -> None:
+    """The output guardrails judge an answer; a run halted by its budget gave none."""
+    judged: list[str] = []
+
+    def never(answer: str) -> bool:
+        judged.append(answer)
+        return False
+
+    model = ScriptedModel(adds(3))
+    agent = Agent(model, [add], budget=Budget(max_steps=1), output_guardrails=[never])
+    result = await agent.run("add")
+    assert result.outcome == "halted" and result.reason.startswith("max_steps") and not judged
+
+
+async def test_an_input_guardrail_still_running_when_the_run_ends_is_stopped() -> None:
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def slow(task: str) -> bool:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        return True
+
+    result = await Agent(Broken(after=started), input_guardrails=[slow]).run("hi")
+    assert result.outcome == "failed"
+    await asyncio.wait_for(stopped.wait(), 5)
+
+
+class Broken:
+    """A model with a bug: not a provider's error, an exception of any kind (raised once
+    `after` is set, if given)."""
+
+    name, provider = "broken", "test"
+
+    def __init__(self, after: asyncio.Event | None = None) -> None:
+        self.after = after
+
+    async def respond(
+        self, request: ModelRequest, on_text: Any = None, on_retry: Any = None
+    ) -> Any:
+        if self.after is not None:
+            await self.after.wait()
+        raise KeyError("oops")
+
+    async def aclose(self) -> None:
+        pass
+
+
+class Retried:
+    """A model that reports one retry, after 12.3456 ms, before it answers."""
+
+    name, provider = "retried", "test"
+
+    async def respond(
+        self, request: ModelRequest, on_text: Any = None, on_retry: Any = None
+    ) -> Any:
+        on_retry(1, 0.0123456, RateLimited("HTTP 429", status=429, retryable=True))
+        return reply("ok")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_bug_ends_the_run_failed_and_not_to_be_retried() -> None:
+    result = await Agent(Broken()).run("hi")
+    assert result.outcome == "failed"
+    assert result.error is not None and result.error["kind"] == "internal"
+    assert result.error["retryable"] is False and "KeyError" in result.error["message"]
+
+
+async def test_a_retry_is_said_with_its_delay_to_the_millisecond() -> None:
+    events: list[Event] = []
+    await Agent(Retried()).run("hi", sinks=[events.append])
+    [retry] = [e for e in events if e.type == "retry"]
+    assert (retry.data["attempt"], retry.data["delay"]) == (1, 0.012)
+
+
+async def test_the_images_of_the_task_are_named_as_the_run_starts() -> None:
+    events: list[Event] = []
+    image = ImagePart("image/png", b"png")
+    await Agent(ScriptedModel([reply("a cat")])).run("what?", images=[image], sinks=[events.append])
+    started = events[0]
+    assert started.type == "run_started" and image.sha256 in str(started.data)
+    events.clear()
+    await Agent(ScriptedModel([reply("hi")])).run("hello", sinks=[events.append])
+    assert "sha256" not in str(events[0].data)
+    # a run that goes on from a transcript, with no task, names no image of it as new
+    events.clear()
+    transcript = [Message.user("look", images=(image,))]
+    await Agent(ScriptedModel([reply("a cat")])).run(
+        None, transcript=transcript, sinks=[events.append]
+    )
+    assert events[0].type == "run_started" and "sha256" not in str(events[0].data)
