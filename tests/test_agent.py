@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from tether import (
     tool,
 )
 from tether.agent import RunResult
+from tether.approvals import ApprovalRequest, Decision
 from tether.events import Event
 from tether.loop import CallModel, Finish, LoopState, ModelReplied, RunTools, Started, step
 from tether.messages import ImagePart
@@ -331,3 +333,15 @@ async def test_the_images_of_the_task_are_named_as_the_run_starts() -> None:
         None, transcript=transcript, sinks=[events.append]
     )
     assert events[0].type == "run_started" and "sha256" not in str(events[0].data)
+
+
+def test_an_approver_cannot_change_the_call_it_is_asked_about_or_a_decision() -> None:
+    """The request binds the call to the hash of its arguments, and a decision is final: an
+    approver (user code) that changed either would approve another call than it was shown."""
+    call = ToolCall("c1", "bash", {"command": "ls"}, '{"command": "ls"}')
+    request = ApprovalRequest.for_call(call, ttl=None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.call = dataclasses.replace(call, arguments={"command": "rm -rf ~"})  # type: ignore[misc]
+    denied = Decision(False, "no")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        denied.approved = True  # type: ignore[misc]
