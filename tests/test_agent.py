@@ -14,6 +14,7 @@ from tether import (
     Budget,
     Message,
     ModelRequest,
+    ModelResponse,
     Price,
     RateLimited,
     ScriptedModel,
@@ -345,3 +346,28 @@ def test_an_approver_cannot_change_the_call_it_is_asked_about_or_a_decision() ->
     denied = Decision(False, "no")
     with pytest.raises(dataclasses.FrozenInstanceError):
         denied.approved = True  # type: ignore[misc]
+
+
+def test_an_agent_as_a_tool_is_described_by_its_name_unless_told() -> None:
+    researcher = Agent(ScriptedModel([]), name="researcher")
+    assert researcher.as_tool().spec.description.startswith(
+        "Hand a task to the agent researcher and get its answer."
+    )
+    assert researcher.as_tool(description="Looks things up.").spec.description.startswith(
+        "Looks things up."
+    )
+
+
+def test_a_fallback_that_answered_is_priced_at_its_own_price_and_a_summary_is_charged() -> None:
+    prices = {"main": Price(1.0, 0.1, 2.0), "backup": Price(10.0, 1.0, 20.0)}
+    agent = Agent(ScriptedModel([], name="main"), prices=prices)
+    answered_by = {
+        by: agent.price_of(ModelResponse(Message("assistant", ()), "end_turn", served_by=by))
+        for by in ("", "main", "backup")
+    }
+    assert answered_by == {"": None, "main": None, "backup": prices["backup"]}
+    state = LoopState([Message.user("q")])
+    agent.charge(state, Usage(1_000_000, 0, 500_000))  # a summary made to fit the context
+    assert state.usage == Usage(1_000_000, 0, 500_000) and state.cost_usd == pytest.approx(2.0)
+    agent.charge(state, Usage())
+    assert state.cost_usd == pytest.approx(2.0)

@@ -83,6 +83,21 @@ async def test_a_long_run_fits_a_small_window() -> None:
     assert result.usage.input_tokens > 0  # the summary calls are counted too
 
 
+async def test_no_summary_is_asked_for_when_trimming_old_outputs_is_enough() -> None:
+    """A summary costs a model call and loses detail: it is made only when the trimmed
+    conversation still does not fit."""
+    reader = Reader()
+    events: list[Event] = []
+    policy = ContextPolicy(window=3500, reserve=500)  # ten trimmed pages fit in 3,000 tokens
+    result = await Agent(ScriptedModel([reader] * 40), [dump], context=policy).run(
+        "Read the pages.", sinks=[events.append]
+    )
+    assert result.answer == "I read all ten pages."
+    types = [e.type for e in events]
+    assert "context_trimmed" in types and "context_summarized" not in types
+    assert reader.summaries == 0 and len(reader.requests) == 11
+
+
 async def test_a_context_length_error_shrinks_and_retries_once() -> None:
     reader = Reader(fail_first_over=1500)
     model = ScriptedModel([reader] * 40)
