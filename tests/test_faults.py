@@ -19,6 +19,10 @@ every = pytest.mark.parametrize("protocol", list(PROVIDERS))
 
 
 def run(url: str, protocol: str, *extra: str) -> tuple[int, list[dict[str, Any]]]:
+    """`tether run` against the mock; in memory unless the test names a store (the faults are
+    the HTTP layer's, the same in a durable run, which the tests that name SQLite show)."""
+    if "--store" not in extra:
+        extra = (*extra, "--store", "memory")
     p = subprocess.run(
         [
             *TETHER,
