@@ -16,7 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,17 @@ class Hostile:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+@contextmanager
+def store_runs(url: str) -> Iterator[Callable[[], dict[str, dict[str, Any]]]]:
+    """The runs of the store at `url`, by id, as `tether runs --json` lists them, read in this
+    process: a wait that polled `tether runs` started a process every poll (half a second of
+    CPU, taken from the runs it waited for)."""
+    from tether.store import client, list_runs
+
+    reader = client(url)
+    try:
+        yield lambda: {r["id"]: r for r in list_runs(reader)}
+    finally:
+        reader.destroy()

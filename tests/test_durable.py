@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("dbos", reason="needs the durable extra")
 
 from crash_suite import run_suite
-from helpers import FIXTURES, TETHER, Output, cli_env, json_lines, tether, wait_until
+from helpers import FIXTURES, TETHER, Output, cli_env, json_lines, store_runs, tether, wait_until
 from tether.store import client, list_runs
 from wire_server import WireServer, tool_results
 
@@ -420,12 +420,10 @@ def test_a_worker_that_starts_takes_over_a_run_whose_process_died(
         env=env,
     )
 
-    def status() -> str:
-        listed = tether("runs", "--store", store, "--json", env=env).stdout.splitlines()
-        return next((r["status"] for r in map(json.loads, listed) if r["id"] == "orphan-1"), "")
-
     try:
-        wait_until(lambda: status() == "SUCCESS", "the worker to finish orphan-1", 60, 0.3)
+        with store_runs(store) as runs:
+            finished = lambda: runs().get("orphan-1", {}).get("status") == "SUCCESS"  # noqa: E731
+            wait_until(finished, "the worker to finish orphan-1", 60, 0.2)
     finally:
         worker.terminate()
         _, err = worker.communicate(timeout=10)

@@ -6,7 +6,6 @@ done."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 import uuid
@@ -17,7 +16,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="needs the durable extra")
 
-from helpers import FIXTURES, TETHER, Output, json_lines, tether, wait_until
+from helpers import FIXTURES, TETHER, Output, json_lines, store_runs, tether, wait_until
 from tcp_proxy import TcpProxy
 from test_durable import tools_env
 from wire_server import WireServer, tool_results
@@ -124,12 +123,9 @@ def test_a_worker_waits_for_its_store_and_queues_its_runs_again(
         proxy.restore()
         said.wait_for(f"queued again 1 runs stopped while the store did not answer: w-{tag}", 60)
 
-        def state() -> str:
-            listed = tether("runs", "--store", postgres, "--json", env=env)
-            rows = [json.loads(line) for line in listed.stdout.splitlines()]
-            return next((r["state"] for r in rows if r["id"] == f"w-{tag}"), "")
-
-        wait_until(lambda: state() == "done", "the worker to finish the run", 60, 0.3)
+        with store_runs(postgres) as runs:
+            done = lambda: runs().get(f"w-{tag}", {}).get("state") == "done"  # noqa: E731
+            wait_until(done, "the worker to finish the run", 60, 0.2)
     finally:
         gate.set()
         worker.terminate()
