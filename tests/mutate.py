@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -217,11 +219,23 @@ def replace_node(tree: ast.AST, old: ast.AST, new: ast.AST) -> str:
 def killed(tests: list[str], timeout: float) -> bool:
     """Whether the tests fail (or hang) against the module as it is on disk now."""
     command = [PYTHON, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *tests]
+    # a session of its own: a hung mutant's test run is ended with every process it started (a
+    # `tether` a test started would otherwise outlive it, still running the mutant)
+    tests_run = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=timeout)
+        return tests_run.wait(timeout) != 0
     except subprocess.TimeoutExpired:
         return True
-    return done.returncode != 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(tests_run.pid, signal.SIGKILL)
+        tests_run.wait()
 
 
 def run(
