@@ -224,6 +224,7 @@ def killed(tests: list[str], timeout: float) -> bool:
     tests_run = subprocess.Popen(
         command,
         cwd=ROOT,
+        stdin=subprocess.DEVNULL,  # a test that reads stdin must not take the caller's
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -243,6 +244,8 @@ def run(
 ) -> tuple[int, int, list[str]]:
     path = ROOT / module
     original = path.read_text()
+    if killed(TARGETS[module], timeout):  # else every mutant would count as caught
+        sys.exit(f"mutate: {module}'s tests fail with no mutant; run them: {TARGETS[module]}")
     found = sites(original, only)[:limit]
     survivors = []
     lines = original.splitlines()
