@@ -130,8 +130,10 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
+    try:  # it may end between the two looks: then its /proc entry is gone as it is read
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:  # FileNotFoundError, or ProcessLookupError mid-read
+        return False
 
 
 class Output:
