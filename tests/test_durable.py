@@ -9,7 +9,6 @@ import signal
 import subprocess
 import threading
 import uuid
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ pytest.importorskip("dbos", reason="needs the durable extra")
 
 from crash_suite import run_suite
 from helpers import FIXTURES, TETHER, Output, cli_env, json_lines, store_runs, tether, wait_until
-from tether.store import client, list_runs
 from wire_server import WireServer, tool_results
 
 
@@ -146,30 +144,27 @@ def test_a_batch_queued_before_any_worker_survives_a_dead_worker(
         assert p.returncode == 0, p.stderr
         return [json.loads(line) for line in p.stdout.splitlines()]
 
-    # the waits read the store here: a `tether runs` every poll cost half a second of CPU
-    reader = client(postgres)
-
-    def held_by_a() -> list[str]:
-        return [r["id"] for r in list_runs(reader, ["running"]) if r["worker"] == f"a-{tag}"]
-
     a = worker("a")
     try:
-        lost = wait_until(held_by_a, "a to take runs", 60, 0.1)
-        b = worker("b")
-        try:
-            a.send_signal(signal.SIGKILL)  # in the middle of the runs it holds
-            a.wait()
-            released.set()
-            left = partial(list_runs, reader, ["queued", "running"])
-            wait_until(lambda: not left(), "every run to end", 120, 0.2)
-        finally:
-            released.set()
-            b.kill()
-            b.wait()
+        with store_runs(postgres) as stored:  # the waits read the store in this process
+
+            def held_by_a() -> list[str]:
+                return [i for i, r in stored("running").items() if r["worker"] == f"a-{tag}"]
+
+            lost = wait_until(held_by_a, "a to take runs", 60, 0.1)
+            b = worker("b")
+            try:
+                a.send_signal(signal.SIGKILL)  # in the middle of the runs it holds
+                a.wait()
+                released.set()
+                wait_until(lambda: not stored("queued", "running"), "every run to end", 120, 0.2)
+            finally:
+                released.set()
+                b.kill()
+                b.wait()
     finally:
         a.kill()
         a.wait()
-        reader.destroy()
     rows = {r["id"]: r for r in listed()}  # what a user sees
     assert {i: rows[i]["state"] for i in ids} == dict.fromkeys(ids, "done")
     assert all(rows[i]["answer"] == "Noted and charged." for i in ids)
