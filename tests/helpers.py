@@ -237,6 +237,13 @@ class Hostile:
         self.thread.join(10)
 
 
+async def stream(request: web.Request) -> web.StreamResponse:
+    """An event stream begun in answer to `request` (a `Hostile` handler writes the rest)."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    return resp
+
+
 @contextmanager
 def store_runs(url: str) -> Iterator[Callable[..., dict[str, dict[str, Any]]]]:
     """`runs(*states)`: the runs of the store at `url` (those in `states`, if given), by id, as

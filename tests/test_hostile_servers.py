@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from helpers import TETHER, Hostile, cli_env
+from helpers import TETHER, Hostile, cli_env, stream
 
 
 def run(h: Hostile, *extra: str, provider: str = "openai-chat") -> dict[str, Any]:
@@ -32,12 +32,6 @@ def run(h: Hostile, *extra: str, provider: str = "openai-chat") -> dict[str, Any
 def chunk(text: str) -> bytes:
     body = {"choices": [{"index": 0, "delta": {"content": text}}]}
     return b"data: " + orjson.dumps(body) + b"\n\n"
-
-
-async def stream(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
-    return resp
 
 
 async def finish(resp: web.StreamResponse) -> web.StreamResponse:

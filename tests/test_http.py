@@ -16,7 +16,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from helpers import Hostile
+from helpers import Hostile, stream
 from tether import HTTPSettings, OpenAIChatModel
 from tether.errors import ProviderError, ProviderProtocolError, ProviderTimeout
 from tether.messages import Message, ModelRequest
@@ -176,8 +176,7 @@ async def test_no_answer_in_time_is_retried(hostile: Hostile) -> None:
 
 async def test_a_stall_after_part_of_the_reply_was_shown_is_not_retried(hostile: Hostile) -> None:
     async def stall(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+        resp = await stream(request)
         await resp.write(b"data: {}\n\n")
         await asyncio.sleep(2)
         return resp
@@ -194,8 +193,7 @@ async def test_a_stall_after_part_of_the_reply_was_shown_is_not_retried(hostile:
 
 async def test_stray_bytes_without_an_event_time_out_and_are_retried(hostile: Hostile) -> None:
     async def drip(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+        resp = await stream(request)
         await resp.write(b"data: {")
         try:
             for _ in range(40):  # never silent long enough for a socket timeout
@@ -293,8 +291,7 @@ async def test_a_stream_is_cut_at_its_allowance_to_the_byte(hostile: Hostile, ex
     event = b"data: " + b"a" * (allowance + extra - 8) + b"\n\n"
 
     async def answer(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+        resp = await stream(request)
         with contextlib.suppress(ConnectionError):
             await resp.write(event)
         return resp
