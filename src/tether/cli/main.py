@@ -13,6 +13,7 @@ Exit status: 0 done, 1 failed, 2 bad usage or configuration, 3 halted by a budge
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
@@ -414,6 +415,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `tether` command: its exit status. The process ends when it returns."""
     try:
         return command(build_parser().parse_args(argv))
     except StoreUnavailable as e:
@@ -422,6 +424,17 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `tether runs | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 0
+    finally:
+        ending()
+
+
+def ending() -> None:
+    """Spare the exit the garbage collector's passes over every object the process made (the
+    imports' above all: DBOS, SQLAlchemy, aiohttp), which free nothing the exit would not. They
+    took a fifth of a durable `tether run`: whole runs 0.83 s before, 0.68 s with this, and
+    0.33 s against 0.28 s in memory (`bench/startup.py`, medians of 7, 2 cores). The rest of
+    the exit (atexit, flushing, closing) is as before."""
+    gc.freeze()
 
 
 def command(args: argparse.Namespace) -> int:
