@@ -5,7 +5,9 @@ records grow with what each step adds, never with the conversation."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import pickle
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,7 +16,19 @@ import pytest
 
 from helpers import tether
 from tether.ledger import Ledger
-from tether.messages import ToolResult
+from tether.messages import (
+    ImagePart,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    OutputFormat,
+    ReasoningPart,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
 from wire_server import WireServer
 
 
@@ -267,3 +281,47 @@ def test_a_message_the_inbox_cannot_take_fails_at_once(tmp_path: Path) -> None:
     ledger.conn.execute("DROP TABLE tether_inbox")
     with pytest.raises(sqlite3.OperationalError, match="no such table"):
         ledger.send("r", "hello")
+
+
+# A reply as a store recorded it before `messages.quick_pickle` (dataclasses' own state).
+RECORDED_BEFORE = (
+    b"\x80\x04\x95\xf2\x00\x00\x00\x00\x00\x00\x00\x8c\x0ftether.messages\x94\x8c\rModelResponse"
+    b"\x94\x93\x94)\x81\x94]\x94(h\x00\x8c\x07Message\x94\x93\x94)\x81\x94]\x94(\x8c\tassistant"
+    b"\x94h\x00\x8c\x08TextPart\x94\x93\x94)\x81\x94]\x94\x8c\x0cIt is 3 \xc2\xb0C.\x94abh\x00"
+    b"\x8c\x08ToolCall\x94\x93\x94)\x81\x94]\x94(\x8c\x02c1\x94\x8c\x0cget_forecast\x94}\x94"
+    b'\x8c\x04city\x94\x8c\x04Oslo\x94s\x8c\x10{"city": "Oslo"}\x94eb\x86\x94eb\x8c\x08tool_use'
+    b"\x94h\x00\x8c\x05Usage\x94\x93\x94)\x81\x94]\x94(K\x0cK\x00K\x05K\x00\x89eb\x8c\x00\x94h"
+    b"\x1feb."
+)
+
+
+def test_a_step_recorded_by_an_earlier_version_reads_back_the_same() -> None:
+    """Records are pickled: a store written before the faster pickling resumes unchanged."""
+    call = ToolCall("c1", "get_forecast", {"city": "Oslo"}, '{"city": "Oslo"}')
+    reply = Message("assistant", (TextPart("It is 3 °C."), call))
+    assert pickle.loads(RECORDED_BEFORE) == ModelResponse(reply, "tool_use", Usage(12, 0, 5))
+
+
+def test_every_part_of_a_conversation_is_recorded_whole() -> None:
+    """Each field of each message value survives its record (one that was left out would come
+    back as its default, or not at all)."""
+    image = ImagePart("image/png", b"\x89PNG\r\n\x1a\n....", "ab" * 32)
+    values = [
+        TextPart("some text"),
+        ToolCall("c", "n", {"a": 1}, '{"a": 1}'),
+        image,
+        ToolResult("c", "n", "out", True, (image,)),
+        ReasoningPart("r", "sig", "enc", "rid", "anthropic"),
+        Message("tool", (ToolResult("c", "n", "out"),)),
+        Usage(1, 2, 3, 4, True),
+        ToolSpec("n", "d", {"type": "object"}),
+        OutputFormat("o", {"type": "object"}),
+        ModelRequest((Message.user("hi"),), (ToolSpec("n", "d", {}),), "sys", 9, "auto"),
+        ModelResponse(Message("assistant", (TextPart("x"),)), "end_turn", Usage(1), "m", "b"),
+    ]
+    for value in values:
+        again = pickle.loads(pickle.dumps(value))
+        assert again == value and type(again) is type(value)
+        assert [getattr(again, f.name) for f in dataclasses.fields(value)] == [
+            getattr(value, f.name) for f in dataclasses.fields(value)
+        ]
