@@ -15,20 +15,9 @@ from pathlib import Path
 import pytest
 
 from helpers import tether
+from tether import messages as m
 from tether.ledger import Ledger
-from tether.messages import (
-    ImagePart,
-    Message,
-    ModelRequest,
-    ModelResponse,
-    OutputFormat,
-    ReasoningPart,
-    TextPart,
-    ToolCall,
-    ToolResult,
-    ToolSpec,
-    Usage,
-)
+from tether.messages import ToolResult
 from wire_server import WireServer
 
 
@@ -297,27 +286,28 @@ RECORDED_BEFORE = (
 
 def test_a_step_recorded_by_an_earlier_version_reads_back_the_same() -> None:
     """Records are pickled: a store written before the faster pickling resumes unchanged."""
-    call = ToolCall("c1", "get_forecast", {"city": "Oslo"}, '{"city": "Oslo"}')
-    reply = Message("assistant", (TextPart("It is 3 °C."), call))
-    assert pickle.loads(RECORDED_BEFORE) == ModelResponse(reply, "tool_use", Usage(12, 0, 5))
+    call = m.ToolCall("c1", "get_forecast", {"city": "Oslo"}, '{"city": "Oslo"}')
+    reply = m.Message("assistant", (m.TextPart("It is 3 °C."), call))
+    assert pickle.loads(RECORDED_BEFORE) == m.ModelResponse(reply, "tool_use", m.Usage(12, 0, 5))
 
 
 def test_every_part_of_a_conversation_is_recorded_whole() -> None:
     """Each field of each message value survives its record (one that was left out would come
     back as its default, or not at all)."""
-    image = ImagePart("image/png", b"\x89PNG\r\n\x1a\n....", "ab" * 32)
+    reply = m.Message("assistant", (m.TextPart("x"),))
+    image = m.ImagePart("image/png", b"\x89PNG\r\n\x1a\n....", "ab" * 32)
     values = [
-        TextPart("some text"),
-        ToolCall("c", "n", {"a": 1}, '{"a": 1}'),
+        m.TextPart("some text"),
+        m.ToolCall("c", "n", {"a": 1}, '{"a": 1}'),
         image,
         ToolResult("c", "n", "out", True, (image,)),
-        ReasoningPart("r", "sig", "enc", "rid", "anthropic"),
-        Message("tool", (ToolResult("c", "n", "out"),)),
-        Usage(1, 2, 3, 4, True),
-        ToolSpec("n", "d", {"type": "object"}),
-        OutputFormat("o", {"type": "object"}),
-        ModelRequest((Message.user("hi"),), (ToolSpec("n", "d", {}),), "sys", 9, "auto"),
-        ModelResponse(Message("assistant", (TextPart("x"),)), "end_turn", Usage(1), "m", "b"),
+        m.ReasoningPart("r", "sig", "enc", "rid", "anthropic"),
+        m.Message("tool", (ToolResult("c", "n", "out"),)),
+        m.Usage(1, 2, 3, 4, True),
+        m.ToolSpec("n", "d", {"type": "object"}),
+        m.OutputFormat("o", {"type": "object"}),
+        m.ModelRequest((m.Message.user("hi"),), (m.ToolSpec("n", "d", {}),), "sys", 9, "auto"),
+        m.ModelResponse(reply, "end_turn", m.Usage(1), "a-model", "served-by"),
     ]
     for value in values:
         again = pickle.loads(pickle.dumps(value))
