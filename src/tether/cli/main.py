@@ -480,7 +480,7 @@ def command(args: argparse.Namespace) -> int:
         options = options_of(args)
     except ConfigError as e:
         return error(str(e))
-    preload(args.store, model=options.provider != "scripted")
+    preload(args.store, model=options.provider != "scripted" and not getattr(args, "queue", False))
     if args.command == "mcp-serve":
         from .serve import command_mcp_serve
 
