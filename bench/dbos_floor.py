@@ -51,11 +51,11 @@ def main() -> None:
     a = ap.parse_args()
     url, database = fresh_store(a.store)
     assert url is not None, "memory has no workflows"
-    from dbos import DBOS
-
     from tether.store import use_modern_sqlite
 
-    use_modern_sqlite()
+    use_modern_sqlite()  # before DBOS imports any sqlite3 (Tether's order)
+    from dbos import DBOS
+
     config: dict[str, Any] = {
         "name": "tether-floor",
         "system_database_url": url,
