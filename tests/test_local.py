@@ -32,7 +32,7 @@ WEATHER = ToolSpec(
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[local.LocalServer]:
-    s = local.LocalServer()
+    s = local.LocalServer(threads=1)  # as conftest sets for the CLI's servers
     yield s
     s.stop()
 
@@ -131,3 +131,22 @@ def test_the_bundled_model_refuses_an_image_with_a_clear_error(tmp_path: Path) -
     assert end["type"] == "run_finished" and end["outcome"] == "failed"
     assert end["error"]["kind"] == "images_unsupported"
     assert "cannot read images" in end["reason"] and end["answer"] == ""
+
+
+def test_the_servers_thread_count_comes_from_the_environment_and_a_bad_one_is_refused() -> None:
+    """TETHER_LOCAL_THREADS sets the server's threads (conftest sets 1 for the whole suite);
+    a value that is not a count fails the run before any server starts, naming the variable."""
+    s = local.LocalServer()
+    try:
+        assert s.proc.args[s.proc.args.index("--n_threads") + 1] == "1"
+    finally:
+        s.stop()
+    for bad in ("0", "two", "-1"):
+        p = subprocess.run(
+            [*TETHER, "run", "hello", "--provider", "local", "--tools", "none",
+             "--store", "memory"],
+            capture_output=True, text=True, timeout=60, env=cli_env(TETHER_LOCAL_THREADS=bad),
+        )  # fmt: skip
+        assert p.returncode == 2, p.stderr
+        assert "TETHER_LOCAL_THREADS must be a whole number of threads" in p.stderr, p.stderr
+        assert repr(bad) in p.stderr

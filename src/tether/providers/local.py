@@ -34,6 +34,7 @@ MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "smollm2-135m-instruct"
 START_TIMEOUT = 90.0
 MAX_TOKENS = 256
+THREADS_VARIABLE = "TETHER_LOCAL_THREADS"
 
 
 def model_path() -> Path | None:
@@ -56,6 +57,25 @@ def free_port() -> int:
         return port
 
 
+def configured_threads() -> int | None:
+    """The server's thread count from $TETHER_LOCAL_THREADS, or None when it is not set.
+
+    The default, one thread a core, is fastest on a quiet machine; where other work shares
+    the cores (several servers at once, as in Tether's own tests) fewer are better: llama.cpp's
+    threads spin while they wait for each other. Three servers with two threads each on two
+    cores took twice the CPU and twice the time of three with one (tests/test_local.py: 119 s
+    against 59 s of CPU).
+    """
+    value = os.environ.get(THREADS_VARIABLE, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(
+            f"{THREADS_VARIABLE} must be a whole number of threads, 1 or more (got {value!r})"
+        )
+    return int(value)
+
+
 class LocalServer:
     """llama.cpp's server for the bundled model, as a child process on 127.0.0.1."""
 
@@ -68,7 +88,7 @@ class LocalServer:
             )
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        threads = threads or min(4, os.cpu_count() or 2)
+        threads = threads or configured_threads() or min(4, os.cpu_count() or 2)
         # its log goes to a file: a pipe nobody reads would fill up and stall the server
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - open while the server runs
         self.proc = subprocess.Popen(
