@@ -55,12 +55,15 @@ def task_of(body: dict[str, Any]) -> str:
 
 
 async def one_run(agent: Agent, store: str | None) -> tuple[Any, list[Any]]:
+    """One run of `agent`; its models are closed after, as the README's programs close theirs
+    (the Runtime closes only the agents it built)."""
     events: list[Any] = []
     async with Runtime(store, [agent]) as rt:
         run = await rt.start(
             agent.name, "Say who you are.", sinks=[events.append], approver=approve_all
         )
         result = await run.wait()
+    await agent.model.aclose()
     return result, events
 
 

@@ -43,6 +43,7 @@ async def run_agent(agent: Agent) -> Any:
     async with Runtime(None, [agent]) as rt:
         run = await rt.start(agent.name, "Read invoice A-7.", sinks=[events.append])
         result = await run.wait()
+    await agent.model.aclose()  # the Runtime closes only the agents it built
     return result, events
 
 
