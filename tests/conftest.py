@@ -32,7 +32,7 @@ def data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
 def one_thread_per_local_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bundled model's servers run one thread each here: the suite runs three workers on
     the machine's cores, and with a thread a core llama.cpp's threads spin waiting for each
-    other (tests/test_local.py took 119 s of CPU instead of 59 s)."""
+    other (tests/test_local.py took 119 s of CPU instead of 42-46 s)."""
     monkeypatch.setenv("TETHER_LOCAL_THREADS", "1")
 
 

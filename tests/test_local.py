@@ -138,7 +138,8 @@ def test_the_servers_thread_count_comes_from_the_environment_and_a_bad_one_is_re
     a value that is not a count fails the run before any server starts, naming the variable."""
     s = local.LocalServer()
     try:
-        assert s.proc.args[s.proc.args.index("--n_threads") + 1] == "1"
+        for option in ("--n_threads", "--n_threads_batch"):  # the reply's and the prompt's
+            assert s.proc.args[s.proc.args.index(option) + 1] == "1"
     finally:
         s.stop()
     for bad in ("0", "two", "-1"):

@@ -58,13 +58,14 @@ def free_port() -> int:
 
 
 def configured_threads() -> int | None:
-    """The server's thread count from $TETHER_LOCAL_THREADS, or None when it is not set.
+    """The server's thread count from $TETHER_LOCAL_THREADS, or None when it is not set. It
+    is used both for reading the prompt and for writing the reply.
 
     The default, one thread a core, is fastest on a quiet machine; where other work shares
     the cores (several servers at once, as in Tether's own tests) fewer are better: llama.cpp's
     threads spin while they wait for each other. Three servers with two threads each on two
-    cores took twice the CPU and twice the time of three with one (tests/test_local.py: 119 s
-    against 59 s of CPU).
+    cores took nearly three times the CPU of three with one (tests/test_local.py: 119 s
+    against 42-46 s of CPU).
     """
     value = os.environ.get(THREADS_VARIABLE, "").strip()
     if not value:
@@ -102,7 +103,9 @@ class LocalServer:
                 "127.0.0.1",
                 "--port",
                 str(self.port),
-                "--n_threads",
+                "--n_threads",  # writing the reply
+                str(threads),
+                "--n_threads_batch",  # reading the prompt (llama.cpp's default: every core)
                 str(threads),
                 "--n_ctx",
                 "8192",
