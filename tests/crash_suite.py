@@ -31,6 +31,7 @@ from typing import Any
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
+import warm  # noqa: E402
 from helpers import FIXTURES, TETHER, cli_env  # noqa: E402
 from wire_server import WireServer, tool_results  # noqa: E402
 
@@ -112,7 +113,7 @@ def one_run(
     command, done, killed = start, False, 0
     last_error: list[str] = []
     for _ in range(2 * kills + 5):  # each kill may land before the run was even accepted
-        proc = subprocess.Popen(
+        proc = warm.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
         seen = ""
@@ -134,7 +135,7 @@ def one_run(
             done = True
             final = json.loads(out.splitlines()[-1])
             if final.get("answer") != ANSWER:
-                report.problems.append(f"{run_id}: answer {final.get('answer')!r}")
+                report.problems.append(f"{run_id}: answer {final.get('answer')!r} in {final}")
             break
         command = resume
     report.runs += 1
@@ -151,7 +152,7 @@ def one_run(
     keys = [c.split()[0] for c in charges]
     if len(keys) != len(set(keys)):
         report.problems.append(f"{run_id}: a charge was made twice: {charges}")
-    shown = subprocess.run(
+    shown = warm.run(
         [*TETHER, "show", run_id, "--store", store, "--json"],
         capture_output=True,
         text=True,

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+import warm
 from tether import AnthropicModel, HTTPSettings, OpenAIChatModel, OpenAIResponsesModel, tool
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -59,7 +60,7 @@ def tether(
 ) -> subprocess.CompletedProcess[str]:
     """Run `tether ARGS` to its end, as a user would, and return what it printed. The
     environment is `env` (default: `cli_env()`) with `extra` laid over it."""
-    return subprocess.run(
+    return warm.run(
         [*TETHER, *args],
         input=stdin,
         capture_output=True,
@@ -204,24 +205,26 @@ class Hostile:
     def __init__(self) -> None:
         self.handler: Handler | None = None
         self.notes: list[str] = []
-        self.loop = asyncio.new_event_loop()
         self.port = 0
         ready = threading.Event()
-        self.thread = threading.Thread(target=self.serve, args=(ready,), daemon=True)
+        self.thread = threading.Thread(target=asyncio.run, args=(self.serve(ready),), daemon=True)
         self.thread.start()
         assert ready.wait(10)
 
-    def serve(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
+    async def serve(self, ready: threading.Event) -> None:
+        """Serve until `stop`, then end the answers still running: a test that stops it
+        while a client hangs on an answer leaves no task behind."""
         app = web.Application()
         app.router.add_post("/{tail:.*}", self.answer)
-        runner = web.AppRunner(app)
-        self.loop.run_until_complete(runner.setup())
+        runner = web.AppRunner(app, shutdown_timeout=0.1, handler_cancellation=True)
+        await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
+        await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.loop, self._stopped = asyncio.get_running_loop(), asyncio.Event()
         ready.set()
-        self.loop.run_forever()
+        await self._stopped.wait()
+        await runner.cleanup()
 
     async def answer(self, request: web.Request) -> web.StreamResponse:
         await request.read()
@@ -233,7 +236,7 @@ class Hostile:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.loop.call_soon_threadsafe(self._stopped.set)
         self.thread.join(10)
 
 

@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+import warm
 from helpers import alive, cli_env, until
 from tether import BUILTINS, RunContext, Toolbox, ToolCall
 from tether.approvals import approve_all
@@ -455,7 +455,7 @@ async def test_a_sandboxed_call_runs_its_command_as_given_under_a_cpu_limit(
 def test_the_sandbox_never_runs_a_call_unsandboxed(wire: Any, tmp_path: Path) -> None:
     """Without bubblewrap, --sandbox is an error at start, and bash never ran."""
     wire.add(calls=[("bash", {"command": "touch ran.txt"})]).add(text="ran")
-    p = subprocess.run(
+    p = warm.run(
         [sys.executable, "-m", "tether", "run", "go", "--base-url", wire.url, "--tools", "bash",
          "--yolo", "--sandbox", "--workspace", str(tmp_path), "--store", "memory"],
         capture_output=True, text=True, timeout=60,

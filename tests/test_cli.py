@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import warm
 from helpers import FIXTURES, TETHER, cli_env, json_lines
 from helpers import tether as run_tether
 from wire_server import WireServer, tool_results
@@ -196,7 +197,7 @@ def test_retries_are_visible_and_bounded_by_max_retries(wire: WireServer) -> Non
 
 
 def test_missing_key_is_a_one_line_error(no_keys: None) -> None:
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "run", "hi", "--provider", "openai-chat"],
         capture_output=True,
         text=True,
@@ -251,7 +252,7 @@ def test_help_lists_every_option() -> None:
 
 def test_ctrl_c_cancels_with_status_130(wire: WireServer) -> None:
     wire.add(calls=[("slow_echo", {"text": "long", "ms": 20000})])
-    proc = subprocess.Popen(
+    proc = warm.Popen(
         [*TETHER, "run", "x", "--base-url", wire.url, "--json", "--tools-from", TOOLS],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -303,7 +304,7 @@ def test_scripted_provider_runs_the_example() -> None:
 def test_ask_ctrl_c_cancels_the_turn_and_keeps_the_session(wire: WireServer) -> None:
     wire.add(text="Let me wait.", calls=[("slow_echo", {"text": "long", "ms": 20000})])
     wire.add(text="Still here, and I remember the first question.")
-    proc = subprocess.Popen(
+    proc = warm.Popen(
         [*TETHER, "ask", "--base-url", wire.url, "--json", "--tools-from", TOOLS],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -5,12 +5,12 @@ HTTP."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import warm
 from helpers import TETHER, cli_env
 from wire_server import WireServer
 
@@ -169,7 +169,7 @@ def run(wire: WireServer, protocol: str, stream: bool) -> tuple[int, list[dict[s
     ]
     if not stream:
         args.append("--no-stream")
-    p = subprocess.run(
+    p = warm.run(
         args,
         capture_output=True,
         text=True,

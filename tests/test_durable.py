@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
+import warm
+
 pytest.importorskip("dbos", reason="needs the durable extra")
 
 from crash_suite import run_suite
@@ -33,7 +35,7 @@ def tools_env(tmp_path: Path) -> dict[str, str]:
 
 def kill_at(env: dict[str, str], event_type: str, *args: str) -> dict[str, Any]:
     """Start `tether ARGS --json`, SIGKILL it at its first `event_type` event, return that."""
-    proc = subprocess.Popen(
+    proc = warm.Popen(
         [*TETHER, *args, "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -129,7 +131,7 @@ def test_a_batch_queued_before_any_worker_survives_a_dead_worker(
     assert ids == [f"q-{tag}-{n}" for n in range(1, runs + 1)]
 
     def worker(name: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        return warm.Popen(
             [
                 *(*TETHER, "worker", "--store", postgres, "--executor-id", f"{name}-{tag}"),
                 *("--beat", "0.5", "--dead-after", "3", "--concurrency", "20"),
@@ -214,7 +216,7 @@ def test_a_worker_keeps_to_its_store_connections_under_load(
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    worker = subprocess.Popen(
+    worker = warm.Popen(
         [
             *(*TETHER, "worker", "--store", postgres),
             *("--store-connections", str(bound), "--concurrency", str(runs)),
@@ -276,7 +278,7 @@ def test_a_durable_run_keeps_the_json_event_contract(wire: WireServer, tmp_path:
         NOTES_FILE=str(tmp_path / "notes"),
         CHARGES_FILE=str(tmp_path / "charges"),
     )
-    p = subprocess.run(
+    p = warm.run(
         [
             *TETHER,
             "run",
@@ -312,7 +314,7 @@ def test_a_durable_run_at_a_terminal_asks_inline(wire: WireServer, tmp_path: Pat
     wire.add(calls=[("bash", {"command": "echo yes > proof.txt"})]).add(text="Made it.")
     env = cli_env(OPENAI_API_KEY="sk-durable")
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(
+    proc = warm.Popen(
         [
             *TETHER,
             *("run", "make proof", "--base-url", wire.url, "--tools", "bash", "--json"),
@@ -407,7 +409,7 @@ def test_a_worker_that_starts_takes_over_a_run_whose_process_died(
         *("run", "take a note", "--base-url", wire.url, "--store", store),
         *("--run-id", "orphan-1", "--tools-from", str(FIXTURES / "durable_tools.py")),
     )
-    worker = subprocess.Popen(
+    worker = warm.Popen(
         [*TETHER, "worker", "--store", store, "--beat", "0.5"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -432,7 +434,7 @@ def test_resume_refuses_a_run_whose_process_still_runs_it(wire: WireServer, tmp_
     held = threading.Event()  # the model answers once resume has been refused
     wire.add(calls=[("note", {"text": "slow"})], gate=held).add(text="Noted.")
     env = tools_env(tmp_path)
-    running = subprocess.Popen(
+    running = warm.Popen(
         [
             *TETHER,
             *("run", "take a note", "--base-url", wire.url, "--store", store, "--json"),

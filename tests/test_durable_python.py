@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import warm
 from helpers import FIXTURES, cli_env
 from wire_server import WireServer
 
@@ -26,7 +27,7 @@ def crash_and_resume(wire: WireServer, store: str, tmp_path: Path) -> None:
     wire.add(calls=[("send_receipt", {"order": "A-7"})])
     wire.add(text="Charged A-7 and sent the receipt.")
     env = cli_env(OPENAI_BASE_URL=wire.url, BILLING_DIR=str(tmp_path))
-    first = subprocess.Popen(
+    first = warm.Popen(
         [*PROGRAM, store, "start", "a-7"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -46,7 +47,7 @@ def crash_and_resume(wire: WireServer, store: str, tmp_path: Path) -> None:
     assert len(wire.requests) == 2
     assert (tmp_path / "charges.txt").read_text().count("A-7") == 1
 
-    again = subprocess.run(
+    again = warm.run(
         [*PROGRAM, store, "resume", "a-7"],
         capture_output=True,
         text=True,

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import warm
 from helpers import FIXTURES, TETHER, cli_env
 from wire_server import WireServer
 
@@ -18,7 +19,7 @@ PROGRAM = [sys.executable, str(FIXTURES / "conversation.py")]
 
 
 def program(wire: WireServer, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    return warm.Popen(
         [*PROGRAM, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -39,7 +40,7 @@ def until(out: IO[str] | None, event_type: str) -> Iterator[dict[str, Any]]:
 
 
 def send(store: str, run_id: str, text: str) -> None:
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "send", run_id, text, "--store", store],
         capture_output=True,
         text=True,

@@ -4,13 +4,13 @@ clear failed outcome; never a hang, never a partial answer reported as complete.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import warm
 from helpers import TETHER, cli_env
 from wire_server import WireServer
 
@@ -23,7 +23,7 @@ def run(url: str, protocol: str, *extra: str) -> tuple[int, list[dict[str, Any]]
     the HTTP layer's, the same in a durable run, which the tests that name SQLite show)."""
     if "--store" not in extra:
         extra = (*extra, "--store", "memory")
-    p = subprocess.run(
+    p = warm.run(
         [
             *TETHER,
             "run",

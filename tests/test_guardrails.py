@@ -17,6 +17,7 @@ import orjson
 import pytest
 from pydantic import BaseModel
 
+import warm
 from helpers import FIXTURES, cli_env, json_lines, tether, until, within
 from tether import Agent, Guardrail, HTTPSettings, OpenAIChatModel, Runtime, ToolCall, tool
 from tether.events import Event
@@ -145,7 +146,7 @@ def test_a_durable_runs_guardrail_verdicts_are_not_asked_again_after_a_crash(
     store = f"sqlite:///{tmp_path}/runs.sqlite"
     program = [sys.executable, str(FIXTURES / "guarded.py"), store]
     env = cli_env(OPENAI_BASE_URL=wire.url, GUARD_DIR=str(tmp_path))
-    first = subprocess.Popen(
+    first = warm.Popen(
         [*program, "start", "g-1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -159,7 +160,7 @@ def test_a_durable_runs_guardrail_verdicts_are_not_asked_again_after_a_crash(
             break
     first.wait()
     assert first.returncode == -signal.SIGKILL
-    again = subprocess.run(
+    again = warm.run(
         [*program, "resume", "g-1"], capture_output=True, text=True, env=env, timeout=120
     )
     assert again.returncode == 0, again.stderr

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from typing import Any
 
 import orjson
 import pytest
 from aiohttp import web
 
+import warm
 from helpers import TETHER, Hostile, cli_env, stream
 
 
 def run(h: Hostile, *extra: str, provider: str = "openai-chat") -> dict[str, Any]:
     """`tether run` against the server; its last event (run_finished)."""
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "run", "x", "--provider", provider, "--base-url", h.url, "--json",
          "--tools", "none", "--store", "memory", "--max-retries", "0", *extra],
         capture_output=True, text=True, timeout=120,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import warm
 from helpers import FIXTURES, TETHER, cli_env
 from tether import Message, ModelRequest, OpenAIChatModel, ToolResult, ToolSpec
 from tether.providers import local
@@ -100,7 +100,7 @@ def test_the_bundled_model_answers_from_what_the_tool_returned(
 ) -> None:
     """What `scripts/demo` shows a new user with no key: the tool is called, and the answer
     states its facts in a sentence."""
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "run", question, "--provider", "local", "--tools-from", str(tools),
          "--max-steps", "5", "--store", "memory", "--json"],
         capture_output=True, text=True, timeout=300, env=cli_env(),
@@ -121,7 +121,7 @@ def test_the_bundled_model_refuses_an_image_with_a_clear_error(tmp_path: Path) -
 
     picture = tmp_path / "photo.png"
     picture.write_bytes(png())
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "run", "What is in this?", "--image", str(picture), "--provider", "local",
          "--tools", "none", "--store", "memory", "--json"],
         capture_output=True, text=True, timeout=300, env=cli_env(),
@@ -143,7 +143,7 @@ def test_the_servers_thread_count_comes_from_the_environment_and_a_bad_one_is_re
     finally:
         s.stop()
     for bad in ("0", "two", "-1"):
-        p = subprocess.run(
+        p = warm.run(
             [*TETHER, "run", "hello", "--provider", "local", "--tools", "none",
              "--store", "memory"],
             capture_output=True, text=True, timeout=60, env=cli_env(TETHER_LOCAL_THREADS=bad),

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import warm
 from helpers import FIXTURES, TETHER, cli_env, free_port, wait_until
 from wire_server import WireServer
 
@@ -25,7 +26,7 @@ SERVER = f"{sys.executable} {FIXTURES / 'mcp_server.py'}"
 
 
 def run_with_mcp(wire: WireServer, mcp: str, *extra: str) -> tuple[int, list[dict[str, Any]]]:
-    p = subprocess.run(
+    p = warm.run(
         [
             *TETHER,
             "run",
@@ -65,7 +66,7 @@ def test_a_run_uses_an_mcp_servers_tools_over_stdio(wire: WireServer) -> None:
 @pytest.fixture
 def http_server() -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen(
+    proc = warm.Popen(
         [sys.executable, str(FIXTURES / "mcp_server.py"), "http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -93,7 +94,7 @@ def test_a_run_uses_an_mcp_server_over_streamable_http(wire: WireServer, http_se
 
 
 def test_an_unreachable_mcp_server_is_a_clear_error(wire: WireServer) -> None:
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "run", "x", "--base-url", wire.url, "--mcp", "http://127.0.0.1:9/mcp"],
         capture_output=True,
         text=True,
@@ -164,7 +165,7 @@ def test_a_tool_name_clash_is_a_clear_error_and_stops_the_server(
         '    """Mine."""\n    return item\n'
     )
     mcp = f"{sys.executable} {server}"
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "run", "x", "--base-url", wire.url, "--tools-from", str(mine), "--mcp", mcp],
         capture_output=True,
         text=True,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import warm
 from helpers import FIXTURES, TETHER, cli_env
 from wire_server import WireServer
 
@@ -27,7 +28,7 @@ def options(wire: WireServer, store: str) -> list[str]:
 
 
 def run(wire: WireServer, store: str, *extra: str) -> tuple[int, list[dict[str, Any]]]:
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "run", "echo twice", *options(wire, store), *extra],
         capture_output=True,
         text=True,
@@ -88,7 +89,7 @@ def test_the_time_limit_cuts_a_running_tool_call(
 @pytest.mark.parametrize("kind", STORES)
 def test_a_cancel_reports_what_the_run_used(wire: WireServer, tmp_path: Path, kind: str) -> None:
     wire.add(calls=[("slow_echo", {"text": "long", "ms": 60_000})]).add(text="never")
-    proc = subprocess.Popen(
+    proc = warm.Popen(
         [*TETHER, "run", "wait", *options(wire, store_for(kind, tmp_path))],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

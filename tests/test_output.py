@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+import warm
 from helpers import CLIENTS, json_lines, tether, wire_model
 from tether import (
     Agent,
@@ -186,14 +187,13 @@ asyncio.run(main())
 def test_a_durable_run_gives_the_typed_answer(wire: WireServer, tmp_path: Path) -> None:
     """On a store the answer is recorded as JSON; the process that started the run gets it
     back as the output type."""
-    import subprocess
     import sys
 
     from helpers import cli_env
 
     wire.add(text='{"number": "A-7", "total_cents": 4200}')
     store = f"sqlite:///{tmp_path / 'runs.db'}"
-    p = subprocess.run(
+    p = warm.run(
         [sys.executable, "-c", PROGRAM, store, wire.url],
         capture_output=True,
         text=True,

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+import warm
+
 pytest.importorskip("dbos", reason="needs the durable extra")
 
 from helpers import FIXTURES, TETHER, Output, json_lines, store_runs, tether, wait_until
@@ -49,7 +51,7 @@ def test_a_run_whose_store_stops_answering_fails_clearly_and_resumes_later(
     charge_then_answer(wire, gate)
     proxy, store = TcpProxy.to_url(postgres)
     env = tools_env(tmp_path)
-    run = subprocess.Popen(
+    run = warm.Popen(
         [
             *(*TETHER, "run", "charge it", "--run-id", "r-1", "--json"),
             *("--store", store, "--store-patience", PATIENCE, "--base-url", wire.url),
@@ -106,7 +108,7 @@ def test_a_worker_waits_for_its_store_and_queues_its_runs_again(
         env=env,
     )
     assert queued.returncode == 0, queued.stderr
-    worker = subprocess.Popen(
+    worker = warm.Popen(
         [*TETHER, "worker", "--store", through, "--beat", "0.5", "--store-patience", PATIENCE],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
+import warm
 from helpers import TETHER, cli_env
 from tether import Agent, RateLimited, ScriptedModel, reply, tool
 from wire_server import WireServer
@@ -95,7 +94,7 @@ async def test_a_failed_run_is_an_error_span() -> None:
 
 def test_cli_otel_prints_spans(wire: WireServer) -> None:
     wire.add(text="hello")
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "run", "hi", "--base-url", wire.url, "--otel"],
         capture_output=True,
         text=True,

@@ -18,6 +18,7 @@ import orjson
 import pydantic
 import pytest
 
+import warm
 from helpers import FIXTURES, cli_env, json_lines, tether, until, within
 from tether import (
     Agent,
@@ -259,7 +260,7 @@ EXAMPLE = [sys.executable, str(Path(__file__).parent.parent / "examples" / "rese
 
 
 def test_the_example_tree_answers_offline_from_every_researcher() -> None:
-    done = subprocess.run(
+    done = warm.run(
         [*EXAMPLE, "How do tides work?"], capture_output=True, text=True, env=cli_env(), timeout=60
     )
     assert done.returncode == 0, done.stderr
@@ -295,7 +296,7 @@ def test_the_example_tree_on_a_store_keeps_to_the_roots_limit(
     wire.rule = rule
     store = f"sqlite:///{tmp_path / 'tree.sqlite'}"
     env = cli_env(OPENAI_API_KEY="sk-tree", OPENAI_BASE_URL=wire.url)
-    done = subprocess.run(
+    done = warm.run(
         [*EXAMPLE, "Tides?", "--store", store, "--json", "--max-steps", str(limit)],
         capture_output=True,
         text=True,
@@ -370,7 +371,7 @@ def tree_after_a_crash(wire: WireServer, store: str, tmp_path: Path) -> None:
     wire.rule = fixture_tree_rule
     program = [sys.executable, str(FIXTURES / "tree.py"), store]
     env = cli_env(OPENAI_BASE_URL=wire.url, TREE_DIR=str(tmp_path))
-    first = subprocess.Popen(
+    first = warm.Popen(
         [*program, "start", "t-1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -392,7 +393,7 @@ def tree_after_a_crash(wire: WireServer, store: str, tmp_path: Path) -> None:
     assert first.returncode == -signal.SIGKILL
     assert len(wire.requests) == 4  # the lead's first, alpha's two, beta's first
 
-    again = subprocess.run(
+    again = warm.run(
         [*program, "resume", "t-1"], capture_output=True, text=True, env=env, timeout=120
     )
     assert again.returncode == 0, again.stderr
@@ -554,7 +555,7 @@ def test_a_durable_childs_approval_waits_across_a_crash(wire: WireServer, tmp_pa
     store = f"sqlite:///{tmp_path}/runs.sqlite"
     program = [sys.executable, str(FIXTURES / "tree.py"), store]
     env = cli_env(OPENAI_BASE_URL=wire.url, TREE_DIR=str(tmp_path), TREE_APPROVAL="1")
-    first = subprocess.Popen(
+    first = warm.Popen(
         [*program, "start", "t-2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -577,7 +578,7 @@ def test_a_durable_childs_approval_waits_across_a_crash(wire: WireServer, tmp_pa
     for child, approval in asked.items():
         approved = tether("approve", "--store", store, child, approval, env=env)
         assert approved.returncode == 0, approved.stderr
-    again = subprocess.run(
+    again = warm.run(
         [*program, "resume", "t-2"], capture_output=True, text=True, env=env, timeout=120
     )
     assert again.returncode == 0, again.stderr

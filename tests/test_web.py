@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import warm
 from helpers import FIXTURES, TETHER, Output, alive, cli_env, tether, wait_until
 from tether.web.server import host_name
 from wire_server import WireServer, tool_results
@@ -83,7 +84,7 @@ class Server:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> Server:
-        self.proc = subprocess.Popen(
+        self.proc = warm.Popen(
             [
                 *TETHER,
                 "serve",
@@ -448,7 +449,7 @@ def test_requests_come_from_where_they_should(server: Server) -> None:
 
 
 def test_binding_beyond_loopback_needs_a_flag() -> None:
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "serve", "--host", "0.0.0.0", "--base-url", "http://x/v1"],
         capture_output=True,
         text=True,
@@ -475,7 +476,7 @@ def test_a_run_the_server_lost_is_finished_by_tether_resume(server: Server) -> N
     """Runs started from the page are recorded: kill -9 the server mid-reply, and `tether
     resume` finishes the run from the store."""
     run = server.kill_mid_reply()
-    p = subprocess.run(
+    p = warm.run(
         [*TETHER, "resume", run["id"], "--json", "--data-dir", str(server.data)],
         capture_output=True,
         text=True,
@@ -584,7 +585,7 @@ class Fleet(Server):
         self.workers: list[subprocess.Popen[str]] = []
 
     def worker(self, name: str = "far-worker") -> None:
-        proc = subprocess.Popen(
+        proc = warm.Popen(
             [*TETHER, "worker", "--store", self.store, "--executor-id", name, "--beat", "0.5"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
