@@ -1,4 +1,5 @@
-"""What many test files share: the CLI as a user runs it, free ports, and waits.
+"""What many test files share: the CLI as a user runs it (started warm: see warm.py), free
+ports, and waits.
 
 Every wait here waits on a condition and raises, naming what it waited for, when the time is
 up: a test never sleeps a fixed time hoping something has happened, and never carries on after
@@ -25,11 +26,10 @@ from aiohttp import web
 
 import warm
 from tether import AnthropicModel, HTTPSettings, OpenAIChatModel, OpenAIResponsesModel, tool
+from warm import cli_env
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TETHER = [sys.executable, "-m", "tether"]
-SRC = str(Path(__file__).parent.parent / "src")
-KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
 CLIENTS = {"chat": OpenAIChatModel, "responses": OpenAIResponsesModel, "anthropic": AnthropicModel}
@@ -40,15 +40,6 @@ def wire_model(protocol: str, url: str, stream: bool = True) -> Any:
     """A client of `protocol` for the wire mock at `url`, that neither retries nor waits."""
     fast = HTTPSettings(max_retries=0, read_timeout=5)
     return CLIENTS[protocol]("m", api_key="k", base_url=url, stream=stream, settings=fast)
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    """The environment of a `tether` process: this one's without the provider keys (a test
-    names the keys it means), with the source tree importable."""
-    env = {k: v for k, v in os.environ.items() if k not in KEYS}
-    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
 
 
 def tether(

@@ -94,11 +94,18 @@ class Forkserver:
         self.process.wait()
 
 
-@cache
-def forkserver() -> Forkserver:
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a `tether` process: this one's without the provider keys (a test
+    names the keys it means), with the source tree importable."""
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    return Forkserver(env)
+    env.update(extra)
+    return env
+
+
+@cache
+def forkserver() -> Forkserver:
+    return Forkserver(cli_env())
 
 
 def child_end(how: Any, default: int) -> tuple[int, int | None]:
