@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from helpers import CLIENTS, FIXTURES, cli_env, json_lines, png, tether, wire_model
+from helpers import CLIENTS, FIXTURES, cli_env, json_lines, png, tether, wait_until, wire_model
 from tether import (
     Agent,
     ImagePart,
@@ -244,6 +244,7 @@ def test_a_run_resumed_after_a_crash_sends_its_images_whole(
         *("--store", store, "--base-url", wire.url, "--tools", "none", "--run-id", "pic"),
         *("--tools-from", str(FIXTURES / "image_tools.py")),
     )
+    wait_until(wire.idle, "the killed run's connections to close")
     before = len(wire.requests)
     assert before in (1, 2)
     held.set()

@@ -75,6 +75,7 @@ class WireServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
+        self._server: web.Server | None = None
 
     @property
     def url(self) -> str:
@@ -100,6 +101,7 @@ class WireServer:
         app.router.add_post("/v1/messages", self.handle)
         runner = web.AppRunner(app, shutdown_timeout=0.1, handler_cancellation=True)
         await runner.setup()
+        self._server = runner.server
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
@@ -108,6 +110,12 @@ class WireServer:
         ready.set()
         await self._stop.wait()
         await runner.cleanup()
+
+    def idle(self) -> bool:
+        """Whether no client is connected. Once a killed client's connections are closed,
+        every request it sent is in `requests`: one sent just before the kill may still be on
+        its way when the kill returns."""
+        return self._server is not None and not self._server.connections
 
     def stop(self) -> None:
         if self._loop and self._stop:
