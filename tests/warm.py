@@ -14,8 +14,8 @@ the test gives. What differs: its imports ran in the warm process, before the fo
 command whose environment differs from the warm process's in what Python reads as it starts
 (PYTHON*, the locale) starts as a new interpreter, as does anything that is not `python -m
 tether`, `python -c` or `python SCRIPT.py`, and `TETHER_TEST_FRESH=1` starts every process
-new, as a user's shell does. The entry point `tether` itself, and the cost of importing, are
-covered by the tests that start `.venv/bin/tether` and by bench/startup.py.
+new, as a user's shell does. The console script and what a cold start imports are tested by
+tests/test_entry.py; what importing costs is measured by bench/startup.py.
 
 `Popen` and `run` take `subprocess`'s arguments (the ones the tests use) and give its results.
 The warm process (`serve`, when this file runs as a script) forks one child a request, tells
