@@ -93,6 +93,12 @@ def look(spawn: Callable[..., subprocess.Popen[str]], tmp_path: Path) -> list[An
     return [type(p), p.returncode, err, json.loads(out)]
 
 
+warm_only = pytest.mark.skipif(
+    bool(os.environ.get("TETHER_TEST_FRESH")), reason="TETHER_TEST_FRESH: no process is warm"
+)
+
+
+@warm_only
 def test_a_warm_process_is_the_process_a_new_interpreter_would_be(tmp_path: Path) -> None:
     """Same arguments, directory, import path, environment, standard streams and exit status;
     only its parent differs (the warm process)."""
@@ -105,6 +111,7 @@ def test_a_warm_process_is_the_process_a_new_interpreter_would_be(tmp_path: Path
     assert warm_seen[2]["marker"] == "m-1" and warm_seen[2]["stdin"] == "typed in"
 
 
+@warm_only
 def test_a_warm_tether_is_killed_alone_and_its_end_is_reported() -> None:
     serve = [*TETHER, "serve", "--port", "0", "--store", "memory", *WEATHER[2:]]
     proc = warm.Popen(
