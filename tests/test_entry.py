@@ -117,12 +117,14 @@ def test_a_warm_tether_is_killed_alone_and_its_end_is_reported() -> None:
     proc = warm.Popen(
         serve, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cli_env()
     )
-    assert proc.stderr is not None
-    Output(proc.stderr).wait_for("tether serve: open http://127.0.0.1:")
-    other = warm.Popen([*TETHER, "--version"], stdout=subprocess.PIPE, text=True, env=cli_env())
-    assert isinstance(proc, warm.Warm) and proc.pid != other.pid
-    assert other.wait(60) == 0 and proc.poll() is None
-    proc.send_signal(signal.SIGKILL)
+    try:
+        assert proc.stderr is not None
+        Output(proc.stderr).wait_for("tether serve: open http://127.0.0.1:")
+        other = warm.Popen([*TETHER, "--version"], stdout=subprocess.PIPE, env=cli_env())
+        assert isinstance(proc, warm.Warm) and proc.pid != other.pid
+        assert other.wait(60) == 0 and proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGKILL)
     assert proc.wait(60) == -signal.SIGKILL
     again = warm.run([*TETHER, "--version"], capture_output=True, text=True, env=cli_env())
     assert again.returncode == 0 and again.stdout.startswith("tether ")
