@@ -125,6 +125,10 @@ def one_run(
                 killed += 1
                 command = resume
                 continue
+            # it ended first: what readline read ahead is in the file's buffer, where
+            # communicate() (which reads the pipe itself) would miss it
+            assert proc.stdout is not None
+            seen += proc.stdout.read()
         out, err = proc.communicate(timeout=120)
         out = seen + out
         last_error = err.strip().splitlines()[-1:] if err.strip() else [f"exit {proc.returncode}"]
