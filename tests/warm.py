@@ -280,14 +280,13 @@ def run(
 
 
 def preload() -> None:
-    """Import what the tests' processes import, as `tether`'s own preload does (collector
-    off, then frozen), and make sure no thread runs: a fork copies only the forking one."""
-    gc.disable()
-    from tether.store import use_modern_sqlite
+    """Import what the tests' processes import, and make sure no thread runs: a fork copies
+    only the forking one."""
+    from tether.cli.main import preload as preload_a_run
 
-    use_modern_sqlite()  # before DBOS imports sqlite3, as a SQLite store's `tether` does
-    import aiohttp  # noqa: F401
-    import dbos  # noqa: F401
+    # what a durable `tether run` over HTTP imports first, as it imports it (SQLite swapped
+    # in before DBOS, the collector off, then frozen)
+    preload_a_run("sqlite:///", model=True)
     import pydantic  # noqa: F401
 
     import tether.cli.run
@@ -296,7 +295,6 @@ def preload() -> None:
     import tether.durable  # noqa: F401
 
     gc.freeze()
-    gc.enable()
     if threading.active_count() != 1:
         raise RuntimeError(f"a thread runs after the imports: {threading.enumerate()}")
 
