@@ -7,7 +7,10 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -500,3 +503,47 @@ def test_keys_in_no_environment_are_redacted_by_their_shape() -> None:
     assert r.scrub("key sk-abcdefghijklmnop end") == "key [redacted] end"
     line = b'{"o": "Authorization: Bearer abcdefghijklmnop"}'
     assert r.scrub_bytes(line) == b'{"o": "Authorization: Bearer [redacted]"}'
+
+
+BREAKOUTS = """
+mount -o remount,rw / 2>/dev/null && echo ESCAPED-remount
+umount -l /proc 2>/dev/null && echo ESCAPED-umount
+echo x > /etc/tether-escape 2>/dev/null && echo ESCAPED-write
+grep -q '^CapEff:[[:space:]]*0*$' /proc/self/status || echo ESCAPED-capabilities
+python3 -c "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])" \
+    "$HOST_SOCKET" 2>/dev/null && echo ESCAPED-socket
+ls /run/postgresql /var/run/postgresql 2>/dev/null | grep -q PGSQL && echo ESCAPED-postgres
+echo probed
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_the_sandbox_holds_for_root_and_for_an_ordinary_user(user: str) -> None:
+    """As root bubblewrap keeps every capability unless told to drop them: a remount of / and
+    a write anywhere on the host, an unmount of /proc. A host Unix socket (here one of the
+    test's own in /run, as Postgres's and Docker's are) is a way out no network namespace
+    closes. Each is tried from inside, as the user running Tether and as an ordinary one."""
+    from tether.tools.sandbox import Sandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("the root case and the switch to an ordinary user need root")
+    path = Path(f"/run/tether-test-{os.getpid()}-{user}.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    os.chmod(path, 0o777)
+    server.listen()
+    ws = Path(tempfile.mkdtemp(prefix="tether-sandbox-"))  # reachable by an ordinary user
+    ws.chmod(0o777)
+    try:
+        argv = Sandbox().argv(BREAKOUTS.replace("$HOST_SOCKET", str(path)), str(ws))
+        if user == "nobody":
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        server.close()
+        path.unlink()
+        shutil.rmtree(ws)
+    assert done.stdout.strip().endswith("probed"), done.stderr
+    assert "ESCAPED" not in done.stdout, done.stdout
+    assert not Path("/etc/tether-escape").exists()

@@ -40,8 +40,14 @@ class ConfigError(TetherError):
 
 
 class MissingAPIKey(ConfigError):
+    """A model needs an API key and none was given nor found in `variable` (named, never its
+    value)."""
+
     def __init__(self, variable: str, provider: str) -> None:
-        super().__init__(f"{variable} is not set: export it to use the {provider} provider")
+        super().__init__(
+            f"{variable} is not set: export it to use the {provider} provider "
+            "(or run offline with --provider local, the bundled model)"
+        )
         self.variable = variable
 
 

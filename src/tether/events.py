@@ -1,17 +1,9 @@
 """The one event schema: what a run tells the world, on the wire (`--json`), in logs and traces.
 
 Every event is a flat JSON object with `type`, `run_id`, `seq` (0, 1, 2 ... within a run) and
-`ts` (Unix time in seconds) plus the fields of its type:
-
-    run_started     {task, provider, model}
-    model_request   {messages}                               a model call starts
-    text_delta      {text}                                   while streaming
-    model_response  {text, tool_calls [{id, name, arguments}], stop_reason, usage}
-    tool_call       {id, name, arguments}
-    tool_result     {id, name, output, is_error}
-    retry           {attempt, delay, error}                  a model call is being retried
-    guardrail       {name, kind, passed, message}            a guardrail's verdict
-    run_finished    {outcome, answer, reason, usage, cost_usd, steps, error?}
+`ts` (Unix time in seconds) plus the fields of its type. `SCHEMA` below lists every type and
+field; the docs' event reference is generated from it, and a test checks that every type the
+code emits is in it, so the two cannot drift.
 
 A child run (an agent used as a tool, see `tree`) adds `parent_run_id` and `root_run_id` to
 every one of its events, and the `tool_call` that starts it carries its `child_run_id`.
@@ -54,6 +46,179 @@ class Event:
 
 
 Sink = Callable[[Event], None]
+
+
+@dataclass(frozen=True, slots=True)
+class EventType:
+    """One event type of the schema: what it means and what each of its fields holds."""
+
+    summary: str
+    fields: dict[str, str]
+
+
+COMMON = {
+    "type": "the event's type, one of the names below",
+    "run_id": "the run it belongs to",
+    "seq": "its number within the run: 0, 1, 2 ...",
+    "ts": "when it happened, Unix time in seconds",
+    "parent_run_id": "a child run's parent (an agent called as a tool); absent on a root run",
+    "root_run_id": "a child run's root run; absent on a root run",
+}
+
+USAGE = (
+    "{input_tokens (all prompt tokens, cached included), cached_input_tokens, output_tokens,"
+    " reasoning_tokens}, with estimated: true where the server sent no counts"
+)
+IMAGES = "[{media_type, sha256, bytes}] when there are images: named, never inlined"
+
+SCHEMA: dict[str, EventType] = {
+    "run_started": EventType(
+        "a run begins",
+        {
+            "task": "the task as given",
+            "provider": "the model's protocol",
+            "model": "the model's name",
+            "images": IMAGES,
+        },
+    ),
+    "run_resumed": EventType("a durable run goes on in this process after a crash or a stop", {}),
+    "model_request": EventType(
+        "a model call starts", {"messages": "how many messages the request holds"}
+    ),
+    "text_delta": EventType("a piece of the model's text, while it streams", {"text": "the piece"}),
+    "model_response": EventType(
+        "the model answered",
+        {
+            "text": "its text",
+            "tool_calls": "[{id, name, arguments}] the tools it asks for",
+            "stop_reason": "end_turn, tool_use, max_tokens ...",
+            "usage": USAGE,
+            "model": "the model that answered (with fallback models, the one that served)",
+        },
+    ),
+    "tool_call": EventType(
+        "a tool call starts",
+        {
+            "id": "the call's id, unique within the run",
+            "name": "the tool",
+            "arguments": "its arguments, an object",
+            "raw_arguments": "the model's text when it was not a JSON object",
+            "child_run_id": "the child run an agent tool starts",
+        },
+    ),
+    "tool_result": EventType(
+        "a tool call ended",
+        {
+            "id": "the call's id",
+            "name": "the tool",
+            "output": "what goes back to the model",
+            "is_error": "true when the call failed (bad arguments, exception, timeout, denial ...)",
+            "images": IMAGES,
+        },
+    ),
+    "retry": EventType(
+        "a model call failed and is tried again",
+        {
+            "attempt": "1, 2 ...",
+            "delay": "seconds before the next try",
+            "error": "{kind, status, message, retryable}",
+        },
+    ),
+    "fallback": EventType(
+        "a model could not serve now and the next one answers",
+        {
+            "failed": "the model that failed",
+            "to": "the model that answers next",
+            "error": "{kind, status, message, retryable}: why the first could not serve",
+        },
+    ),
+    "guardrail": EventType(
+        "a guardrail's verdict",
+        {
+            "name": "the guardrail",
+            "kind": "input, tool or output",
+            "passed": "true or false",
+            "message": "why it tripped",
+            "id": "a tool guardrail's call id",
+        },
+    ),
+    "user_message": EventType(
+        "a message reached a live run (delivered before its next model call)",
+        {"text": "the message", "by": "check when it is the check-your-work turn"},
+    ),
+    "approval_requested": EventType(
+        "a tool call waits for a human",
+        {
+            "approval_id": "what approve and deny name",
+            "id": "the call's id",
+            "name": "the tool",
+            "arguments": "its exact arguments",
+            "args_hash": "SHA-256 of those arguments",
+            "expires_at": "when the request expires (Unix time), or null",
+        },
+    ),
+    "approval_decided": EventType(
+        "a waiting call was approved or denied",
+        {
+            "approval_id": "the request",
+            "id": "the call's id",
+            "approved": "true or false",
+            "reason": "why (a denial's reason reaches the model)",
+        },
+    ),
+    "queued": EventType(
+        "work waits for a free slot (admission)",
+        {"what": "run or model_call", "position": "its place in the queue"},
+    ),
+    "admitted": EventType("queued work got its slot", {"what": "run or model_call"}),
+    "context_trimmed": EventType(
+        "old tool outputs were cut to head and tail to fit the context window",
+        {
+            "outputs": "how many",
+            "characters_saved": "characters cut",
+            "estimated_tokens": "the request's estimate after",
+        },
+    ),
+    "context_summarized": EventType(
+        "older turns were summarised by the model to fit the context window",
+        {
+            "messages_replaced": "how many messages the summary replaced",
+            "summary": "its text",
+            "estimated_tokens": "the request's estimate after",
+            "usage": USAGE,
+        },
+    ),
+    "idle": EventType("a permanent run waits for its next message", {}),
+    "run_crashed": EventType(
+        "the run's own code raised (a bug, not a model or tool error)",
+        {"error": "the exception's type and message"},
+    ),
+    "restarting": EventType(
+        "a restart policy starts the run again",
+        {"attempt": "1, 2 ...", "reason": "why the last attempt ended"},
+    ),
+    "gave_up": EventType(
+        "restarts passed the policy's intensity limit",
+        {
+            "restarts": "how many were made",
+            "within": "the policy's window in seconds",
+            "reason": "why the last attempt ended",
+        },
+    ),
+    "run_finished": EventType(
+        "the run ended; always the last event",
+        {
+            "outcome": "done, halted, cancelled or failed",
+            "answer": "the final answer",
+            "reason": "why it ended (a budget, a guardrail, an error ...)",
+            "usage": USAGE,
+            "cost_usd": "what its model calls cost, where prices are known",
+            "steps": "model calls made",
+            "output": "the typed answer as JSON, with an output type",
+            "error": "for failed: {kind, status, message, retryable}",
+        },
+    ),
+}
 
 
 class Emitter:

@@ -301,9 +301,15 @@ def timed(tools: list[Tool], timeout: float | None) -> list[Tool]:
 
 
 def default_provider(o: RunOptions) -> str:
-    """openai-chat, unless there is no key to use it with and the offline model is installed."""
+    """The provider when none is named. A model that is named is the model used: a `claude-*`
+    one on Anthropic, any other on Chat Completions, whether or not its key is set (a missing
+    key is then one line naming it, never another model answering instead). Only with no
+    model named, no key and no `--base-url` does the bundled offline model answer, where it
+    is installed."""
     from .providers import local
 
+    if o.model is not None:
+        return "anthropic" if o.model.startswith("claude") else "openai-chat"
     if os.environ.get("OPENAI_API_KEY") or o.base_url or not local.available():
         return "openai-chat"
     return "local"

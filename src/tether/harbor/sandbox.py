@@ -33,10 +33,10 @@ from typing import Any
 import orjson
 from harbor.environments.base import ExecResult
 
-from ..tools.sandbox import bwrap
+from ..tools.sandbox import bwrap, hardening
 from .environment import PLACES, VARIABLES, LocalEnvironment
 
-HIDDEN = {"proc", "dev", "tmp", *(p.strip("/") for p in PLACES)}
+HIDDEN = {"proc", "dev", "tmp", "run", *(p.strip("/") for p in PLACES)}
 """Top-level directories the sandbox gives its own (the rest are the host's, read-only)."""
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -149,7 +149,7 @@ class SandboxEnvironment(LocalEnvironment):
                 argv += ["--symlink", os.readlink(path), path]
             else:
                 argv += ["--ro-bind", path, path]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *hardening()]
         for prefix, place in self.places.items():
             argv += ["--bind", str(self.root / place), prefix]
         argv += ["--chdir", "/app", "--", interpreter(), "-I", "-c", SERVER]

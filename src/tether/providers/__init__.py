@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
-from ..errors import ConfigError, MissingAPIKey
+from ..errors import ConfigError
 from .anthropic import AnthropicModel
 from .base import Model, TextHook
 from .fallback import FallbackModel
@@ -46,7 +44,8 @@ def make_model(
     settings: HTTPSettings | None = None,
     script: str | None = None,
 ) -> Model:
-    """A model client for `provider`, reading its API key from the environment."""
+    """A model client for `provider`, reading its API key (and, without `base_url`, its URL)
+    from the provider's usual environment variables."""
     if provider == "scripted":
         if not script:
             raise ConfigError("the scripted provider needs --script FILE (a JSON list of replies)")
@@ -57,26 +56,8 @@ def make_model(
         return LocalModel(stream=stream, settings=settings)
     if provider not in PROVIDERS:
         raise ConfigError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
-    variable = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
-    key = os.environ.get(variable)
-    if not key:
-        if base_url is None:
-            raise MissingAPIKey(variable, provider)
-        key = "none"  # local compatible servers (Ollama, llama.cpp) take any key
     name = model or DEFAULT_MODELS[provider]
     if provider == "anthropic":
-        return AnthropicModel(
-            name,
-            api_key=key,
-            base_url=base_url or "https://api.anthropic.com",
-            stream=stream,
-            settings=settings,
-        )
+        return AnthropicModel(name, base_url=base_url, stream=stream, settings=settings)
     cls = OpenAIChatModel if provider == "openai-chat" else OpenAIResponsesModel
-    return cls(
-        name,
-        api_key=key,
-        base_url=base_url or "https://api.openai.com/v1",
-        stream=stream,
-        settings=settings,
-    )
+    return cls(name, base_url=base_url, stream=stream, settings=settings)

@@ -35,7 +35,16 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook
-from .http import HTTPModel, HTTPSettings, Progress, RetryHook, json_reply, loads_event, sse_batches
+from .http import (
+    HTTPModel,
+    HTTPSettings,
+    Progress,
+    RetryHook,
+    credentials,
+    json_reply,
+    loads_event,
+    sse_batches,
+)
 from .openai_chat import parse_arguments
 
 if TYPE_CHECKING:  # imported where a request is made: `tether --help` needs none
@@ -56,19 +65,26 @@ STOP_REASONS: dict[str, StopReason] = {
 
 
 class AnthropicModel(HTTPModel):
+    """Anthropic's Messages API. The key and URL default to `ANTHROPIC_API_KEY` and
+    `ANTHROPIC_BASE_URL` (see `http.credentials`); `max_tokens` is each reply's limit, which
+    the API requires."""
+
     provider = PROVIDER
 
     def __init__(
         self,
         name: str,
         *,
-        api_key: str,
-        base_url: str = "https://api.anthropic.com",
+        api_key: str | None = None,
+        base_url: str | None = None,
         stream: bool = True,
         settings: HTTPSettings | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         self.max_tokens = max_tokens
+        api_key, base_url = credentials(
+            PROVIDER, api_key, base_url, "ANTHROPIC", "https://api.anthropic.com"
+        )
         base = base_url.rstrip("/")
         if not base.endswith("/v1"):
             base += "/v1"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..errors import (
+    MissingAPIKey,
     ProviderConnectionError,
     ProviderError,
     ProviderProtocolError,
@@ -431,18 +433,40 @@ class HTTPModel:
         await self.http.aclose()
 
 
+def credentials(
+    provider: str, api_key: str | None, base_url: str | None, vendor: str, default_url: str
+) -> tuple[str, str]:
+    """The key and base URL a model uses: those given, else the provider's usual environment
+    variables (`{VENDOR}_API_KEY`, `{VENDOR}_BASE_URL`), as every peer reads them. The
+    provider's own endpoint without a key is `MissingAPIKey`, raised when the model is built
+    (not at its first call, minutes into a run); a server of one's own (Ollama, vLLM, a
+    gateway at another URL) may need none."""
+    variable = f"{vendor}_API_KEY"
+    url = base_url or os.environ.get(f"{vendor}_BASE_URL") or default_url
+    key = api_key or os.environ.get(variable)
+    if key:
+        return key, url
+    if url.rstrip("/").removesuffix("/v1") == default_url.rstrip("/").removesuffix("/v1"):
+        raise MissingAPIKey(variable, provider)
+    return "none", url  # local compatible servers (Ollama, llama.cpp) take any key
+
+
 class OpenAIModel(HTTPModel):
-    """An OpenAI-style endpoint: bearer-token auth, https://api.openai.com/v1 by default."""
+    """An OpenAI-style endpoint: bearer-token auth, https://api.openai.com/v1 by default.
+    The key and URL default to `OPENAI_API_KEY` and `OPENAI_BASE_URL` (see `credentials`)."""
 
     def __init__(
         self,
         name: str,
         *,
-        api_key: str,
-        base_url: str = "https://api.openai.com/v1",
+        api_key: str | None = None,
+        base_url: str | None = None,
         stream: bool = True,
         settings: HTTPSettings | None = None,
     ) -> None:
+        api_key, base_url = credentials(
+            self.provider, api_key, base_url, "OPENAI", "https://api.openai.com/v1"
+        )
         super().__init__(
             name,
             base_url=base_url,

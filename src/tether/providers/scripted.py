@@ -9,10 +9,11 @@ A script item is a `ModelResponse`, a `reply(...)`, an exception to raise, or a 
 or async) of the request returning one of those. `ScriptedModel.from_file` reads the same as JSON:
 `[{"text": ..., "tool_calls": [{"name": ..., "arguments": {...}}], "delay": 0.1}, {"error": ...}]`.
 
-A model built in code plays its script once, across every call made to it. A script file
-(`tether run --script`) plays one run's script: reply N answers a run's Nth model call, counted
-by the assistant turns in the conversation, so runs that share the agent (the page's, a
-worker's) each start at the top, and a durable run resumed in a new process goes on where it was.
+Reply N answers a run's Nth model call, counted by the assistant turns in the conversation, in
+code as from a file (`tether run --script`): runs that share the model (the page's, a worker's)
+each start at the top, and a durable run resumed in a new process goes on where it was instead
+of replaying its script from the first reply. `per_run=False` plays the script once across
+every call made to the model instead: one script for several agents or runs that take turns.
 """
 
 from __future__ import annotations
@@ -79,16 +80,22 @@ def estimate_tokens(request: ModelRequest) -> int:
 
 
 class ScriptedModel:
+    """A model that plays back a script of replies: for tests, demos and trying tools without
+    a key. Reply N answers a run's Nth model call (see the module docstring)."""
+
     provider = "scripted"
 
     def __init__(
-        self, script: Iterable[ScriptItem], name: str = "scripted", *, per_run: bool = False
+        self, script: Iterable[ScriptItem], name: str = "scripted", *, per_run: bool = True
     ) -> None:
         self.name = name
         self.script = list(script)
         self.per_run = per_run
-        """Pick each reply by the run's assistant turns so far, not by calls made to the model."""
+        """Pick each reply by the run's assistant turns so far (the default), not by the calls
+        made to the model (False)."""
         self.requests: list[ModelRequest] = []
+        self.raised: dict[int, int] = {}
+        """By run: how many of each turn's scripted errors have been raised (see `position`)."""
         self.delays: dict[int, float] = {}
 
     @classmethod
@@ -100,7 +107,7 @@ class ScriptedModel:
         """A model from a script's JSON: a list of replies (see the module docstring)."""
         if not isinstance(items, list):
             raise ConfigError(f"script {path} must be a JSON list of replies")
-        model = cls([], per_run=True)
+        model = cls([])
         for i, item in enumerate(items):
             model.script.append(item_from_json(item, path, i))
             if isinstance(item, dict) and item.get("delay"):
@@ -143,9 +150,28 @@ class ScriptedModel:
         return item  # type: ignore[no-any-return]
 
     def position(self, request: ModelRequest) -> int:
-        if self.per_run:
-            return sum(1 for m in request.messages if m.role == "assistant")
-        return len(self.requests)
+        """The script index that answers `request`. By run (the default), errors in the script
+        belong to the reply after them: a run's turn N raises its errors, one a call, and then
+        gets its reply, as a flaky server would (a failed call adds no assistant turn, so the
+        turn alone would raise the same error for ever)."""
+        if not self.per_run:
+            return len(self.requests)
+        turn = sum(1 for m in request.messages if m.role == "assistant")
+        index, seen = 0, 0
+        while index < len(self.script) and seen < turn:
+            if not isinstance(self.script[index], BaseException):
+                seen += 1
+            index += 1
+        errors = 0
+        while index + errors < len(self.script) and isinstance(
+            self.script[index + errors], BaseException
+        ):
+            errors += 1
+        raised = self.raised.get(turn, 0)
+        if raised < errors:
+            self.raised[turn] = raised + 1
+            return index + raised
+        return index + errors
 
 
 def read_script(path: str | Path) -> Any:

@@ -4,7 +4,8 @@ A sandboxed call sees the file system read-only except its workspace (read-write
 `/tmp`; it has no network unless `net` is set; it runs in PID, IPC and UTS namespaces of its
 own, so every process it starts dies with it (the namespace's first process is bubblewrap's,
 and when it goes the kernel kills the rest, whatever they did to their session or
-environment); its environment is bash's clean one (see `bash.py`); its address space and CPU
+environment); it holds no capability, for root too, and no host Unix socket (see
+`hardening`); its environment is bash's clean one (see `bash.py`); its address space and CPU
 time are bounded. Where bubblewrap is missing or cannot make namespaces here, asking for the
 sandbox is an error at start: a call never runs unsandboxed instead.
 
@@ -16,6 +17,7 @@ all with the call.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ class Sandbox:
         return [
             bwrap(),
             "--ro-bind", "/", "/",
+            *hardening(),
             "--dev", "/dev",
             "--proc", "/proc",
             "--tmpfs", "/tmp",
@@ -55,6 +58,19 @@ class Sandbox:
             "--",
             "bash", "-c", f'{limits}; exec bash -c "$1"', "bash", command,
         ]  # fmt: skip
+
+
+def hardening() -> list[str]:
+    """What every sandbox adds, Harbor's too. `--cap-drop ALL`: bubblewrap keeps every
+    capability for uid 0 unless told, and as root a command could then `mount -o remount,rw /`
+    and write anywhere on the host, or unmount `/proc` and see the host's processes. An empty
+    `/run` (and `/var/run` where it is a directory of its own): the host's Unix sockets live
+    there (Postgres, Docker, D-Bus, the user's runtime directory), and a connect to one is a
+    way out that no network namespace closes."""
+    argv = ["--cap-drop", "ALL", "--tmpfs", "/run"]
+    if os.path.isdir("/var/run") and not os.path.islink("/var/run"):
+        argv += ["--tmpfs", "/var/run"]
+    return argv
 
 
 def bwrap() -> str:
