@@ -618,3 +618,38 @@ def test_a_tool_choice_that_names_no_tool_is_a_clear_error(wire: WireServer) -> 
     p = run_json(wire, "--tool-choice", "nonesuch")
     assert p.returncode == 2 and "--tool-choice: 'nonesuch' is none of" in p.stderr
     assert "slow_echo" in p.stderr and "Traceback" not in p.stderr and wire.requests == []
+
+
+@pytest.mark.parametrize(
+    ("model", "variable"),
+    [("gpt-4.1", "OPENAI_API_KEY"), ("claude-sonnet-4-5", "ANTHROPIC_API_KEY")],
+)
+def test_a_named_model_without_its_key_is_one_line_never_the_offline_model(
+    no_keys: None, model: str, variable: str
+) -> None:
+    """With no key, the offline model answers only when no model was named: a user who asked
+    for gpt-4.1 must not get SmolLM2's answer with exit 0."""
+    p = run_tether("run", "Which files are large?", "--model", model, "--store", "memory")
+    assert p.returncode == 2, p.stdout
+    line = p.stderr.strip()
+    assert "\n" not in line and variable in line and "--provider local" in line
+    assert p.stdout == ""  # nothing answered
+
+
+def test_a_store_in_a_missing_folder_is_made_and_a_plain_path_is_a_sqlite_file(
+    tmp_path: Path,
+) -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    script, tools = str(examples / "weather_script.json"), str(examples / "tools.py")
+    run = ("run", "weather?", "--provider", "scripted", "--script", script, "--tools-from", tools)
+    deep = tmp_path / "a" / "b" / "runs.sqlite"
+    p = tether(*run, "--store", f"sqlite:///{deep}", "--run-id", "deep-1")
+    assert p.returncode == 0, p.stderr
+    assert deep.exists() and (deep.parent.stat().st_mode & 0o777) == 0o700
+    plain = tmp_path / "plain" / "runs.sqlite"
+    p = tether(*run, "--store", str(plain), "--run-id", "plain-1")
+    assert p.returncode == 0, p.stderr
+    listed = tether("runs", "--store", str(plain), "--json")
+    assert json_lines(listed.stdout)[0]["id"] == "plain-1"
+    p = tether(*run, "--store", "ftp://example/runs")
+    assert p.returncode == 2 and "\n" not in p.stderr.strip() and "Traceback" not in p.stderr

@@ -432,3 +432,34 @@ async def test_tool_choice_names_a_tool_in_each_dialect(wire: WireServer, protoc
         "anthropic": {"type": "tool", "name": "add"},
     }
     assert wire.requests[0]["tool_choice"] == expected[protocol]
+
+
+def test_model_classes_read_the_providers_usual_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`OpenAIChatModel("gpt-4.1-mini")` with OPENAI_API_KEY set works as every peer's does;
+    without a key for the provider's own endpoint it is MissingAPIKey naming the variable,
+    at once; a server of one's own needs no key."""
+    from tether import AnthropicModel, MissingAPIKey, OpenAIChatModel, OpenAIResponsesModel
+
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    for cls, variable in (
+        (OpenAIChatModel, "OPENAI_API_KEY"),
+        (OpenAIResponsesModel, "OPENAI_API_KEY"),
+        (AnthropicModel, "ANTHROPIC_API_KEY"),
+    ):
+        with pytest.raises(MissingAPIKey, match=variable) as caught:
+            cls("m")
+        assert caught.value.variable == variable
+    own = OpenAIChatModel("llama3.2", base_url="http://127.0.0.1:11434/v1")
+    assert own.http.base_url.startswith("http://127.0.0.1:11434")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-env")
+    chat, claude = OpenAIChatModel("m"), AnthropicModel("c")
+    assert chat.http.headers["Authorization"] == "Bearer sk-from-env"
+    assert chat.http.base_url.startswith("http://127.0.0.1:9/v1")
+    assert claude.http.headers["x-api-key"] == "sk-ant-from-env"
+    given = OpenAIChatModel("m", api_key="sk-given", base_url="http://127.0.0.1:8/v1")
+    assert given.http.headers["Authorization"] == "Bearer sk-given"

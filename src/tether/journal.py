@@ -13,6 +13,7 @@ from typing import IO
 
 import orjson
 
+from .errors import ConfigError
 from .events import Event
 from .redact import redactor
 
@@ -25,6 +26,28 @@ def private_dir(directory: str | Path) -> Path:
         path.mkdir(parents=True, exist_ok=True)
         path.chmod(0o700)
     return path
+
+
+STORE_FORMS = "sqlite:///relative/path, sqlite:////absolute/path, postgresql://... or a file path"
+
+
+def store_url(store: str) -> str:
+    """A store as the URL DBOS takes, from what a user may write: `sqlite:///PATH` (three
+    slashes and a relative path, four for an absolute one), `postgresql://...`, or a plain
+    file path (`runs.sqlite`, `~/runs/runs.sqlite`), which is a SQLite file. A SQLite file's
+    missing folder is made (0700), so a new store never fails on a folder that is not there."""
+    if "://" not in store:
+        store = f"sqlite:///{Path(store).expanduser()}"
+    scheme = store.split("://", 1)[0]
+    if scheme == "sqlite":
+        path = store.removeprefix("sqlite:///")
+        if not path or store == path:
+            raise ConfigError(f"store {store!r}: a SQLite store is sqlite:///PATH")
+        private_dir(Path(path).parent)
+        return store
+    if scheme.split("+", 1)[0] in ("postgresql", "postgres"):
+        return store
+    raise ConfigError(f"store {store!r}: a store is {STORE_FORMS}")
 
 
 def private_file(path: str | Path) -> Path:

@@ -37,6 +37,7 @@ from .approvals import ApprovalRequest, Approver, approve_all, deny_all
 from .bus import Bus
 from .errors import ConfigError, NoSuchRun, RunExists
 from .events import Event, Sink
+from .journal import store_url
 from .messages import ImagePart, Message
 from .run import RestartPolicy, Status
 from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
@@ -112,7 +113,7 @@ class Runtime:
         stops answering before they end `failed` with StoreUnavailable (default 30; they stay
         in the store, to resume; see `outage`). The rest bounds the runs in memory (see
         `Supervisor`)."""
-        self.store = None if store in (None, "", "memory") else store
+        self.store = None if store in (None, "", "memory") else store_url(store)
         self.agents: dict[str, Agent] = {}
         for agent in agents:
             self.register(agent)

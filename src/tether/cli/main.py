@@ -18,6 +18,7 @@ import os
 import sys
 
 from ..errors import ConfigError, StoreUnavailable
+from ..journal import STORE_FORMS, store_url
 from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS, RunOptions
 from ..outage import STORE_PATIENCE_S
 from ..providers import PROVIDERS
@@ -155,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--store",
             metavar="URL",
-            help=f"sqlite:///PATH or postgresql://... (default: $TETHER_STORE, else {STORE_HELP})",
+            help=f"{STORE_FORMS} (default: $TETHER_STORE, else {STORE_HELP})",
         )
         p.add_argument("--json", action="store_true", help="print JSON")
         p.add_argument(
@@ -218,7 +219,7 @@ def resolve_store(args: argparse.Namespace) -> None:
     store = args.store or ""
     if not store and args.command in DURABLE_BY_DEFAULT:
         store = default_store(args.data_dir)
-    args.store = None if store in ("", "memory") else store
+    args.store = None if store in ("", "memory") else store_url(store)
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -392,8 +393,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     o.add_argument(
         "--store",
         metavar="URL",
-        help="where durable runs are recorded: sqlite:///PATH or postgresql://..., or memory "
-        f"for a run that is not recorded (default: $TETHER_STORE, else {STORE_HELP})",
+        help=f"where durable runs are recorded: {STORE_FORMS}; or memory for a run that is "
+        f"not recorded (default: $TETHER_STORE, else {STORE_HELP})",
     )
     patience_option(o)
     o.add_argument(
@@ -465,7 +466,10 @@ def command(args: argparse.Namespace) -> int:
         from .store import command_show
 
         return command_show(args)
-    resolve_store(args)
+    try:
+        resolve_store(args)
+    except ConfigError as e:
+        return error(str(e))
     wrong = check_store_settings(args)
     if wrong is not None:
         return error(wrong)
