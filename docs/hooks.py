@@ -102,7 +102,10 @@ def events_reference() -> str:
 
 def own_docstring(obj: Any) -> str | None:
     if inspect.isclass(obj):
-        return obj.__dict__.get("__doc__")
+        doc = obj.__dict__.get("__doc__")
+        if doc and doc.startswith(f"{obj.__name__}("):
+            return None  # a dataclass's generated signature, not a docstring
+        return doc
     if inspect.isfunction(obj) or inspect.ismethod(obj):
         return obj.__doc__
     return "data"  # a constant: documented by the text around it in its module
@@ -139,10 +142,10 @@ API_GROUPS = {
         "ToolSpec", "ModelRequest", "ModelResponse", "Usage",
     ],
     "Errors": [
-        "TetherError", "ConfigError", "MissingAPIKey", "ProviderError",
+        "TetherError", "ConfigError", "MissingAPIKey", "RunError", "RunExists", "NoSuchRun",
+        "RunEnded", "OutputInvalid", "ChildRunEnded", "StoreUnavailable", "ProviderError",
         "ProviderConnectionError", "ProviderTimeout", "ProviderStatusError", "RateLimited",
-        "ServerError", "ProviderProtocolError", "ImagesUnsupported", "OutputInvalid",
-        "StoreUnavailable", "ChildRunEnded",
+        "ServerError", "ClientRequestError", "ProviderProtocolError", "ImagesUnsupported",
     ],
 }  # fmt: skip
 

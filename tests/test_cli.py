@@ -653,3 +653,22 @@ def test_a_store_in_a_missing_folder_is_made_and_a_plain_path_is_a_sqlite_file(
     assert json_lines(listed.stdout)[0]["id"] == "plain-1"
     p = tether(*run, "--store", "ftp://example/runs")
     assert p.returncode == 2 and "\n" not in p.stderr.strip() and "Traceback" not in p.stderr
+
+
+def test_a_reader_that_stops_reading_stops_the_output_not_the_run() -> None:
+    """`tether run --json | head -n 1`: the pipe closes after the first event. The run goes on
+    to its end, recorded as done, and the command exits 0 without a traceback (it hung on its
+    way out with one, the durable run killed by the write into the closed pipe)."""
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    argv = [*TETHER, "run", "weather?", "--provider", "scripted", "--json", "--run-id", "piped"]
+    argv += ["--script", str(examples / "weather_script.json")]
+    argv += ["--tools-from", str(examples / "tools.py")]
+    p = warm.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    assert p.stdout is not None and p.stderr is not None
+    first = json.loads(p.stdout.readline())
+    p.stdout.close()  # as `head -n 1` does
+    assert first["type"] == "run_started"
+    assert p.wait(timeout=60) == 0
+    assert "Traceback" not in p.stderr.read().decode()
+    listed = json_lines(tether("runs", "--json").stdout)
+    assert [(r["id"], r["state"]) for r in listed] == [("piped", "done")]

@@ -147,3 +147,62 @@ def test_examples_not_run(block: Block) -> None:
         checked = subprocess.run(["bash", "-n"], input=block.body, text=True, capture_output=True)
         assert checked.returncode == 0, f"{block.where}: {checked.stderr}"
     pytest.skip(f"not run: {block.not_run}")
+
+
+PAGES_OF_THE_SITE = [
+    "getting-started", "concepts/agent", "concepts/runtime", "concepts/budgets",
+    "concepts/approvals", "concepts/supervision", "concepts/durability", "concepts/trees",
+    "guides/tools", "guides/models", "guides/mcp", "guides/web", "guides/postgres",
+    "guides/harbor", "guides/sandbox", "guides/guardrails", "guides/testing",
+    "guides/observability", "operations/workers", "operations/data", "operations/upgrading",
+    "operations/security", "reference/api", "reference/cli", "reference/events", "benchmarks",
+    "changelog", "contributing",
+]  # fmt: skip
+
+
+def test_the_site_builds_strict_with_every_command_name_and_event(tmp_path: Path) -> None:
+    """`scripts/docs` (strict: a broken link or reference, or a public name without a
+    docstring, fails it) builds every page, and the generated references hold every `tether`
+    subcommand and flag, every name of `tether.__all__` and every event type."""
+    import argparse
+
+    import tether
+    from tether.cli.main import build_parser
+    from tether.events import SCHEMA
+
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "docs"), "--site-dir", str(site)],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for page in PAGES_OF_THE_SITE:
+        assert (site / page / "index.html").exists(), page
+    cli = (site / "reference/cli/index.html").read_text()
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in sub.choices.items():
+        assert f"tether {name}" in cli, name
+        for action in command._actions:
+            for flag in action.option_strings:
+                assert flag in cli, f"tether {name} {flag}"
+    api = (site / "reference/api/index.html").read_text()
+    missing = [n for n in tether.__all__ if f'id="tether.{n}"' not in api]
+    assert not missing, f"public names not in the API reference: {missing}"
+    events = (site / "reference/events/index.html").read_text()
+    assert all(f"<code>{t}</code>" in events for t in SCHEMA)
+
+
+EMITTED = re.compile(r'(?:emit|\badd)\(\s*"([a-z_]+)"')  # Python's calls; the page's JS quotes once
+
+
+def test_every_event_the_code_emits_is_in_the_schema() -> None:
+    """The event reference is generated from `events.SCHEMA`; an event type emitted anywhere
+    in the code but missing there would be undocumented."""
+    from tether.events import SCHEMA
+
+    emitted = set()
+    for path in (ROOT / "src" / "tether").rglob("*.py"):
+        emitted |= set(EMITTED.findall(path.read_text()))
+    assert len(emitted) >= 20
+    assert emitted <= set(SCHEMA), f"emitted but not in events.SCHEMA: {emitted - set(SCHEMA)}"

@@ -54,6 +54,11 @@ EXPECTED = {
     "tool",
     "ImagePart",
     "ImagesUnsupported",
+    "ClientRequestError",
+    "NoSuchRun",
+    "RunEnded",
+    "RunError",
+    "RunExists",
 }
 
 

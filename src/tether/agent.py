@@ -63,6 +63,10 @@ from .tree import Allowance, child_run_id
 
 @dataclass
 class RunResult:
+    """How a run ended: `outcome` (done, halted, cancelled, failed), the `answer`, why it
+    ended (`reason`), tokens (`usage`), `cost_usd`, model calls made (`steps`), the transcript
+    (`messages`), a failure's `error` and, with an output type, the typed `output`."""
+
     run_id: str
     outcome: Outcome
     answer: str
@@ -134,6 +138,10 @@ def close(emitter: Emitter, state: LoopState, why: str) -> None:
 
 @dataclass
 class Agent:
+    """A model, its tools, a system prompt and a budget: what a run runs. `agent.run(task)`
+    runs the loop once; a `Runtime` runs it with an id, a mailbox, approvals and, on a
+    store, crash recovery. `as_tool` makes it another agent's tool (a child run)."""
+
     model: Model
     tools: Iterable[Tool] = ()
     system: str | None = None

@@ -76,10 +76,14 @@ Approver = Callable[[ApprovalRequest], Awaitable[Decision]]
 
 
 async def approve_all(request: ApprovalRequest) -> Decision:
+    """An approver that approves every call (`--approve auto`, `--yolo`)."""
+
     return Decision(True, "approved by policy (--approve auto)")
 
 
 async def deny_all(request: ApprovalRequest) -> Decision:
+    """An approver that denies every call (`--approve deny`); the model reads the reason."""
+
     return Decision(False, "denied by policy (--approve deny): no one is here to approve it")
 
 

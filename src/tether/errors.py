@@ -56,16 +56,18 @@ class RunError(TetherError):
 
 
 class RunExists(RunError):
-    pass
+    """A live run already has this id (at most one live run per id)."""
 
 
 class NoSuchRun(RunError, KeyError):
+    """No run has this id (in this runtime, or in its store)."""
+
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "no such run"
 
 
 class RunEnded(RunError):
-    pass
+    """The run is over: it takes no more messages, approvals or cancels."""
 
 
 class ChildRunEnded(TetherError):
@@ -126,30 +128,44 @@ class ProviderError(TetherError):
 
 
 class ProviderConnectionError(ProviderError):
+    """Could not connect to the model's server, or the connection dropped (retried)."""
+
     kind = "connection"
 
 
 class ProviderTimeout(ProviderError):
+    """The connect time-out or the read time-out (the longest silence in a reply) passed."""
+
     kind = "timeout"
 
 
 class ProviderStatusError(ProviderError):
+    """The server answered with an HTTP error status (or an error body carrying one)."""
+
     kind = "http_status"
 
 
 class RateLimited(ProviderStatusError):
+    """429: too many requests; retried, honouring `Retry-After` up to 60 s."""
+
     kind = "rate_limited"
 
 
 class ServerError(ProviderStatusError):
+    """5xx, or 529 'overloaded': the server's fault; retried, and a fallback model's cue."""
+
     kind = "server_error"
 
 
 class ClientRequestError(ProviderStatusError):
+    """Another 4xx (400, 401, 403, 404 ...): the request's fault; never retried."""
+
     kind = "client_error"
 
 
 class ProviderProtocolError(ProviderError):
+    """A reply that cannot be read: bad JSON, a stream cut short, the wrong content type."""
+
     kind = "protocol"
 
 

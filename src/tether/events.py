@@ -26,6 +26,10 @@ from .messages import ImagePart, ModelResponse, ToolCall, ToolResult, Usage
 
 @dataclass(frozen=True, slots=True)
 class Event:
+    """One thing a run did: its `type`, the run it belongs to, its number in the run (`seq`),
+    the fields of its type (`data`) and when it happened (`ts`). `to_dict()` is the flat JSON
+    object of `tether run --json`; `SCHEMA` lists every type and field."""
+
     type: str
     run_id: str
     seq: int

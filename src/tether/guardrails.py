@@ -38,6 +38,10 @@ Kind = Literal["input", "output", "tool"]
 
 @dataclass(frozen=True, slots=True)
 class Guardrail:
+    """A named check of a run's task, a tool call or its answer (see the module docstring):
+    `check` returns None or True to pass, False or a message to trip. A plain function is
+    wrapped in one by its name; give a `Guardrail` to name a lambda."""
+
     check: Callable[[Any], Any]
     name: str = ""
 

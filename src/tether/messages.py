@@ -45,6 +45,8 @@ paused (Anthropic's `pause_turn`): not an answer; sent back, the model goes on w
 @quick_pickle
 @dataclass(frozen=True, slots=True)
 class TextPart:
+    """Text in a message."""
+
     text: str
 
 
@@ -154,6 +156,9 @@ class ImagePart:
 @quick_pickle
 @dataclass(frozen=True, slots=True)
 class ToolResult:
+    """What a tool call returned, as the model reads it: the call's id and tool, its output,
+    whether it is an error, and any images."""
+
     call_id: str
     name: str
     output: str
@@ -182,6 +187,9 @@ Part = TextPart | ToolCall | ToolResult | ReasoningPart | ImagePart
 @quick_pickle
 @dataclass(frozen=True, slots=True)
 class Message:
+    """One message of a conversation: its role (`user`, `assistant`, `tool`) and its parts
+    (text, tool calls, tool results, reasoning), with images where there are some."""
+
     role: Role
     parts: tuple[Part, ...]
 
@@ -289,6 +297,9 @@ class OutputFormat:
 @quick_pickle
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
+    """What a model is sent for one call: the conversation, the system prompt, the tools it
+    may call, the tool choice, the output schema and the output limit."""
+
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     system: str | None = None
@@ -302,6 +313,9 @@ class ModelRequest:
 @quick_pickle
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
+    """A model's reply: the assistant message (text and tool calls), why it stopped, the
+    tokens it used, and which model answered (with fallbacks, the one that served)."""
+
     message: Message
     stop_reason: StopReason
     usage: Usage = field(default_factory=Usage)

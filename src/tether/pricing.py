@@ -19,6 +19,9 @@ from .messages import Usage
 
 @dataclass(frozen=True, slots=True)
 class Price:
+    """What a model costs, in USD per million tokens: input, cached input and output. Used
+    for `cost_usd` and the `max_cost_usd` budget."""
+
     input: float
     cached_input: float
     output: float

@@ -87,6 +87,10 @@ def context_for(options: dict[str, Any] | None) -> RunContext:
 
 
 class Runtime:
+    """Runs agents, in memory or on a store, with the same API: `start`, `get`, `send`,
+    `cancel`, `approve`, `deny`, `events`, and on a store `resume` and `enqueue`. Use it as
+    an async context manager (see the module docstring)."""
+
     def __init__(
         self,
         store: str | None = None,

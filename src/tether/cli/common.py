@@ -4,6 +4,7 @@ run on (its factory builds agents from the recorded `RunOptions`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -151,11 +152,24 @@ def waiting(run_id: str) -> Sink:
 
 
 def json_sink(out: TextIO) -> Sink:
+    """Events as JSON lines on `out`. A reader that stops reading (`tether run --json | head`)
+    stops the output, not the run: the run goes on to its end, recorded as ever, and exits
+    with its status (a write into the closed pipe raised into the run, which then hung on its
+    way out with a traceback)."""
     scrubber = redactor()
+    gone = False
 
     def write(event: Event) -> None:
-        out.write(scrubber.scrub_bytes(event.to_json()).decode() + "\n")
-        out.flush()
+        nonlocal gone
+        if gone:
+            return
+        try:
+            out.write(scrubber.scrub_bytes(event.to_json()).decode() + "\n")
+            out.flush()
+        except BrokenPipeError:
+            gone = True
+            with contextlib.suppress(OSError, ValueError):  # no error at exit either
+                os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
 
     return write
 

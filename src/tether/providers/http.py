@@ -43,6 +43,9 @@ RetryHook = Callable[[int, float, ProviderError], None]
 
 @dataclass(frozen=True, slots=True)
 class HTTPSettings:
+    """How a model client talks HTTP: time-outs (connect, and the longest silence in a reply),
+    retries of what may succeed later (429, 5xx, dropped connections) and connection pooling."""
+
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
     """Longest silence allowed between two reads of a reply (a stalled stream fails after it)."""

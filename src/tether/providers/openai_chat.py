@@ -47,6 +47,10 @@ FINISH_REASONS: dict[str, StopReason] = {
 
 
 class OpenAIChatModel(OpenAIModel):
+    """OpenAI's Chat Completions API, and every server that speaks it (Ollama, vLLM,
+    llama.cpp's server, gateways): `base_url` points at one. The key and URL default to
+    `OPENAI_API_KEY` and `OPENAI_BASE_URL`."""
+
     provider = "openai-chat"
     sampling: dict[str, Any] = {}  # noqa: RUF012 - read only: a subclass sets its own
     """Sampling fields sent with every request (the local model is greedy: `temperature` 0)."""

@@ -38,6 +38,10 @@ PROVIDER = "openai-responses"
 
 
 class OpenAIResponsesModel(OpenAIModel):
+    """OpenAI's Responses API, used statelessly: each request carries the conversation, and
+    reasoning items are carried across turns. The key and URL default to `OPENAI_API_KEY` and
+    `OPENAI_BASE_URL`."""
+
     provider = PROVIDER
 
     async def respond(

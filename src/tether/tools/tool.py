@@ -103,6 +103,9 @@ class ToolArgumentsError(Exception):
 
 @dataclass
 class Tool:
+    """A tool: its schema for the model (`spec`), the function that runs it, its time limit,
+    approval policy and whether a crash may run it again (`idempotent`). Made by `@tool`."""
+
     name: str
     description: str
     fn: Callable[..., Any]

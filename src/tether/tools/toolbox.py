@@ -21,6 +21,10 @@ from .tool import RunContext, Tool, ToolArgumentsError
 
 
 class Toolbox:
+    """An agent's tools by name: it validates each call's arguments, asks for approval where
+    a tool's policy says so, runs the calls of one reply at the same time under their time
+    limits, and turns every failure into an error result for the model."""
+
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self.tools: dict[str, Tool] = {}
         for t in tools:
