@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -672,3 +674,94 @@ def test_a_reader_that_stops_reading_stops_the_output_not_the_run() -> None:
     assert "Traceback" not in p.stderr.read().decode()
     listed = json_lines(tether("runs", "--json").stdout)
     assert [(r["id"], r["state"]) for r in listed] == [("piped", "done")]
+
+
+class Terminal:
+    """`tether` on a terminal of its own (a pty that is its controlling terminal), so that
+    Ctrl-C is what a user's is: the terminal's interrupt character, SIGINT to the foreground
+    process group."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        import pty
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: becomes tether
+            os.execvpe(argv[0], argv, env)
+        self.seen = b""
+
+    def wait_for(self, needle: str, timeout: float = 60) -> None:
+        import select
+
+        deadline = time.monotonic() + timeout
+        while needle.encode() not in self.seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {needle!r} on the terminal; it shows:\n{self.seen.decode()}"
+            if select.select([self.fd], [], [], left)[0]:
+                try:
+                    self.seen += os.read(self.fd, 4096)
+                except OSError:  # the child is gone and the terminal with it
+                    break
+        assert needle.encode() in self.seen, self.seen.decode()
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.fd, keys)
+
+    def exit_status(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.drain()
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.02)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError(f"still running after {timeout} s:\n{self.seen.decode()}")
+
+    def drain(self) -> None:
+        import select
+
+        while select.select([self.fd], [], [], 0)[0]:
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.seen += chunk
+
+
+def bash_script(tmp_path: Path) -> str:
+    script = tmp_path / "bash.json"
+    call = {"name": "bash", "arguments": {"command": "echo approved > proof.txt"}}
+    script.write_text(json.dumps([{"tool_calls": [call]}, {"text": "Done."}]))
+    return str(script)
+
+
+def test_ctrl_c_at_an_approval_prompt_cancels_the_run_at_once(tmp_path: Path) -> None:
+    """It hung until Enter was pressed (a thread blocked reading the terminal held the exit)."""
+    argv = [*TETHER, "run", "write the proof", "--tools", "bash", "--provider", "scripted"]
+    argv += ["--script", bash_script(tmp_path), "--workspace", str(tmp_path)]
+    term = Terminal(argv, cli_env())
+    term.wait_for("? allow bash(")
+    pressed = time.monotonic()
+    term.type(b"\x03")  # Ctrl-C
+    assert term.exit_status(timeout=10) == 130
+    took = time.monotonic() - pressed
+    assert not (tmp_path / "proof.txt").exists()  # the call was never approved
+    print(f"Ctrl-C to exit: {took:.2f} s")
+
+
+def test_ctrl_c_at_an_approval_prompt_in_ask_reads_nothing_after(tmp_path: Path) -> None:
+    """In `tether ask` the turn is cancelled and the conversation goes on: the next line typed
+    reaches the next `you>` prompt (a thread left reading swallowed it)."""
+    argv = [*TETHER, "ask", "--tools", "bash", "--provider", "scripted", "--store", "memory"]
+    argv += ["--script", bash_script(tmp_path), "--workspace", str(tmp_path)]
+    term = Terminal(argv, cli_env())
+    term.wait_for("you> ")
+    term.type(b"write the proof\n")
+    term.wait_for("? allow bash(")
+    term.type(b"\x03")
+    term.wait_for("[turn cancelled; the conversation goes on]\r\nyou> ")
+    term.type(b"/exit\n")
+    assert term.exit_status(timeout=10) == 130  # the last turn was cancelled
+    assert not (tmp_path / "proof.txt").exists()

@@ -84,8 +84,40 @@ async def until_end(run: Any) -> RunResult:
 # -- approvals at the terminal ----------------------------------------------------------------
 
 
+async def read_line(stream: TextIO) -> str:
+    """The next line typed on `stream`, read on the event loop, not in a thread: a Ctrl-C
+    while it waits cancels the wait at once, and nothing is left reading. A thread blocked in
+    `readline` held up the command's exit until Enter was pressed, then swallowed that line
+    (the next `you>` of `tether ask`). A stream the loop cannot watch (a regular file) is read
+    as it is: it never blocks."""
+    loop = asyncio.get_running_loop()
+    try:
+        fd = stream.fileno()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(fd, readable)
+    except (OSError, ValueError, NotImplementedError):
+        return stream.readline()
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+    line = bytearray()
+    while not line.endswith(b"\n"):  # a terminal hands over a whole line; a pipe, what came
+        byte = os.read(fd, 1)
+        if not byte:
+            break
+        line += byte
+    return line.decode(errors="replace")
+
+
 class TerminalApprover:
-    """Asks at the terminal, one call at a time: `? allow bash({"command": "ls"})? [y/N]`."""
+    """Asks at the terminal, one call at a time: `? allow bash({"command": "ls"})? [y/N]`.
+    Ctrl-C at the prompt cancels the run (see `read_line`)."""
 
     def __init__(self, err: TextIO, can_ask: bool) -> None:
         self.err, self.can_ask = err, can_ask
@@ -101,7 +133,7 @@ class TerminalApprover:
             shown = "\n      ".join(textwrap.wrap(args, 92, drop_whitespace=False)) or "{}"
             self.err.write(f"  ? allow {terminal_safe(request.call.name)}(\n      {shown})? [y/N] ")
             self.err.flush()
-            answer = await asyncio.to_thread(sys.stdin.readline)
+            answer = await read_line(sys.stdin)
         if answer.strip().lower() in ("y", "yes"):
             return Decision(True, "approved at the terminal")
         return Decision(False, "the user said no")
