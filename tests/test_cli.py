@@ -765,3 +765,51 @@ def test_ctrl_c_at_an_approval_prompt_in_ask_reads_nothing_after(tmp_path: Path)
     term.type(b"/exit\n")
     assert term.exit_status(timeout=10) == 130  # the last turn was cancelled
     assert not (tmp_path / "proof.txt").exists()
+
+
+def test_the_state_commands_say_what_is_true(tmp_path: Path) -> None:
+    """A durable run that waits for approval says so, with the commands that decide it; once
+    its process is killed it is `interrupted`, with the command that resumes it (it showed
+    `running on` the dead process for ever); approve, cancel and send say what they did, or
+    exit 2 with one line on a run that cannot take it."""
+    from helpers import Output
+
+    store = str(tmp_path / "runs.sqlite")
+    argv = [*TETHER, "run", "write the proof", "--tools", "bash", "--provider", "scripted"]
+    argv += ["--script", bash_script(tmp_path), "--workspace", str(tmp_path), "--store", store]
+    argv += ["--run-id", "w1"]
+    proc = warm.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=cli_env(), text=True,
+    )  # fmt: skip
+    asked = Output(proc.stderr).wait_for("waits for approval")
+    approval = asked.split("tether approve w1 ")[1].split()[0]
+    listed = tether("runs", "--store", store)
+    assert f"waiting for approval ({approval})" in listed.stdout
+    shown = tether("show", "w1", "--store", store).stdout
+    assert f"tether approve w1 {approval}" in shown.splitlines()[-1]
+
+    proc.kill()
+    proc.wait(30)
+    listed = tether("runs", "--store", store)
+    assert "interrupted: its process died (tether resume w1)" in listed.stdout
+    [row] = json_lines(tether("runs", "--store", store, "--state", "interrupted", "--json").stdout)
+    assert row["id"] == "w1"
+    assert "tether resume w1" in tether("show", "w1", "--store", store).stdout.splitlines()[-1]
+
+    approved = tether("approve", "w1", approval, "--store", store)
+    assert approved.returncode == 0 and approved.stdout.strip() == f"approved: {approval} of run w1"
+    resumed = tether("resume", "w1", "--store", store)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "proof.txt").read_text() == "approved\n"
+    for refused in (
+        tether("cancel", "w1", "--store", store),
+        tether("send", "w1", "more", "--store", store),
+        tether("approve", "w1", approval, "--store", store),
+        tether("cancel", "no-such-run", "--store", store),
+    ):
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert (
+        "has ended (success): nothing to cancel" in tether("cancel", "w1", "--store", store).stderr
+    )

@@ -100,6 +100,7 @@ from .store import (
     Tally,
     approval_id,
     check_url,
+    executor_alive,
     messages_of,
     status_of,
     task_images,
@@ -230,6 +231,8 @@ class DurableRuns:
         self.url = url
         self.resolve = resolve
         self.executor_id = executor_id or process_executor_id()
+        self.working = False
+        """Whether this process is a `tether worker` (it says each run it starts and ends)."""
         self.bus = Bus()
         self.runs: dict[str, StoredRun] = {}
         self.agents: dict[str, Agent] = {}  # run id -> agent, while the run executes here
@@ -574,6 +577,28 @@ class DurableRuns:
     async def execute(
         self, run_id: str, record: dict[str, Any], task: str, history: list[Message] | None
     ) -> dict[str, Any]:
+        if not self.working:
+            return await self.execute_here(run_id, record, task, history)
+        # a worker says what it takes and how each run ended: its log is where an operator
+        # looks first (it printed nothing per run)
+        shown = " ".join(task.split())
+        say(f"tether worker {self.executor_id}: run {run_id} started: {shown[:70]}")
+        ended = "failed (see its events)"
+        try:
+            summary = await self.execute_here(run_id, record, task, history)
+            ended = str(summary.get("outcome", "done"))
+            reason = summary.get("reason")
+            ended += f" ({reason})" if reason else ""
+            return summary
+        except asyncio.CancelledError:
+            ended = "stopped here (it stays in the store)"
+            raise
+        finally:
+            say(f"tether worker {self.executor_id}: run {run_id} ended {ended}")
+
+    async def execute_here(
+        self, run_id: str, record: dict[str, Any], task: str, history: list[Message] | None
+    ) -> dict[str, Any]:
         if record.get("format") != FORMAT:
             raise ConfigError(f"run {run_id} was recorded in another format")
         this = asyncio.current_task()
@@ -715,6 +740,7 @@ class DurableRuns:
         from dbos import DBOS
 
         await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
+        self.working = True
         listen_to_queue()
         name = self.executor_id
         while True:
@@ -1273,24 +1299,6 @@ _quiet = QuietStoreLog()  # on DBOS's log once it launches, for as long as its t
 
 def process_executor_id() -> str:
     return f"cli-{socket.gethostname()}-{os.getpid()}"
-
-
-def executor_alive(executor_id: str) -> bool:
-    """Whether a `tether run` process (by its executor id) still runs on this machine; an
-    executor elsewhere, or a worker, counts as alive (its heartbeats decide)."""
-    prefix = f"cli-{socket.gethostname()}-"
-    if not executor_id.startswith(prefix):
-        return executor_id != "local"
-    pid = executor_id[len(prefix) :]
-    if not pid.isdigit():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def orphans(run_ids: list[str] | None = None) -> dict[str, str]:

@@ -12,7 +12,9 @@ its token deltas.
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -336,6 +338,24 @@ ENDED = ("SUCCESS", "ERROR", "CANCELLED")
 STATES = {"ENQUEUED": "queued", "PENDING": "running", "ERROR": "failed", "CANCELLED": "cancelled"}
 
 
+def executor_alive(executor_id: str) -> bool:
+    """Whether a `tether run` process (by its executor id) still runs on this machine; an
+    executor elsewhere, or a worker, counts as alive (its heartbeats decide)."""
+    prefix = f"cli-{socket.gethostname()}-"
+    if not executor_id.startswith(prefix):
+        return executor_id != "local"
+    pid = executor_id[len(prefix) :]
+    if not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def listing(w: Any) -> dict[str, Any]:
     """One run of a store as `tether runs` shows it: what it was asked, where it stands
     (queued, running on a worker, then its outcome), when, and what it used."""
@@ -386,16 +406,29 @@ def list_runs(
 
 
 def waiting_state(store: Any, row: dict[str, Any]) -> dict[str, Any]:
-    """`row` with the state `waiting` if its run waits for a person's approval."""
-    if row["state"] == "running" and waits_for_approval(store, row["id"]):
+    """`row` with the state `waiting` (and the `approvals` it waits for) if its run waits for
+    a person's approval, or `interrupted` if the process executing it died: nothing executes
+    it until `tether resume`, a worker or a `Runtime` on this machine takes it over. (It
+    showed `running on` the dead process for ever.)"""
+    if row["state"] != "running":
+        return row
+    if not executor_alive(row["executor"] or ""):
+        row["state"] = "interrupted"
+        row["worker"] = None
+        return row
+    waiting = approvals_waiting(store, row["id"])
+    if waiting:
         row["state"] = "waiting"
+        row["approvals"] = waiting
     return row
 
 
-def waits_for_approval(store: Any, run_id: str) -> bool:
-    """Whether a running run waits for a person's approval (its request is on the store)."""
+def approvals_waiting(store: Any, run_id: str) -> list[str]:
+    """The approvals a running run waits for (their requests are on the store)."""
     events = store._sys_db.get_all_events(run_id)
-    return any(isinstance(v, dict) and v.get("state") == "waiting" for v in events.values())
+    return sorted(
+        k for k, v in events.items() if isinstance(v, dict) and v.get("state") == "waiting"
+    )
 
 
 # tether's run states, and the DBOS status each is stored as
@@ -403,6 +436,7 @@ RUN_STATES = {
     "queued": "ENQUEUED",
     "running": "PENDING",
     "waiting": "PENDING",  # for a person's approval
+    "interrupted": "PENDING",  # its process died: `tether resume` goes on with it
     "done": "SUCCESS",
     "halted": "SUCCESS",
     "failed": "ERROR",

@@ -462,14 +462,17 @@ def preload(store: str | None, model: bool) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    try:
+        if args.command == "show":  # its store only where one is named (else its journal)
+            args.store = store_url(args.store) if args.store else None
+        else:
+            resolve_store(args)
+    except ConfigError as e:
+        return error(str(e))
     if args.command == "show":
         from .store import command_show
 
         return command_show(args)
-    try:
-        resolve_store(args)
-    except ConfigError as e:
-        return error(str(e))
     wrong = check_store_settings(args)
     if wrong is not None:
         return error(wrong)

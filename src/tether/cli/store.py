@@ -26,7 +26,7 @@ def command_store(args: argparse.Namespace) -> int:
         return command_resume(args)
     if args.command == "worker":
         return command_worker(args)
-    from ..store import answer_approval, client, ledger_for, list_runs, send_message
+    from ..store import client, list_runs
 
     try:
         store = client(args.store)
@@ -34,29 +34,49 @@ def command_store(args: argparse.Namespace) -> int:
             states = args.state.split(",") if args.state else None
             for line in list_runs(store, states):
                 print(orjson.dumps(line).decode() if args.json else runs_line(line))
-        elif args.command == "cancel":
-            store.cancel_workflow(args.run_id)
-        elif args.command == "send":
-            send_message(store, ledger_for(args.store), args.run_id, args.text)
-        else:
-            approved = args.command == "approve"
-            reason = "approved by the user" if approved else args.reason
-            reply = {"approved": approved, "reason": reason}
-            given = getattr(args, "args_hash", None)
-            answer_approval(store, args.run_id, args.approval_id, reply, given)
+            return 0
+        said = control(store, args)
     except (ConfigError, RunEnded) as e:
         return error(str(e))
+    print(said)
     return 0
 
 
+def control(store: Any, args: argparse.Namespace) -> str:
+    """`cancel`, `send`, `approve` or `deny` a run of the store: what was done, in one line. A
+    run that cannot take it (ended, unknown, not waiting for that approval) is a ConfigError
+    naming why; `cancel` of an ended run said nothing and exited 0, while `send` exited 2."""
+    from ..store import ENDED, answer_approval, ledger_for, send_message, status_of
+
+    run_id = args.run_id
+    if args.command == "cancel":
+        status = status_of(store, run_id).status
+        if status in ENDED:
+            raise ConfigError(f"run {run_id} has ended ({status.lower()}): nothing to cancel")
+        store.cancel_workflow(run_id)
+        return f"cancelled run {run_id} (what it completed is kept)"
+    if args.command == "send":
+        send_message(store, ledger_for(args.store), run_id, args.text)
+        return f"sent to run {run_id}: it reads the message before its next model call"
+    approved = args.command == "approve"
+    reason = "approved by the user" if approved else args.reason
+    reply = {"approved": approved, "reason": reason}
+    answer_approval(store, run_id, args.approval_id, reply, getattr(args, "args_hash", None))
+    done = "approved" if approved else f"denied ({reason})"
+    return f"{done}: {args.approval_id} of run {run_id}"
+
+
 def runs_line(r: dict[str, Any]) -> str:
-    """id, when it was queued or started, state (with its worker while it runs), steps, cost
-    and task, a tab between each."""
+    """id, when it was queued or started, state (with its worker while it runs, the approvals
+    it waits for, or the command that resumes it), steps, cost and task, a tab between each."""
     since = r["started_at"] or r["queued_at"] or 0
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
-    state = {"running": f"running on {r['worker']}", "waiting": "waiting for approval"}.get(
-        r["state"], r["state"]
-    )
+    states = {
+        "running": f"running on {r['worker']}",
+        "waiting": f"waiting for approval ({', '.join(r.get('approvals') or [])})",
+        "interrupted": f"interrupted: its process died (tether resume {r['id']})",
+    }
+    state = states.get(r["state"], r["state"])
     steps = "" if r["steps"] is None else f"{r['steps']} steps"
     cost = "" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
     task = " ".join(r["task"].split())
@@ -161,4 +181,24 @@ def command_show(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(atif(events), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:  # an agent's children (agents used as tools) nested where it called them
         sys.stdout.write(readable(events, load) + "\n")
+        if store:
+            sys.stdout.write(where_it_stands(opened, args.run_id))
     return 0
+
+
+def where_it_stands(store: Any, run_id: str) -> str:
+    """A line under a durable run's transcript when it waits for someone: for a person's
+    approval (with the commands that decide it), or for a process to resume it."""
+    from ..store import listing, status_of, waiting_state
+
+    row = waiting_state(store, listing(status_of(store, run_id)))
+    if row["state"] == "waiting":
+        lines = [
+            f"[waiting for approval ({a})] tether approve {run_id} {a}   "
+            f"(or tether deny {run_id} {a})"
+            for a in row.get("approvals") or []
+        ]
+        return "".join(line + "\n" for line in lines)
+    if row["state"] == "interrupted":
+        return f"[interrupted: its process died] tether resume {run_id} goes on with it\n"
+    return ""
