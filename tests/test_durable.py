@@ -86,8 +86,10 @@ def test_an_approval_survives_a_crash(wire: WireServer, tmp_path: Path) -> None:
         str(tmp_path),
     )
     assert request["name"] == "bash"
-    waiting = tether("runs", "--store", store, "--state", "waiting", env=env).stdout
-    assert waiting.split("\t")[0] == "appr-1" and "\twaiting for approval\t" in waiting
+    # its process is dead: it waits for approval and for a process to resume it
+    waiting = tether("runs", "--store", store, "--state", "interrupted", env=env).stdout
+    assert waiting.split("\t")[0] == "appr-1"
+    assert f"(tether resume appr-1); waits for approval ({request['approval_id']})" in waiting
     approve = tether("approve", "appr-1", request["approval_id"], "--store", store, env=env)
     assert approve.returncode == 0, approve.stderr
     resumed = tether("resume", "appr-1", "--store", store, "--json", env=env)

@@ -412,14 +412,13 @@ def waiting_state(store: Any, row: dict[str, Any]) -> dict[str, Any]:
     showed `running on` the dead process for ever.)"""
     if row["state"] != "running":
         return row
-    if not executor_alive(row["executor"] or ""):
-        row["state"] = "interrupted"
-        row["worker"] = None
-        return row
     waiting = approvals_waiting(store, row["id"])
     if waiting:
         row["state"] = "waiting"
         row["approvals"] = waiting
+    if not executor_alive(row["executor"] or ""):  # waiting or not, nothing executes it
+        row["state"] = "interrupted"
+        row["worker"] = None
     return row
 
 

@@ -88,8 +88,10 @@ async def read_line(stream: TextIO) -> str:
     """The next line typed on `stream`, read on the event loop, not in a thread: a Ctrl-C
     while it waits cancels the wait at once, and nothing is left reading. A thread blocked in
     `readline` held up the command's exit until Enter was pressed, then swallowed that line
-    (the next `you>` of `tether ask`). A stream the loop cannot watch (a regular file) is read
-    as it is: it never blocks."""
+    (the next `you>` of `tether ask`). Answers piped in are read through Python's buffer,
+    which may hold them already (`input()` reads ahead), in a thread as before."""
+    if not stream.isatty():  # piped answers: Python's buffer may hold them already
+        return await asyncio.to_thread(stream.readline)
     loop = asyncio.get_running_loop()
     try:
         fd = stream.fileno()

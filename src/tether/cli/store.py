@@ -76,6 +76,8 @@ def runs_line(r: dict[str, Any]) -> str:
         "waiting": f"waiting for approval ({', '.join(r.get('approvals') or [])})",
         "interrupted": f"interrupted: its process died (tether resume {r['id']})",
     }
+    if r["state"] == "interrupted" and r.get("approvals"):
+        states["interrupted"] += f"; waits for approval ({', '.join(r['approvals'])})"
     state = states.get(r["state"], r["state"])
     steps = "" if r["steps"] is None else f"{r['steps']} steps"
     cost = "" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
@@ -192,13 +194,14 @@ def where_it_stands(store: Any, run_id: str) -> str:
     from ..store import listing, status_of, waiting_state
 
     row = waiting_state(store, listing(status_of(store, run_id)))
-    if row["state"] == "waiting":
+    if row["state"] in ("waiting", "interrupted") and row.get("approvals"):
         lines = [
             f"[waiting for approval ({a})] tether approve {run_id} {a}   "
             f"(or tether deny {run_id} {a})"
-            for a in row.get("approvals") or []
+            for a in row["approvals"]
         ]
-        return "".join(line + "\n" for line in lines)
+    else:
+        lines = []
     if row["state"] == "interrupted":
-        return f"[interrupted: its process died] tether resume {run_id} goes on with it\n"
-    return ""
+        lines.append(f"[interrupted: its process died] tether resume {run_id} goes on with it")
+    return "".join(line + "\n" for line in lines)
