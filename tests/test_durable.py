@@ -570,3 +570,54 @@ def test_the_idempotency_key_names_the_run_and_the_call(wire: WireServer, tmp_pa
         assert p.returncode == 0, p.stderr
     keys = [line.split()[0] for line in (tmp_path / "charges").read_text().splitlines()]
     assert keys == ["pay-a:call_same", "pay-b:call_same"]
+
+
+class Planted:
+    """A pickle that, unpickled, creates a marker file: what a row rewritten by someone with
+    write access to the store would hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.marker), "w"))
+
+
+def test_a_step_rewritten_with_a_pickle_is_refused_and_never_run(tmp_path: Path) -> None:
+    """Records are data: a store row rewritten with a malicious pickle is refused on read with
+    one line, and no code runs (the marker file is never made), in `show` and in `resume`."""
+    import pickle
+    import sqlite3
+
+    from helpers import Output
+
+    path = tmp_path / "runs.sqlite"
+    script = tmp_path / "bash.json"
+    call = {"name": "bash", "arguments": {"command": "echo approved > proof.txt"}}
+    script.write_text(json.dumps([{"tool_calls": [call]}, {"text": "Done."}]))
+    argv = [*TETHER, "run", "x", "--tools", "bash", "--provider", "scripted", "--script"]
+    argv += [str(script), "--workspace", str(tmp_path), "--store", str(path), "--run-id", "p1"]
+    proc = warm.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=cli_env(), text=True,
+    )  # fmt: skip
+    Output(proc.stderr).wait_for("waits for approval")  # its first step (the reply) recorded
+    proc.kill()
+    proc.wait(30)
+    shown = tether("show", "p1", "--store", str(path))
+    assert shown.returncode == 0 and "bash" in shown.stdout  # a record Tether wrote reads
+    marker = tmp_path / "pwned"
+    with sqlite3.connect(f"{path}-effects") as db:  # Tether's tables, beside DBOS's
+        changed = db.execute(
+            "UPDATE tether_steps SET output = ? WHERE run_id = 'p1'",
+            (pickle.dumps(Planted(marker)),),
+        ).rowcount
+    assert changed >= 1
+    for refused in (
+        tether("show", "p1", "--store", str(path)),
+        tether("resume", "p1", "--store", str(path)),
+    ):
+        assert refused.returncode != 0
+        assert "not in Tether's record format" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert not marker.exists()

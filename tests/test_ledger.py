@@ -315,3 +315,41 @@ def test_every_part_of_a_conversation_is_recorded_whole() -> None:
         assert [getattr(again, f.name) for f in dataclasses.fields(value)] == [
             getattr(value, f.name) for f in dataclasses.fields(value)
         ]
+
+
+def test_records_are_data_checked_as_they_are_read() -> None:
+    """A step's record round-trips our message types; a record of another type, a field a
+    type does not have, a field of the wrong kind or a pickle is refused, never built."""
+    import pickle
+
+    import pytest
+
+    from tether.messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
+    from tether.records import FORMAT, RecordError, dumps, loads
+
+    reply = ModelResponse(
+        Message("assistant", (TextPart("hi"), ToolCall("c1", "add", {"a": 1}, '{"a":1}'))),
+        "tool_use",
+        Usage(10, 2, 3),
+        "m",
+    )
+    step = (reply, 1.5, 2.0, [(1, "a message")], [])
+    assert loads(dumps(step)) == step
+    results = ([ToolResult("c1", "add", "2", False)], 3.0)
+    assert loads(dumps(results)) == results
+    assert loads(dumps({"k": b"\x00bytes", "$t": "not a type"})) == {
+        "k": b"\x00bytes",
+        "$t": "not a type",
+    }
+    for bad in (
+        b'{"$t": "Path", "x": 1}',
+        b'{"$t": "TextPart", "text": "x", "extra": 1}',
+        b'{"$t": "TextPart", "text": 5}',
+        b'{"$eval": "1"}',
+    ):
+        with pytest.raises(RecordError):
+            loads(FORMAT + bad)
+    with pytest.raises(RecordError, match="never unpickled"):
+        loads(pickle.dumps(step))
+    with pytest.raises(TypeError):
+        dumps(object())

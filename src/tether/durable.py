@@ -40,7 +40,6 @@ import contextlib
 import contextvars
 import dataclasses
 import os
-import pickle
 import socket
 import sys
 import threading
@@ -89,6 +88,8 @@ from .outage import (
     cause_of,
     unavailable,
 )
+from .records import dumps as to_record
+from .records import loads as from_record
 from .run import RestartPolicy, after_attempt, forget_old
 from .store import (
     ENDED,
@@ -982,11 +983,11 @@ class RecordedEffects:
                     f"run {self.run_id}: step {n} was recorded as {found[0]} and is now {kind}; "
                     "the agent's code changed since the run started"
                 )
-            recorded: T = pickle.loads(found[1])
+            recorded: T = from_record(found[1], f"run {self.run_id}'s step {n}")
             return recorded
         self.owner.stepped.add(self.run_id)  # live from here: its events are shown
         out = await work()
-        await self.owner.ledger.record_step(self.run_id, n, kind, pickle.dumps(out))
+        await self.owner.ledger.record_step(self.run_id, n, kind, to_record(out))
         return out
 
     def now(self) -> float:

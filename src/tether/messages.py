@@ -21,8 +21,8 @@ Role = Literal["system", "user", "assistant", "tool"]
 
 
 def quick_pickle[C: type](cls: C) -> C:
-    """Pickle a slots dataclass's fields without `dataclasses.fields()` on every object: a
-    durable run pickles its steps and its result, about 90 such objects a run, and
+    """Pickle a slots dataclass's fields without `dataclasses.fields()` on every object: DBOS
+    pickles a durable run's inputs and result (its steps are JSON records, `records`), and
     dataclasses' own `__getstate__` was 5% of a durable run's CPU (yappi, bench/durable_bench
     on SQLite). The state is the fields' values in order, as before, so records written
     either way read back the same (`__setstate__` is dataclasses' own)."""

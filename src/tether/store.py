@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pickle
 import socket
 import sys
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from .loop import close_open_calls
 from .messages import ImagePart, Message, ToolCall, Usage
 from .outage import cannot_open, said_by_us
 from .pricing import Price, price_for
+from .records import loads as from_record
 
 T = TypeVar("T")
 
@@ -145,8 +145,12 @@ class Reader:
             return list(self.client.list_workflow_steps(run_id))
         rows = self.ledger.steps_of(run_id)
         return [
-            {"function_name": kind, "output": pickle.loads(out), "completed_at_epoch_ms": at * 1000}
-            for _, kind, out, at in rows
+            {
+                "function_name": kind,
+                "output": from_record(out, f"run {run_id}'s step {n}"),
+                "completed_at_epoch_ms": at * 1000,
+            }
+            for n, kind, out, at in rows
         ]
 
 

@@ -22,6 +22,7 @@ from ..journal import STORE_FORMS, store_url
 from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS, RunOptions
 from ..outage import STORE_PATIENCE_S
 from ..providers import PROVIDERS
+from ..records import RecordError
 from ..tools import BUILTINS
 from ..version import __version__
 from .common import STORE_HELP, data_dir, default_store, error, leave
@@ -420,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return command(build_parser().parse_args(argv))
     except StoreUnavailable as e:
+        print(f"tether: {e}", file=sys.stderr)
+        leave(1)
+    except RecordError as e:  # a store row that is not Tether's: refused, nothing of it run
         print(f"tether: {e}", file=sys.stderr)
         leave(1)
     except BrokenPipeError:  # `tether runs | head`: the reader has all it wanted

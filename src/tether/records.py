@@ -1,0 +1,146 @@
+"""Records are data: how a run's recorded steps are written to a store and read back.
+
+A store's rows are read by every process that shows or executes a run: `tether show`, the
+page, `tether resume`, every worker on every machine. A pickle is a program, so with pickled
+steps whoever could write one row could run code in all of them (an audit did it from a
+sandboxed command through a reachable Postgres socket). A record here is JSON of plain values
+and of our message types only, checked as it is read: an object names one of `TYPES` and
+holds that type's fields, each of the kind its annotation says where that is a plain kind.
+Reading a record builds frozen dataclasses from checked values; it calls nothing else.
+
+    {"$t": "ToolResult", "call_id": "c1", "name": "add", "output": "42", ...}
+    {"$tuple": [...]}   {"$d": {...}}   {"$b": "base64"}   lists, strings, numbers, null
+
+Every record begins with `FORMAT`; one without it (a pickle written by an earlier version) is
+refused with `RecordError`, never unpickled.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import functools
+import typing
+from typing import Any, cast
+
+import orjson
+
+from .errors import TetherError
+from .messages import (
+    ImagePart,
+    Message,
+    ModelResponse,
+    ReasoningPart,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+
+FORMAT = b"tether-json-1\n"
+TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (TextPart, ToolCall, ImagePart, ToolResult, ReasoningPart, Message, Usage)
+} | {"ModelResponse": ModelResponse}
+PLAIN = {"str": str, "int": int, "float": (int, float), "bool": bool}
+
+
+class RecordError(TetherError):
+    """A store's record that is not one Tether wrote: another format, or values that are not
+    what its type holds. Nothing of it was run or used."""
+
+
+def dumps(value: Any) -> bytes:
+    """`value` as a record: `FORMAT`, then JSON."""
+    return FORMAT + orjson.dumps(encode(value))
+
+
+def loads(record: bytes, what: str = "a record") -> Any:
+    """A record read back, checked; `what` names it in an error (a run's step)."""
+    if not bytes(record).startswith(FORMAT):
+        raise RecordError(
+            f"{what} is not in Tether's record format (a pickle written by a version before "
+            "0.1.0, or a row written by someone else): refused, never unpickled; finish or "
+            "cancel such runs with the version that started them"
+        )
+    try:
+        return decode(orjson.loads(bytes(record)[len(FORMAT) :]))
+    except (orjson.JSONDecodeError, TypeError, ValueError, KeyError) as e:
+        raise RecordError(f"{what} is not a valid record: {e}") from None
+
+
+def encode(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [encode(v) for v in value]
+    if isinstance(value, tuple):
+        return {"$tuple": [encode(v) for v in value]}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("a record's mapping has keys that are not strings")
+        return {"$d": {k: encode(v) for k, v in value.items()}}
+    if isinstance(value, (bytes, bytearray)):
+        return {"$b": base64.b64encode(value).decode()}
+    name = type(value).__name__
+    if TYPES.get(name) is type(value):
+        fields = {
+            f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(cast(Any, value))
+        }
+        return {"$t": name, **fields}
+    raise TypeError(f"{name} cannot be recorded")
+
+
+def decode(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if not isinstance(value, dict) or len(value) == 0:
+        raise ValueError(f"unexpected {type(value).__name__} in a record")
+    if "$t" in value:
+        return build(value)
+    (tag, inner), *rest = value.items()
+    if rest:
+        raise ValueError(f"unexpected object with keys {sorted(value)}")
+    if tag == "$tuple" and isinstance(inner, list):
+        return tuple(decode(v) for v in inner)
+    if tag == "$d" and isinstance(inner, dict):
+        return {str(k): decode(v) for k, v in inner.items()}
+    if tag == "$b" and isinstance(inner, str):
+        return base64.b64decode(inner, validate=True)
+    raise ValueError(f"unexpected object {tag!r}")
+
+
+def build(value: dict[str, Any]) -> Any:
+    """One of `TYPES` from its recorded fields: the names must be the type's own, and a field
+    annotated as a plain kind (str, int, float, bool) must hold one."""
+    name = value["$t"]
+    cls = TYPES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"type {name!r} is not one a record may hold")
+    given = {k: v for k, v in value.items() if k != "$t"}
+    kinds = field_kinds(cls)
+    unknown = set(given) - set(kinds)
+    if unknown:
+        raise ValueError(f"{name} has no field {sorted(unknown)[0]!r}")
+    args = {}
+    for key, raw in given.items():
+        field = decode(raw)
+        kind = kinds[key]
+        if kind is not None and not isinstance(field, kind):
+            raise ValueError(f"{name}.{key} holds {type(field).__name__}")
+        args[key] = field
+    return cls(**args)
+
+
+@functools.cache
+def field_kinds(cls: type) -> dict[str, Any]:
+    """Each field of `cls` and the plain kind its value must be (None: checked by shape only,
+    a union, a tuple of parts, a mapping ...)."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        out[f.name] = PLAIN.get(hint.__name__) if isinstance(hint, type) else None
+    return out
