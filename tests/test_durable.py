@@ -621,3 +621,49 @@ def test_a_step_rewritten_with_a_pickle_is_refused_and_never_run(tmp_path: Path)
         assert "not in Tether's record format" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr
     assert not marker.exists()
+
+
+def test_a_dbos_row_rewritten_as_a_pickle_is_never_unpickled(tmp_path: Path) -> None:
+    """What DBOS keeps of a run is data too: its inputs and result are JSON records, and a row
+    whose `serialization` column is rewritten to say `py_pickle` (DBOS's own pickle format)
+    is not unpickled by `runs`, `show`, `resume` or a worker: no marker file is made."""
+    import base64
+    import pickle
+    import sqlite3
+
+    path = tmp_path / "runs.sqlite"
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    done = tether(
+        "run", "weather?", "--provider", "scripted", "--run-id", "d1", "--store", str(path),
+        "--script", str(examples / "weather_script.json"),
+        "--tools-from", str(examples / "tools.py"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    marker = tmp_path / "pwned"
+    planted = base64.b64encode(pickle.dumps(Planted(marker))).decode()
+    with sqlite3.connect(path) as db:
+        (inputs,) = db.execute("SELECT inputs FROM workflow_input").fetchone()
+        assert inputs.startswith('{"$d":')  # JSON of plain values, not a pickle
+        db.execute("UPDATE workflow_status SET serialization = 'py_pickle'")
+        db.execute("UPDATE workflow_input SET inputs = ?", (planted,))
+        db.execute("UPDATE workflow_output SET output = ?", (planted,))
+    for command in (["runs"], ["show", "d1"], ["resume", "d1"], ["runs", "--json"]):
+        p = tether(*command, "--store", str(path))
+        assert "Traceback" not in p.stderr, p.stderr
+    worker = warm.Popen(
+        [*TETHER, "worker", "--store", str(path), "--beat", "0.2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env(), text=True,
+    )  # fmt: skip
+
+    def beat_of_worker() -> float | None:
+        with sqlite3.connect(f"{path}-effects") as db:
+            row = db.execute("SELECT max(last_beat) FROM tether_executors").fetchone()
+        return row[0] if row and row[0] else None
+
+    try:  # two beats: a whole round of the worker (its take-overs and recoveries) between
+        first = wait_until(beat_of_worker, "the worker's first beat", 30)
+        wait_until(lambda: (beat_of_worker() or 0) > first, "the worker's next beat", 30)
+    finally:
+        worker.kill()
+        worker.wait(30)
+    assert not marker.exists()

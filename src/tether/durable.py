@@ -88,6 +88,7 @@ from .outage import (
     cause_of,
     unavailable,
 )
+from .records import RecordSerializer, refuse_pickles
 from .records import dumps as to_record
 from .records import loads as from_record
 from .run import RestartPolicy, after_attempt, forget_old
@@ -296,9 +297,11 @@ class DurableRuns:
             # as many threads as connections: a thread never waits for one (see CONNECTIONS)
             "sys_db_pool_size": self.connections,
             "max_executor_threads": self.connections,
+            "serializer": RecordSerializer(),  # records are data (see `records`)
         }
         if not self.url.startswith("sqlite"):
             config["db_engine_kwargs"] = {"connect_args": dict(POSTGRES_CONNECT_ARGS)}
+        refuse_pickles()
         DBOS(config=config)  # type: ignore[arg-type]
         _quiet.install()
         # DBOS 3 has every launched process dequeue from every queue the store knows: a

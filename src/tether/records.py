@@ -13,6 +13,11 @@ Reading a record builds frozen dataclasses from checked values; it calls nothing
 
 Every record begins with `FORMAT`; one without it (a pickle written by an earlier version) is
 refused with `RecordError`, never unpickled.
+
+What DBOS keeps of a run (its inputs, its result, the messages and events that carry
+approvals) goes through the same codec (`RecordSerializer`), and DBOS's own pickle reader is
+replaced by one that refuses (`refuse_pickles`): a row's `serialization` column is data too,
+and one rewritten to say `py_pickle` must not make DBOS unpickle it.
 """
 
 from __future__ import annotations
@@ -50,6 +55,15 @@ class RecordError(TetherError):
     what its type holds. Nothing of it was run or used."""
 
 
+class RecordedFailure(TetherError):
+    """A failure as a store keeps it: the name of its exception's type (`kind`) and its
+    message. The exception itself is never stored."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 def dumps(value: Any) -> bytes:
     """`value` as a record: `FORMAT`, then JSON."""
     return FORMAT + orjson.dumps(encode(value))
@@ -72,6 +86,8 @@ def loads(record: bytes, what: str = "a record") -> Any:
 def encode(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, BaseException):  # DBOS keeps a failed workflow's error: its words
+        return {"$error": {"type": type(value).__name__, "message": str(value)}}
     if isinstance(value, list):
         return [encode(v) for v in value]
     if isinstance(value, tuple):
@@ -109,6 +125,8 @@ def decode(value: Any) -> Any:
         return {str(k): decode(v) for k, v in inner.items()}
     if tag == "$b" and isinstance(inner, str):
         return base64.b64decode(inner, validate=True)
+    if tag == "$error" and isinstance(inner, dict):
+        return RecordedFailure(str(inner.get("message", "")), str(inner.get("type", "")))
     raise ValueError(f"unexpected object {tag!r}")
 
 
@@ -144,3 +162,45 @@ def field_kinds(cls: type) -> dict[str, Any]:
         hint = hints[f.name]
         out[f.name] = PLAIN.get(hint.__name__) if isinstance(hint, type) else None
     return out
+
+
+class RecordSerializer:
+    """DBOS's serializer (its `Serializer` interface) for what it keeps of a run: records."""
+
+    def name(self) -> str:
+        return "tether_records"
+
+    def serialize(self, data: Any) -> str:
+        return orjson.dumps(encode(data)).decode()
+
+    def deserialize(self, serialized_data: str) -> Any:
+        try:
+            return decode(orjson.loads(serialized_data))
+        except (orjson.JSONDecodeError, TypeError, ValueError, KeyError) as e:
+            raise RecordError(f"a run's record in the store is not valid: {e}") from None
+
+
+class PicklesRefused:
+    """In place of DBOS's pickle serializer: reading a row that says it is a pickle is refused,
+    and nothing is ever written as one."""
+
+    def name(self) -> str:
+        return "py_pickle"
+
+    def serialize(self, data: Any) -> str:
+        raise TypeError("Tether records no pickles")
+
+    def deserialize(self, serialized_data: str) -> Any:
+        raise RecordError(
+            "a run's record in the store is a pickle (written before 0.1.0, or by someone "
+            "else): refused, never unpickled"
+        )
+
+
+def refuse_pickles() -> None:
+    """Replace DBOS's pickle reader in this process (see the module docstring). DBOS reads a
+    row by the serializer its `serialization` column names, so configuring ours is not
+    enough; this is the one change Tether makes to DBOS, made where Tether opens a store."""
+    from dbos import _serialization
+
+    _serialization.DBOSDefaultSerializer = PicklesRefused()  # type: ignore[assignment]

@@ -30,6 +30,7 @@ from .loop import close_open_calls
 from .messages import ImagePart, Message, ToolCall, Usage
 from .outage import cannot_open, said_by_us
 from .pricing import Price, price_for
+from .records import RecordSerializer, refuse_pickles
 from .records import loads as from_record
 
 T = TypeVar("T")
@@ -177,7 +178,12 @@ def client(url: str, create: bool = False, ledger: Ledger | None = None) -> Any:
     store: Any = None
     try:
         with said_by_us():
-            store = DBOSClient(system_database_url=url, retry_connection_errors=False)
+            refuse_pickles()
+            store = DBOSClient(
+                system_database_url=url,
+                retry_connection_errors=False,
+                serializer=RecordSerializer(),  # type: ignore[arg-type]
+            )
             # DBOS's client never creates its schema; a fresh database gets it here, so runs
             # can be queued before any worker has started (one query when it is there
             # already; concurrent migrations are serialised by DBOS under an advisory lock)
