@@ -513,6 +513,10 @@ grep -q '^CapEff:[[:space:]]*0*$' /proc/self/status || echo ESCAPED-capabilities
 python3 -c "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])" \
     "$HOST_SOCKET" 2>/dev/null && echo ESCAPED-socket
 ls /run/postgresql /var/run/postgresql 2>/dev/null | grep -q PGSQL && echo ESCAPED-postgres
+cat "$PLANTED_HOME" 2>/dev/null | grep -q planted && echo ESCAPED-home
+cat "$PLANTED_STORE" 2>/dev/null | grep -q planted && echo ESCAPED-store
+grep -q '^root:' /etc/shadow 2>/dev/null && echo ESCAPED-shadow
+test -x /usr/bin/env && echo system-visible
 echo probed
 """
 
@@ -523,7 +527,9 @@ def test_the_sandbox_holds_for_root_and_for_an_ordinary_user(user: str) -> None:
     """As root bubblewrap keeps every capability unless told to drop them: a remount of / and
     a write anywhere on the host, an unmount of /proc. A host Unix socket (here one of the
     test's own in /run, as Postgres's and Docker's are) is a way out no network namespace
-    closes. Each is tried from inside, as the user running Tether and as an ordinary one."""
+    closes. A file in the user's home, a store elsewhere and /etc/shadow must not be there
+    to read. Each is tried from inside, as the user running Tether and as an ordinary one;
+    the system's programs stay visible."""
     from tether.tools.sandbox import Sandbox
 
     if os.geteuid() != 0:
@@ -535,8 +541,18 @@ def test_the_sandbox_holds_for_root_and_for_an_ordinary_user(user: str) -> None:
     server.listen()
     ws = Path(tempfile.mkdtemp(prefix="tether-sandbox-"))  # reachable by an ordinary user
     ws.chmod(0o777)
+    # a secret in the user's home and a store in a service's directory, readable by anyone
+    # the sandbox did not stop (0644 here: the case is a sandbox that shows them at all)
+    home = Path.home() / f".tether-planted-{os.getpid()}-{user}"
+    store = Path(f"/var/lib/tether-planted-{os.getpid()}-{user}/runs.sqlite")
+    store.parent.mkdir()
+    for planted in (home, store):
+        planted.write_text("planted secret\n")
+        planted.chmod(0o644)
+    probe = BREAKOUTS.replace("$HOST_SOCKET", str(path))
+    probe = probe.replace("$PLANTED_HOME", str(home)).replace("$PLANTED_STORE", str(store))
     try:
-        argv = Sandbox().argv(BREAKOUTS.replace("$HOST_SOCKET", str(path)), str(ws))
+        argv = Sandbox().argv(probe, str(ws))
         if user == "nobody":
             argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
@@ -544,6 +560,8 @@ def test_the_sandbox_holds_for_root_and_for_an_ordinary_user(user: str) -> None:
         server.close()
         path.unlink()
         shutil.rmtree(ws)
-    assert done.stdout.strip().endswith("probed"), done.stderr
+        home.unlink()
+        shutil.rmtree(store.parent)
+    assert done.stdout.strip().endswith("system-visible\nprobed"), done.stdout + done.stderr
     assert "ESCAPED" not in done.stdout, done.stdout
     assert not Path("/etc/tether-escape").exists()

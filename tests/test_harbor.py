@@ -304,6 +304,8 @@ def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.Monk
     network and no secret of the host; a process left running is there for the next
     command and gone with the trial; a time-out kills the command, status 124."""
     monkeypatch.setenv("SECRET_TOKEN", "sk-host-secret")
+    planted = Path.home() / f".tether-planted-{os.getpid()}"
+    planted.write_text("planted secret\n")
     (tmp_path / "environment").mkdir()
     (tmp_path / "environment" / "setup.sh").write_text("echo set up > /app/ready.txt\n")
 
@@ -323,6 +325,9 @@ def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.Monk
             r = await env.exec("grep CapEff /proc/self/status; ls -a /run /var/run")
             assert "CapEff:\t0000000000000000" in (r.stdout or ""), r.stdout
             assert "postgresql" not in (r.stdout or "")  # no host socket directory
+            r = await env.exec(f"cat {planted}; grep -c root: /etc/shadow; ls -a ~ /root /home")
+            assert "planted secret" not in (r.stdout or "")  # no user's home
+            assert "\n1\n" not in (r.stdout or "")  # no shadow
             with socket.socket() as listener:  # a server on the host's loopback
                 listener.bind(("127.0.0.1", 0))
                 listener.listen()
@@ -342,9 +347,35 @@ def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.Monk
             await env.stop(delete=True)
         await until(lambda: not host_sleepers(env), "the trial's processes to end", 5)
 
-    asyncio.run(scenario())
+    try:
+        asyncio.run(scenario())
+    finally:
+        planted.unlink()
     assert not Path("/etc/tether-was-here").exists()
     assert not Path("/var/tether-was-here").exists()
+
+
+@needs_bwrap
+def test_a_command_that_prints_10_mb_returns_its_head_and_tail(tmp_path: Path) -> None:
+    """A reply over asyncio's 64 KiB line limit killed the reader and hung every later exec;
+    now each stream comes back as its head and tail, and the next command runs."""
+    (tmp_path / "environment").mkdir()
+
+    async def scenario() -> None:
+        env = environment(tmp_path, kind=SandboxEnvironment)
+        await env.start(force_build=False)
+        try:
+            big = "echo FIRST; head -c 10000000 /dev/zero | tr '\\0' x; echo; echo LAST"
+            r = await asyncio.wait_for(env.exec(big), 60)
+            out = r.stdout or ""
+            assert r.return_code == 0 and out.startswith("FIRST\n") and out.endswith("LAST\n")
+            assert "bytes of output cut" in out and len(out) < 2_000_000
+            r = await asyncio.wait_for(env.exec("echo next"), 30)
+            assert r.stdout == "next\n"
+        finally:
+            await env.stop(delete=True)
+
+    asyncio.run(scenario())
 
 
 def host_sleepers(env: LocalEnvironment) -> list[int]:

@@ -13,6 +13,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         "values",
         {
             "messages",
+            "records",
             "events",
             "errors",
             "pricing",

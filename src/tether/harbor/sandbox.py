@@ -33,9 +33,11 @@ from typing import Any
 import orjson
 from harbor.environments.base import ExecResult
 
-from ..tools.sandbox import bwrap, hardening
+from ..tools.sandbox import SECRET_DIRS, SECRETS, bwrap, hardening
 from .environment import PLACES, VARIABLES, LocalEnvironment
 
+REPLY_LIMIT = 16 << 20
+"""The longest reply line read: two streams' kept bytes (`KEEP`), in base64, fit with room."""
 HIDDEN = {"proc", "dev", "tmp", "run", *(p.strip("/") for p in PLACES)}
 """Top-level directories the sandbox gives its own (the rest are the host's, read-only)."""
 BASE_ENV = {
@@ -49,11 +51,32 @@ SERVER = r"""
 import asyncio, base64, json, os, signal, sys
 
 DRAIN = 1.0  # seconds to keep reading after the command exits (a job it left may hold a pipe)
+KEEP = 512 * 1024  # bytes of a stream's head, and as many of its tail, that a reply carries
+
+
+class Capped:  # the head and tail of a stream, and how much between them was cut
+    def __init__(self):
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+
+    def add(self, chunk):
+        self.total += len(chunk)
+        room = KEEP - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            del self.tail[: max(0, len(self.tail) - KEEP)]
+
+    def data(self):
+        cut = self.total - len(self.head) - len(self.tail)
+        middle = b"\n[... %d bytes of output cut ...]\n" % cut if cut > 0 else b""
+        return bytes(self.head) + middle + bytes(self.tail)
 
 
 async def drain(stream, into):
     while chunk := await stream.read(65536):
-        into += chunk
+        into.add(chunk)
 
 
 def kill(proc):
@@ -73,7 +96,7 @@ async def run(req, running, send):
         send({"id": req["id"], "stdout": "", "stderr": str(e), "code": 127})
         return
     running[req["id"]] = proc
-    out, err = bytearray(), bytearray()
+    out, err = Capped(), Capped()
     readers = [asyncio.ensure_future(drain(proc.stdout, out)),
                asyncio.ensure_future(drain(proc.stderr, err))]
     try:
@@ -85,8 +108,8 @@ async def run(req, running, send):
     for r in readers:
         r.cancel()
     running.pop(req["id"], None)
-    send({"id": req["id"], "stdout": base64.b64encode(out).decode(),
-          "stderr": base64.b64encode(err).decode(), "code": code})
+    send({"id": req["id"], "stdout": base64.b64encode(out.data()).decode(),
+          "stderr": base64.b64encode(err.data()).decode(), "code": code})
 
 
 async def main():
@@ -125,6 +148,7 @@ class SandboxEnvironment(LocalEnvironment):
         self.replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.ids = itertools.count(1)
         self.listener: asyncio.Task[None] | None = None
+        self.broken: str | None = None  # why the replies could not be read, if they could not
 
     @staticmethod
     def type() -> str:
@@ -139,7 +163,9 @@ class SandboxEnvironment(LocalEnvironment):
 
     def argv(self) -> list[str]:
         """bubblewrap's command line: the host's top-level directories read-only but those
-        the sandbox gives its own, the trial's places mounted where a container has them."""
+        the sandbox gives its own, the trial's places mounted where a container has them.
+        Users' homes (and Tether's data and stores in them) and `/etc`'s secrets are not
+        there; the interpreter of the sandbox's server is, wherever it lives."""
         argv = [bwrap(), "--unshare-all", "--die-with-parent", "--new-session"]
         for entry in sorted(os.listdir("/")):
             path = f"/{entry}"
@@ -150,9 +176,14 @@ class SandboxEnvironment(LocalEnvironment):
             else:
                 argv += ["--ro-bind", path, path]
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *hardening()]
+        argv += [*secrets_hidden(), *homes_hidden()]
+        python = interpreter()
+        prefix = os.path.realpath(sys.base_prefix)
+        if python.startswith(prefix + "/") and not visible(prefix):  # e.g. a pyenv in ~
+            argv += ["--ro-bind", prefix, prefix]
         for prefix, place in self.places.items():
             argv += ["--bind", str(self.root / place), prefix]
-        argv += ["--chdir", "/app", "--", interpreter(), "-I", "-c", SERVER]
+        argv += ["--chdir", "/app", "--", python, "-I", "-c", SERVER]
         return argv
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -161,6 +192,7 @@ class SandboxEnvironment(LocalEnvironment):
         self.make_places()
         self.server = await asyncio.create_subprocess_exec(
             *self.argv(),
+            limit=REPLY_LIMIT,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -176,17 +208,29 @@ class SandboxEnvironment(LocalEnvironment):
         await self.set_up()
 
     async def listen(self) -> None:
-        """Hand each reply of the server to the call that waits for it."""
+        """Hand each reply of the server to the call that waits for it. Replies are bounded
+        (the server keeps each stream's head and tail, `KEEP`), and read with a line limit
+        above that bound; if reading fails all the same, every waiting call fails with the
+        reason, and so does every later one (they waited for ever: the reader had died on a
+        reply over asyncio's 64 KiB line limit, and each later exec hung)."""
         assert self.server is not None and self.server.stdout is not None
-        while line := await self.server.stdout.readline():
-            reply = orjson.loads(line)
-            waiting = self.replies.pop(reply["id"], None)
-            if waiting is not None and not waiting.done():
-                waiting.set_result(reply)
-        for waiting in self.replies.values():  # the sandbox is gone: no reply will come
-            if not waiting.done():
-                waiting.set_exception(RuntimeError("the trial's sandbox has ended"))
-        self.replies.clear()
+        why = "the trial's sandbox has ended"
+        try:
+            while line := await self.server.stdout.readline():
+                reply = orjson.loads(line)
+                waiting = self.replies.pop(reply["id"], None)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(reply)
+        except (ValueError, orjson.JSONDecodeError, KeyError) as e:
+            why = f"the trial's sandbox sent a reply that cannot be read: {e}"
+            self.broken = why
+            if self.server.returncode is None:
+                self.server.kill()
+        finally:
+            for waiting in self.replies.values():  # no reply will come
+                if not waiting.done():
+                    waiting.set_exception(RuntimeError(why))
+            self.replies.clear()
 
     async def stop(self, delete: bool) -> None:
         """End the sandbox, and with it every process of the trial."""
@@ -212,7 +256,7 @@ class SandboxEnvironment(LocalEnvironment):
         """Run `command` with bash in the sandbox, in the workdir (or `cwd`); on a time-out
         its process group is killed and the status is 124, as with coreutils' `timeout`."""
         if self.server is None or self.server.stdin is None or self.server.returncode is not None:
-            raise RuntimeError("the trial's sandbox is not running")
+            raise RuntimeError(self.broken or "the trial's sandbox is not running")
         environ = {**BASE_ENV, **self._persistent_env, **(env or {}), **self.variables()}
         call = next(self.ids)
         reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -236,6 +280,25 @@ class SandboxEnvironment(LocalEnvironment):
             stderr=text(done["stderr"]),
             return_code=int(done["code"]),
         )
+
+
+HOMES = ("/root", "/home")
+
+
+def secrets_hidden() -> list[str]:
+    """`/etc`'s secrets covered, as in bash's sandbox (`tools.sandbox.SECRETS`)."""
+    files = [a for f in SECRETS if os.path.exists(f) for a in ("--ro-bind", "/dev/null", f)]
+    return files + [a for d in SECRET_DIRS if os.path.isdir(d) for a in ("--tmpfs", d)]
+
+
+def homes_hidden() -> list[str]:
+    """The users' homes, empty: `~/.ssh`, keys, Tether's own data directory and stores."""
+    return [a for h in HOMES if os.path.isdir(h) and not os.path.islink(h) for a in ("--tmpfs", h)]
+
+
+def visible(path: str) -> bool:
+    """Whether `path` is in what the sandbox shows of the host (not under a hidden home)."""
+    return not any(path == h or path.startswith(h + "/") for h in HOMES)
 
 
 def interpreter() -> str:

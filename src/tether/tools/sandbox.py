@@ -1,13 +1,14 @@
 """`--sandbox`: bash inside bubblewrap, a boundary rather than a convention.
 
-A sandboxed call sees the file system read-only except its workspace (read-write) and a private
-`/tmp`; it has no network unless `net` is set; it runs in PID, IPC and UTS namespaces of its
-own, so every process it starts dies with it (the namespace's first process is bubblewrap's,
-and when it goes the kernel kills the rest, whatever they did to their session or
-environment); it holds no capability, for root too, and no host Unix socket (see
-`hardening`); its environment is bash's clean one (see `bash.py`); its address space and CPU
-time are bounded. Where bubblewrap is missing or cannot make namespaces here, asking for the
-sandbox is an error at start: a call never runs unsandboxed instead.
+A sandboxed call sees the system's directories read-only (`SYSTEM`, with `/etc`'s secrets
+hidden), its workspace read-write, and a private `/tmp` and home; nothing else of the host
+(no users' homes, no stores); it has no network unless `net` is set; it runs in PID, IPC and
+UTS namespaces of its own, so every process it starts dies with it (the namespace's first
+process is bubblewrap's, and when it goes the kernel kills the rest, whatever they did to
+their session or environment); it holds no capability, for root too, and no host Unix socket
+(see `hardening`); its environment is bash's clean one (see `bash.py`); its address space and
+CPU time are bounded. Where bubblewrap is missing or cannot make namespaces here, asking for
+the sandbox is an error at start: a call never runs unsandboxed instead.
 
 Not bounded: the number of processes (`RLIMIT_NPROC` counts a user's processes machine-wide,
 and a cgroup needs privileges the CLI should not ask for); the PID namespace still ends them
@@ -45,11 +46,13 @@ class Sandbox:
         limits = f"ulimit -v {self.memory_mb << 10} -t {self.cpu_seconds}"
         return [
             bwrap(),
-            "--ro-bind", "/", "/",
+            *system_view(),
             *hardening(),
             "--dev", "/dev",
             "--proc", "/proc",
             "--tmpfs", "/tmp",
+            "--tmpfs", "/var/tmp",
+            "--tmpfs", os.path.expanduser("~"),
             "--bind", workspace, workspace,
             "--chdir", workspace,
             "--unshare-all", *net,
@@ -58,6 +61,32 @@ class Sandbox:
             "--",
             "bash", "-c", f'{limits}; exec bash -c "$1"', "bash", command,
         ]  # fmt: skip
+
+
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+"""What a sandboxed command sees of the host, read-only: the programs and their libraries,
+and the system's configuration. Not the users' homes, Tether's data directory and stores,
+`/opt`, `/srv`, `/var` or `/mnt`: a command could read other runs' transcripts in a store, or
+`~/.ssh`, as it could everything its user can."""
+SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers")
+"""Files of `/etc` hidden all the same (root could read them)."""
+SECRET_DIRS = ("/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private")
+
+
+@functools.cache
+def system_view() -> tuple[str, ...]:
+    """bubblewrap's arguments for `SYSTEM`, the way this host has it (a merged /usr has
+    /bin and /lib as links), with `SECRETS` over-mounted by an empty file and `SECRET_DIRS`
+    by an empty directory. Looked at once a process."""
+    argv: list[str] = []
+    for path in SYSTEM:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    argv += [a for f in SECRETS if os.path.exists(f) for a in ("--ro-bind", "/dev/null", f)]
+    argv += [a for d in SECRET_DIRS if os.path.isdir(d) for a in ("--tmpfs", d)]
+    return tuple(argv)
 
 
 def hardening() -> list[str]:
