@@ -50,8 +50,9 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
 
     venv = tmp_path / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
-    run(base, "-m", "venv", venv)
-    run(venv / "bin" / "pip", "install", "-q", "--disable-pip-version-check", wheel)
+    run(base, "-m", "venv", "--without-pip", venv)  # this pip installs into it: 4 s less
+    pip = (sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q")
+    run(*pip, "--no-compile", "--disable-pip-version-check", wheel)
     assert run(venv / "bin" / "tether", "--version").strip() == f"tether {tether.__version__}"
     work = tmp_path / "work"
     work.mkdir()
