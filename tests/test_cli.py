@@ -813,3 +813,42 @@ def test_the_state_commands_say_what_is_true(tmp_path: Path) -> None:
     assert (
         "has ended (success): nothing to cancel" in tether("cancel", "w1", "--store", store).stderr
     )
+
+
+def test_a_worker_runs_the_tools_of_its_own_machine(tmp_path: Path) -> None:
+    """`tether worker --tools-from` takes the place of the tools file a run recorded when it was
+    queued (another machine's path), says each run it starts and ends, and refuses a tools
+    file that does not load before it takes any run."""
+    from helpers import Output
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    queued_here, worker_copy = tmp_path / "queuer", tmp_path / "worker"
+    for folder, says in ((queued_here, "the queuer's copy"), (worker_copy, "the worker's copy")):
+        folder.mkdir()
+        source = (examples / "tools.py").read_text().replace('"3 °C, light snow"', repr(says))
+        (folder / "tools.py").write_text(source)
+    store = str(tmp_path / "jobs.sqlite")
+    queued = tether(
+        "run", "Weather in Oslo?", "--queue", "--store", store, "--run-id", "job",
+        "--provider", "scripted", "--script", str(examples / "weather_script.json"),
+        "--tools-from", str(queued_here / "tools.py"),
+    )  # fmt: skip
+    assert queued.returncode == 0, queued.stderr
+    (queued_here / "tools.py").unlink()  # that machine's file is not here
+
+    bad = tether("worker", "--store", store, "--tools-from", str(tmp_path / "none.py"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+    worker = warm.Popen(
+        [*TETHER, "worker", "--store", store, "--tools-from", str(worker_copy / "tools.py")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env(), text=True,
+    )  # fmt: skip
+    try:
+        lines = Output(worker.stderr)
+        lines.wait_for("run job started: Weather in Oslo?")
+        assert "run job ended done" in lines.wait_for("run job ended")
+    finally:
+        worker.kill()
+        worker.wait(30)
+    shown = tether("show", "job", "--store", store).stdout
+    assert "the worker's copy" in shown and "the queuer's copy" not in shown

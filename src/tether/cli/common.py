@@ -50,14 +50,17 @@ def error(message: str) -> int:
 # -- the runtime --------------------------------------------------------------------------------
 
 
-def cli_runtime(store: str | None, **settings: Any) -> Runtime:
+def cli_runtime(
+    store: str | None, overrides: dict[str, Any] | None = None, **settings: Any
+) -> Runtime:
     """A runtime whose factory builds agents from `RunOptions` (with their MCP servers'
-    tools, connected once per runtime): the CLI's, the page's, and a worker's."""
+    tools, connected once per runtime): the CLI's, the page's, and a worker's, whose own tool
+    options (`overrides`) take the place of what each run recorded."""
 
     async def factory(name: str, recorded: dict[str, Any]) -> Any:
         if name != CLI_AGENT:
             raise ConfigError(f"no agent named {name!r} here (this process builds {CLI_AGENT!r})")
-        options = RunOptions.from_dict(recorded)
+        options = RunOptions.from_dict({**recorded, **(overrides or {})})
         tools = select_tools(options)
         if options.mcp:
             tools += await rt.mcp_tools(options.mcp)

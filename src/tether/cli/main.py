@@ -129,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds of silence after which a worker counts as dead",
     )
+    worker_tool_options(worker)
     runs = sub.add_parser("runs", help="list the runs of a durable store")
     runs.add_argument(
         "--state",
@@ -177,6 +178,27 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--data-dir", default=str(data_dir()), help="where the journals are")
     show.add_argument("--store", metavar="URL", help="read a durable run from its store")
     return parser
+
+
+def worker_tool_options(p: argparse.ArgumentParser) -> None:
+    """A worker's tool options: given, they take the place of what each run it executes
+    recorded (this machine's copy of the tools, its workspace and the variables bash may see
+    here; and a store's rows then cannot name the files or commands a worker loads);
+    `--sandbox` makes every run's bash sandboxed here. Not given, a run's own are used."""
+    t = p.add_argument_group(
+        "tools of the runs this worker executes (given, they replace what each run recorded)"
+    )
+    t.add_argument("--tools", metavar="NAME,NAME|none", help="built-in tools")
+    t.add_argument("--tools-from", action="append", metavar="FILE_OR_MODULE", help="@tool "
+                   "functions from a Python file or module (repeatable)")  # fmt: skip
+    t.add_argument("--mcp", action="append", metavar="COMMAND_OR_URL", help="an MCP server's "
+                   "tools (repeatable)")  # fmt: skip
+    t.add_argument("--tool-timeout", type=float, metavar="S", help="time limit of every call")
+    t.add_argument("--tool-env", action="append", metavar="NAME", help="an environment "
+                   "variable bash may see here (repeatable)")  # fmt: skip
+    t.add_argument("--workspace", metavar="DIR", help="the directory the tools work in here")
+    t.add_argument("--sandbox", action="store_true", help="run every run's bash in bubblewrap")
+    t.add_argument("--sandbox-net", action="store_true", help="with --sandbox: the network")
 
 
 def connections_option(group: argparse._ActionsContainer) -> None:

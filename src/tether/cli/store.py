@@ -17,6 +17,7 @@ import orjson
 
 from ..agent import RunResult
 from ..errors import ConfigError, RunEnded, RunError, StoreUnavailable
+from ..options import RunOptions, absolute, select_tools
 from ..redact import scrub
 from .common import cli_runtime, default_store, error, exit_status, output_sink, until_end
 
@@ -112,7 +113,31 @@ def command_resume(args: argparse.Namespace) -> int:
     return exit_status(result, args.json)
 
 
+WORKER_TOOL_OPTIONS = ("tools", "tools_from", "mcp", "tool_timeout", "tool_env", "workspace")
+
+
+def worker_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The run options a worker's command line sets for every run it executes, checked now
+    (a tools file that does not load is an error before the worker takes any run)."""
+    given = {k: getattr(args, k) for k in WORKER_TOOL_OPTIONS if getattr(args, k) is not None}
+    if "workspace" in given:
+        given["workspace"] = str(Path(given["workspace"]).resolve())
+    if "tools_from" in given:
+        given["tools_from"] = [absolute(f) for f in given["tools_from"]]
+        if "tools" not in given:
+            given["tools"] = "none"  # as `tether run --tools-from` does
+    if args.sandbox:
+        given.update(sandbox=True, sandbox_net=args.sandbox_net)
+    options = RunOptions(**given).resolved()  # the tools load here, or a one-line error
+    select_tools(options)
+    return given
+
+
 def command_worker(args: argparse.Namespace) -> int:
+    try:
+        overrides = worker_overrides(args)
+    except ConfigError as e:
+        return error(str(e))
     executor_id = args.executor_id or f"{socket.gethostname()}-{os.getpid()}"
     print(
         f"tether worker {executor_id}: taking queued runs from the store",
@@ -126,7 +151,7 @@ def command_worker(args: argparse.Namespace) -> int:
             "store_connections": args.store_connections,
             "store_patience": args.store_patience,
         }
-        async with cli_runtime(args.store, take_over=False, **settings) as rt:
+        async with cli_runtime(args.store, overrides, take_over=False, **settings) as rt:
             await rt.work(args.concurrency, args.beat, args.dead_after)
 
     try:
