@@ -852,3 +852,45 @@ def test_a_worker_runs_the_tools_of_its_own_machine(tmp_path: Path) -> None:
         worker.wait(30)
     shown = tether("show", "job", "--store", store).stdout
     assert "the worker's copy" in shown and "the queuer's copy" not in shown
+
+
+def sleepers(seconds: str) -> list[int]:
+    """The pids of `sleep SECONDS` processes on this machine."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if (
+                proc.name.isdigit()
+                and (proc / "cmdline").read_bytes() == f"sleep\0{seconds}\0".encode()
+            ):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_cancels_the_run_and_its_processes(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Both ended `tether run` at once and left the bash call's processes running (here one
+    in the background and one in the foreground); now they stop it as Ctrl-C does."""
+    from helpers import wait_until
+
+    seconds = f"{300 + int(sig)}.{os.getpid()}"  # a command line of this test's own
+    script = tmp_path / "sleep.json"
+    call = {"name": "bash", "arguments": {"command": f"sleep {seconds} & sleep {seconds}"}}
+    script.write_text(json.dumps([{"tool_calls": [call]}, {"text": "Done."}]))
+    argv = [*TETHER, "run", "sleep", "--tools", "bash", "--yolo", "--provider", "scripted"]
+    argv += ["--script", str(script), "--workspace", str(tmp_path), "--json"]
+    proc = warm.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    assert proc.stdout is not None
+    try:
+        wait_until(lambda: len(sleepers(seconds)) == 2, "both sleeps to start", 30)
+        proc.send_signal(sig)
+        assert proc.wait(30) == 130
+    finally:
+        proc.kill()
+    last = json.loads(proc.stdout.read().splitlines()[-1])
+    assert last["type"] == "run_finished" and last["outcome"] == "cancelled"
+    wait_until(lambda: not sleepers(seconds), "the call's processes to end", 10)

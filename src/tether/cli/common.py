@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import re
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -68,6 +69,20 @@ def cli_runtime(
 
     rt = Runtime(store, factory=factory, **settings)
     return rt
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP stop the command as Ctrl-C does: the task that follows the run (or
+    the worker's loop) is cancelled, so the run is cancelled with its tool calls' processes
+    and the command exits. By default they ended the process at once, and a bash call's
+    processes went on running. Call it from the command's main task."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    if task is None:
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, task.cancel)
 
 
 async def until_end(run: Any) -> RunResult:

@@ -28,6 +28,7 @@ from .common import (
     journal_sinks,
     output_sink,
     report,
+    stop_on_signals,
     until_end,
     waiting,
 )
@@ -52,7 +53,7 @@ def command_run(args: argparse.Namespace, options: RunOptions) -> int:
         result = asyncio.run(run_task(args, options, run_id, sinks, images))
     except (ConfigError, RunError) as e:
         return error(str(e))
-    except KeyboardInterrupt:  # before the run was started: nothing to keep
+    except (KeyboardInterrupt, asyncio.CancelledError):  # before the run was started
         print("\n[cancelled]", file=sys.stderr)
         return 130
     finally:
@@ -78,6 +79,7 @@ async def run_task(
     sinks: list[Sink],
     images: tuple[ImagePart, ...] = (),
 ) -> RunResult:
+    stop_on_signals()
     rt = cli_runtime(args.store, take_over=False, store_patience=args.store_patience)
     try:
         await ready(rt, options)

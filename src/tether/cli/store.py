@@ -19,7 +19,15 @@ from ..agent import RunResult
 from ..errors import ConfigError, RunEnded, RunError, StoreUnavailable
 from ..options import RunOptions, absolute, select_tools
 from ..redact import scrub
-from .common import cli_runtime, default_store, error, exit_status, output_sink, until_end
+from .common import (
+    cli_runtime,
+    default_store,
+    error,
+    exit_status,
+    output_sink,
+    stop_on_signals,
+    until_end,
+)
 
 
 def command_store(args: argparse.Namespace) -> int:
@@ -92,6 +100,7 @@ def command_resume(args: argparse.Namespace) -> int:
     sinks = [output_sink(args.json)]
 
     async def go() -> RunResult:
+        stop_on_signals()
         async with cli_runtime(
             args.store, take_over=False, store_patience=args.store_patience
         ) as rt:
@@ -102,7 +111,7 @@ def command_resume(args: argparse.Namespace) -> int:
         result = asyncio.run(go())
     except (ConfigError, RunError) as e:
         return error(str(e))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM or SIGHUP
         print("\n[cancelled]", file=sys.stderr)
         return 130
     except StoreUnavailable:
@@ -151,6 +160,7 @@ def command_worker(args: argparse.Namespace) -> int:
             "store_connections": args.store_connections,
             "store_patience": args.store_patience,
         }
+        stop_on_signals()
         async with cli_runtime(args.store, overrides, take_over=False, **settings) as rt:
             await rt.work(args.concurrency, args.beat, args.dead_after)
 
@@ -158,7 +168,11 @@ def command_worker(args: argparse.Namespace) -> int:
         asyncio.run(go())
     except ConfigError as e:
         return error(str(e))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM or SIGHUP: its
+        print(  # runs stop here and stay in the store, for another worker or this one again
+            f"tether worker {executor_id}: stopped; its runs stay in the store",
+            file=sys.stderr,
+        )
         return 0
     return 0
 
