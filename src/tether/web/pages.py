@@ -38,7 +38,7 @@ button { cursor: pointer; }
 
 INDEX_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Tether runs</title>
-<meta name="csrf" content="__CSRF__"><style nonce="__NONCE__">__STYLE__</style></head>
+<style nonce="__NONCE__">__STYLE__</style></head>
 <body>
 <h1><a href="/">Tether</a> · runs</h1>
 <form class="start" id="start">
@@ -52,9 +52,9 @@ INDEX_PAGE = """<!doctype html>
   <button type="submit">Start run</button> __QUEUE__<span id="start-error" class="note"></span>
 </form>
 <table><thead><tr><th>Run</th><th>Task</th><th>Status</th><th>Steps</th><th>Tokens</th>
-<th>Cost</th></tr></thead><tbody id="runs">__ROWS__</tbody></table>
+<th>Cost</th></tr></thead><tbody id="runs"></tbody></table>
 <script nonce="__NONCE__">
-const csrf = document.querySelector('meta[name=csrf]').content;
+__AUTH__
 document.getElementById('start').addEventListener('submit', async (ev) => {
   ev.preventDefault();
   const f = new FormData(ev.target);
@@ -62,8 +62,8 @@ document.getElementById('start').addEventListener('submit', async (ev) => {
                 tools: f.getAll('tools'), max_steps: Number(f.get('max_steps')) || null,
                 max_cost: f.get('max_cost') ? Number(f.get('max_cost')) : null,
                 tool_choice: f.get('tool_choice') || null, queue: f.get('queue') === 'on'};
-  const r = await fetch('/api/runs', {method: 'POST', body: JSON.stringify(body),
-    headers: {'Content-Type': 'application/json', 'X-Tether-CSRF': csrf}});
+  const r = await api('/api/runs', {method: 'POST', body: JSON.stringify(body),
+    headers: {'Content-Type': 'application/json'}});
   const out = await r.json();
   if (r.ok) { location.href = '/runs/' + encodeURIComponent(out.id || out.ids[0]); }
   else { document.getElementById('start-error').textContent = out.error; }
@@ -82,7 +82,7 @@ function row(body, s, depth) {
   body.appendChild(tr);
 }
 async function refresh() {
-  const r = await fetch('/api/runs'); if (!r.ok) return;
+  const r = await api('/api/runs'); if (!r.ok) return;
   const runs = (await r.json()).reverse(); const body = document.getElementById('runs');
   const ids = new Set(runs.map(s => s.id)); const children = {};
   for (const s of runs) if (s.parent_run_id && ids.has(s.parent_run_id)) {
@@ -92,14 +92,14 @@ async function refresh() {
   const tree = (s, depth) => { row(body, s, depth); for (const c of (children[s.id] || []).reverse()) tree(c, depth + 1); };
   for (const s of runs) if (!(s.parent_run_id && ids.has(s.parent_run_id))) tree(s, 0);
 }
-setInterval(refresh, 2000);
+if (token) { refresh(); setInterval(refresh, 2000); }
 </script>
 </body></html>
 """
 
 RUN_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Tether run __RUN_ID__</title>
-<meta name="csrf" content="__CSRF__"><style nonce="__NONCE__">__STYLE__</style></head>
+<style nonce="__NONCE__">__STYLE__</style></head>
 <body>
 <h1><a href="/">Tether</a> · run <span id="run-id">__RUN_ID__</span></h1>
 <div id="bar">
@@ -113,7 +113,7 @@ RUN_PAGE = """<!doctype html>
 <button type="submit">Send</button> <span id="send-error" class="note"></span></form>
 <script nonce="__NONCE__">
 const runId = __RUN_ID_JSON__;
-const csrf = document.querySelector('meta[name=csrf]').content;
+__AUTH__
 const log = document.getElementById('log');
 const state = {streaming: null, calls: {}, steps: 0, tokens: 0, budget: {}};
 function el(tag, cls, text) {
@@ -122,9 +122,8 @@ function el(tag, cls, text) {
 }
 function add(node) { log.appendChild(node); return node; }
 function post(path, body) {
-  return fetch('/api/runs/' + encodeURIComponent(runId) + path, {method: 'POST',
-    body: JSON.stringify(body || {}),
-    headers: {'Content-Type': 'application/json', 'X-Tether-CSRF': csrf}});
+  return api('/api/runs/' + encodeURIComponent(runId) + path, {method: 'POST',
+    body: JSON.stringify(body || {}), headers: {'Content-Type': 'application/json'}});
 }
 function budget() {
   const b = state.budget; let text = `steps ${state.steps}` + (b.max_steps ? `/${b.max_steps}` : '');
@@ -248,7 +247,11 @@ const render = {
     document.querySelectorAll('.approval button').forEach(b => b.disabled = true);
   },
 };
-const source = new EventSource('/api/runs/' + encodeURIComponent(runId) + '/events?offset=0');
+// an EventSource cannot send a header: the token goes in this request's own query
+const source = new EventSource('/api/runs/' + encodeURIComponent(runId) + '/events?offset=0&token=' + encodeURIComponent(token));
+source.onerror = () => api('/api/runs/' + encodeURIComponent(runId)).then((r) => {
+  if (r.status === 404) document.getElementById('status').textContent = 'no such run';
+});
 source.onmessage = (m) => {
   const e = JSON.parse(m.data);
   if (e.type === 'end') { source.close(); document.getElementById('cancel').disabled = true; return; }
@@ -266,9 +269,32 @@ document.getElementById('send').addEventListener('submit', async (ev) => {
 """
 
 
+AUTH = """const TOKEN_KEY = 'tether-token';
+(() => {  // the link's token goes to this origin's own storage (an origin includes the port)
+  const u = new URL(location.href); const t = u.searchParams.get('token');
+  if (t) { localStorage.setItem(TOKEN_KEY, t); u.searchParams.delete('token'); history.replaceState(null, '', u); }
+})();
+const token = localStorage.getItem(TOKEN_KEY) || '';
+function api(path, init) {
+  init = init || {};
+  init.headers = Object.assign({'Authorization': 'Bearer ' + token}, init.headers || {});
+  return fetch(path, init).then((r) => { if (r.status === 401) locked(); return r; });
+}
+function locked() {
+  document.body.replaceChildren(Object.assign(document.createElement('p'),
+    {textContent: 'Open the link that tether serve printed (it holds the access token).'}));
+}
+if (!token) locked();
+"""
+"""Each page's access: the token of the link `tether serve` printed is kept in the page's own
+storage (per origin, and an origin includes the port) and sent as a header, never as a
+cookie, which a browser would send to every port of 127.0.0.1 (any local server the user
+opens would receive it)."""
+
+
 def fill(template: str, **values: Any) -> str:
     """Put already-escaped values in a page (markers look like __NAME__)."""
-    out = template.replace("__STYLE__", STYLE)
+    out = template.replace("__STYLE__", STYLE).replace("__AUTH__", AUTH.rstrip("\n"))
     for name, value in values.items():
         out = out.replace(f"__{name.upper()}__", str(value))
     return out

@@ -20,9 +20,12 @@ every request goes through the store: `store.RemoteRun`).
     POST /api/runs/{id}/deny                 {approval_id, reason?}
     POST /api/runs/{id}/cancel
 
-Security: every request needs the access token, as `Authorization: Bearer TOKEN` or as the
-cookie set by opening `/?token=TOKEN` once. Cookie-authenticated POSTs must also carry the page's
-CSRF token in `X-Tether-CSRF` (and the cookie is SameSite=Strict). Everything a model or a tool
+Security: every API request needs the access token, as `Authorization: Bearer TOKEN` (or, for a
+GET, `?token=TOKEN`: the printed link, and the page's event stream). The pages are shells that
+hold no data; their scripts keep the token in the page's own storage (per origin: an origin
+includes the port) and send it as a header. There is no cookie: browsers send cookies for
+127.0.0.1 to every port, so any local server would receive one. A request whose `Origin` is
+another origin (another port) is refused. Everything a model or a tool
 produced is inserted as text, never as HTML. A request whose `Host` is not a name this server is
 served under is refused (a DNS-rebinding page sends its own name); a POST to the API must be
 `application/json` (a form or a `text/plain` body from another origin can be sent without a
@@ -33,7 +36,6 @@ page runs only its own scripts (a per-response nonce).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import html
 import secrets
@@ -55,7 +57,8 @@ from ..store import RemoteRun
 from ..tools.tool import RunContext
 from .pages import INDEX_PAGE, RUN_PAGE, fill
 
-COOKIE = "tether_token"
+SHELLS = ("/",)
+"""Pages served without the token (`/runs/ID` too): they hold no data, only the page's code."""
 HEARTBEAT_S = 15.0
 QUEUE_BOX = (
     '<label><input type="checkbox" name="queue"> for a worker (queued in the store)</label> '
@@ -90,7 +93,6 @@ class WebApp:
         self.agent = agent
         self.options_for = options_for
         self.token = token
-        self.csrf = hmac.new(token.encode(), b"csrf", hashlib.sha256).hexdigest()
         self.journal = journal
         self.defaults = defaults or {}
         self.workspace = workspace or Path.cwd()
@@ -153,6 +155,9 @@ class WebApp:
                 text=f"this server does not serve the host {request.host[:100]!r}",
                 content_type="text/plain",
             )
+        origin = request.headers.get("Origin")
+        if origin is not None and origin not in (f"http://{request.host}", "null"):
+            return json_error(403, "a request from another origin (another port) is refused")
         if (
             request.method == "POST"
             and request.path.startswith("/api/")
@@ -163,25 +168,21 @@ class WebApp:
 
     @web.middleware
     async def auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """The token, as `Authorization: Bearer TOKEN` (the page's scripts send it from the
+        page's own storage), or in the query of a GET (the link `tether serve` prints, and
+        the page's event stream: an EventSource cannot send a header). No cookie: a browser
+        sends cookies for 127.0.0.1 to every port, so any local server the user opened
+        received it and could act with it. The pages themselves are shells that hold no data:
+        they load it through the API with the token."""
         given = request.query.get("token")
-        if given is not None and request.method == "GET":
-            if not same(given, self.token):
-                return self.denied(request)
-            rest = {k: v for k, v in request.query.items() if k != "token"}
-            response = web.HTTPFound(request.rel_url.with_query(rest))
-            response.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict", path="/")
-            return response
+        if given is not None and (request.method != "GET" or not same(given, self.token)):
+            return self.denied(request)
+        if given is not None or request.path in SHELLS or request.path.startswith("/runs/"):
+            return await handler(request)
         bearer = request.headers.get("Authorization", "")
         if bearer.startswith("Bearer ") and same(bearer[7:], self.token):
             return await handler(request)
-        cookie = request.cookies.get(COOKIE, "")
-        if not cookie or not same(cookie, self.token):
-            return self.denied(request)
-        if request.method == "POST":
-            csrf = request.headers.get("X-Tether-CSRF", "")
-            if not same(csrf, self.csrf):
-                return json_error(403, "missing or wrong X-Tether-CSRF header")
-        return await handler(request)
+        return self.denied(request)
 
     def denied(self, request: web.Request) -> web.Response:
         if request.path.startswith("/api/"):
@@ -195,19 +196,11 @@ class WebApp:
 
     # -- pages ----------------------------------------------------------------------------------
     async def index(self, request: web.Request) -> web.Response:
-        rows = "".join(
-            f'<tr><td><a href="/runs/{esc(s["id"])}">{esc(s["id"])}</a></td>'
-            f'<td>{esc(s["task"][:120])}</td><td class="status-{esc(s["status"])}">'
-            f"{esc(s['status'])}</td><td>{s['steps']}</td><td>{s['tokens']}</td>"
-            f"<td>${s['cost_usd']:.4f}</td></tr>"
-            for s in reversed(await self.summaries())
-        )
+        """The list's shell: its rows come from the API, with the token."""
         nonce = secrets.token_urlsafe(16)
         page = fill(
             INDEX_PAGE,
             nonce=nonce,
-            csrf=self.csrf,
-            rows=rows,
             model=esc(str(self.defaults.get("model", ""))),
             tools="".join(
                 f'<label><input type="checkbox" name="tools" value="{esc(t)}"'
@@ -220,13 +213,11 @@ class WebApp:
         return html_page(page, nonce)
 
     async def run_page(self, request: web.Request) -> web.Response:
+        """A run's shell: what it shows comes from the API, with the token (an unknown run
+        is said there, so a request without the token learns nothing of which runs exist)."""
         run_id = request.match_info["id"]
-        if not await asyncio.to_thread(self.runtime.has, run_id):
-            return web.Response(status=404, text="no such run", content_type="text/plain")
         nonce = secrets.token_urlsafe(16)
-        page = fill(
-            RUN_PAGE, nonce=nonce, csrf=self.csrf, run_id=esc(run_id), run_id_json=js_string(run_id)
-        )
+        page = fill(RUN_PAGE, nonce=nonce, run_id=esc(run_id), run_id_json=js_string(run_id))
         return html_page(page, nonce)
 
     # -- API ------------------------------------------------------------------------------------
