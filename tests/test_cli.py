@@ -894,3 +894,34 @@ def test_sigterm_or_sighup_cancels_the_run_and_its_processes(
     last = json.loads(proc.stdout.read().splitlines()[-1])
     assert last["type"] == "run_finished" and last["outcome"] == "cancelled"
     wait_until(lambda: not sleepers(seconds), "the call's processes to end", 10)
+
+
+def test_no_escape_sequence_or_bidi_control_reaches_the_terminal(tmp_path: Path) -> None:
+    """A tool's output in `tether show`, a provider's error message at the end of a run, and
+    a call's arguments at an approval prompt: escape sequences and bidi controls (which show
+    text in another order than it runs) never reach the terminal as they are."""
+    evil = "\x1b[2J\x1b]0;owned\x07\u202eexe.txt"
+    script = tmp_path / "evil.json"
+    call = {"name": "bash", "arguments": {"command": f"printf '%s' '{evil}'"}}
+    error = {"error": {"status": 400, "message": f"bad request {evil}"}}
+    script.write_text(json.dumps([{"tool_calls": [call]}, error]))
+    store = str(tmp_path / "runs.sqlite")
+    argv = ["run", "x", "--tools", "bash", "--yolo", "--provider", "scripted", "--script"]
+    ran = tether(
+        *argv, str(script), "--store", store, "--run-id", "e1", "--workspace", str(tmp_path)
+    )
+    assert ran.returncode == 1 and "bad request" in ran.stderr
+    shown = tether("show", "e1", "--store", store)
+    assert "exe.txt" in shown.stdout
+    for out in (ran.stderr, ran.stdout, shown.stdout):
+        assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+
+    # at the prompt the control is spelled out, so the person sees what would run
+    call["arguments"]["command"] = "echo \u202eexe.txt"
+    script.write_text(json.dumps([{"tool_calls": [call]}, {"text": "Done."}]))
+    term = Terminal([*TETHER, *argv[:4], "--provider", "scripted", "--script", str(script),
+                     "--store", "memory", "--workspace", str(tmp_path)], cli_env())  # fmt: skip
+    term.wait_for("? [y/N]")
+    assert b"\\u202eexe.txt" in term.seen and "\u202e".encode() not in term.seen
+    term.type(b"n\n")
+    assert term.exit_status(timeout=30) == 0

@@ -149,7 +149,7 @@ class TerminalApprover:
         self.lock = self.lock or asyncio.Lock()
         async with self.lock:
             # the whole call, wrapped: a padded argument must not hide what follows it
-            args = orjson.dumps(request.call.arguments or {}).decode()
+            args = spelled_out(orjson.dumps(request.call.arguments or {}).decode())
             shown = "\n      ".join(textwrap.wrap(args, 92, drop_whitespace=False)) or "{}"
             self.err.write(f"  ? allow {terminal_safe(request.call.name)}(\n      {shown})? [y/N] ")
             self.err.flush()
@@ -253,16 +253,17 @@ class HumanOutput:
             self.streamed = False
         elif event.type == "tool_call":
             args = orjson.dumps(d["arguments"]).decode()
-            self.err.write(f"  → {terminal_safe(d['name'])}({short(args, 200)})\n")
+            self.err.write(f"  → {terminal_safe(d['name'])}({spelled_out(short(args, 200))})\n")
         elif event.type == "tool_result":
             mark = "✗" if d["is_error"] else "←"
             output = short(terminal_safe(d["output"]), 160)
             self.err.write(f"  {mark} {terminal_safe(d['name'])}: {output}\n")
         elif event.type == "approval_decided" and not d["approved"]:
-            self.err.write(f"  ✗ not approved: {d['reason']}\n")
+            self.err.write(f"  ✗ not approved: {terminal_safe(d['reason'])}\n")
         elif event.type == "retry":
             self.err.write(
-                f"  … retry {d['attempt']} in {d['delay']:.1f} s: {d['error']['message']}\n"
+                f"  … retry {d['attempt']} in {d['delay']:.1f} s: "
+                f"{terminal_safe(d['error']['message'])}\n"
             )
         self.err.flush()
 
@@ -272,7 +273,8 @@ class HumanOutput:
         d, who = event.data, terminal_safe(event.run_id)
         if event.type == "tool_call":
             args = orjson.dumps(d["arguments"]).decode()
-            self.err.write(f"    {who} → {terminal_safe(d['name'])}({short(args, 160)})\n")
+            shown = spelled_out(short(args, 160))
+            self.err.write(f"    {who} → {terminal_safe(d['name'])}({shown})\n")
         elif event.type == "run_finished":
             self.err.write(f"    {who} {d['outcome']}: {short(terminal_safe(d['answer']), 120)}\n")
         else:
@@ -289,6 +291,7 @@ ESCAPES = re.compile(
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
     r"|\x1b[@-_]?"  # other escapes
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # other control characters (not tab or newline)
+    r"|[\u202a-\u202e\u2066-\u2069]"  # bidi overrides: text shown in another order than read
 )
 
 
@@ -302,6 +305,15 @@ def held_back(text: str) -> tuple[str, str]:
     if i < 0 or COMPLETE.match(text, i) or len(text) - i > 256:
         return text, ""
     return text[:i], text[i:]
+
+
+BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
+def spelled_out(text: str) -> str:
+    """`text` with its bidi controls written as `\\uXXXX`: in a call a person is asked to
+    approve they must show, not act (they can make `rm -rf ~/x` read as something else)."""
+    return BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def terminal_safe(text: str) -> str:
@@ -343,9 +355,9 @@ def report(result: RunResult, err: TextIO, quiet_done: bool = False) -> None:
         if not quiet_done:
             err.write(f"[done] {figures}\n")
     elif result.outcome == "halted":
-        err.write(f"[halted] {result.reason} ({figures})\n")
-    elif result.outcome == "failed":
-        err.write(f"tether: run failed: {result.reason}\n")
+        err.write(f"[halted] {terminal_safe(result.reason)} ({figures})\n")
+    elif result.outcome == "failed":  # a provider's words, among others
+        err.write(f"tether: run failed: {terminal_safe(result.reason)}\n")
     err.flush()
 
 

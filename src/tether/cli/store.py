@@ -26,6 +26,7 @@ from .common import (
     exit_status,
     output_sink,
     stop_on_signals,
+    terminal_safe,
     until_end,
 )
 
@@ -221,7 +222,7 @@ def command_show(args: argparse.Namespace) -> int:
     elif args.atif:
         sys.stdout.write(orjson.dumps(atif(events), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:  # an agent's children (agents used as tools) nested where it called them
-        sys.stdout.write(readable(events, load) + "\n")
+        sys.stdout.write(terminal_safe(readable(events, load)) + "\n")
         if store:
             sys.stdout.write(where_it_stands(opened, args.run_id))
     return 0
