@@ -219,3 +219,52 @@ def test_images_and_resources_in_mcp_results_reach_the_model(wire: WireServer) -
     assert shown["role"] == "user"
     url = "data:image/png;base64," + base64.b64encode(png).decode()
     assert shown["content"][1] == {"type": "image_url", "image_url": {"url": url}}
+
+
+RAW = str(FIXTURES / "mcp_raw.py")
+
+
+def run_tether(*args: str) -> subprocess.CompletedProcess[str]:
+    return warm.run([*TETHER, *args], capture_output=True, text=True, timeout=120, env=cli_env())
+
+
+def answer_script(tmp_path: Path) -> str:
+    script = tmp_path / "answer.json"
+    script.write_text(json.dumps([{"text": "ok"}]))
+    return str(script)
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("hang", "did not list its tools within 2 s"),
+        ("bad-schema", "tool 'broken' has an invalid input schema"),
+    ],
+)
+def test_a_server_that_never_lists_or_lists_a_bad_schema_is_one_line(
+    mode: str, said: str, tmp_path: Path
+) -> None:
+    """One that never answered its tool list hung `tether run` for ever; a bad schema was a
+    traceback."""
+    p = run_tether(
+        "run", "x", "--provider", "scripted", "--script", answer_script(tmp_path),
+        "--store", "memory",
+        "--mcp", f"{sys.executable} {RAW} {mode}", "--connect-timeout", "2",
+    )  # fmt: skip
+    assert p.returncode == 2 and said in p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
+
+
+def test_a_huge_result_reaches_the_model_as_its_head_and_tail(tmp_path: Path) -> None:
+    script = tmp_path / "dump.json"
+    call = {"name": "dump", "arguments": {}}
+    script.write_text(json.dumps([{"tool_calls": [call]}, {"text": "ok"}]))
+    p = run_tether(
+        "run", "x", "--provider", "scripted", "--script", str(script), "--store", "memory",
+        "--mcp", f"{sys.executable} {RAW} huge", "--json",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    result = next(e for e in map(json.loads, p.stdout.splitlines()) if e["type"] == "tool_result")
+    out = result["output"]
+    assert out.startswith("Axxx") and out.endswith("xxxZ") and len(out) < 300_000
+    assert "4800000 characters of the result cut" in out

@@ -249,9 +249,10 @@ class Runtime:
                 found.exception()  # retrieved: the caller gets it below
         return await asyncio.shield(found)
 
-    async def mcp_tools(self, servers: list[str]) -> list[Tool]:
+    async def mcp_tools(self, servers: list[str], connect_timeout: float = 30.0) -> list[Tool]:
         """The tools of these MCP servers, connected once per runtime and kept open by a task
-        of its own (a connection belongs to the task that opened it, and a run's task ends)."""
+        of its own (a connection belongs to the task that opened it, and a run's task ends).
+        A server that has not listed its tools within `connect_timeout` seconds is an error."""
         key = "\n".join(servers)
         if key not in self.held:
             found: asyncio.Future[list[Tool]] = asyncio.get_running_loop().create_future()
@@ -261,7 +262,7 @@ class Runtime:
                 from .tools.mcp import mcp_tools
 
                 try:
-                    async with mcp_tools(servers) as tools:
+                    async with mcp_tools(servers, connect_timeout=connect_timeout) as tools:
                         found.set_result(tools)
                         await asyncio.Event().wait()
                 except Exception as e:  # reported to whoever waits for the tools

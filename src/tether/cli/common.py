@@ -64,7 +64,7 @@ def cli_runtime(
         options = RunOptions.from_dict({**recorded, **(overrides or {})})
         tools = select_tools(options)
         if options.mcp:
-            tools += await rt.mcp_tools(options.mcp)
+            tools += await rt.mcp_tools(options.mcp, options.connect_timeout)
         return build_agent(options, tools)
 
     rt = Runtime(store, factory=factory, **settings)

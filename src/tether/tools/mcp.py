@@ -7,11 +7,15 @@ A server is a command (spoken to over stdio) or a streamable HTTP URL. Its tools
 JSON schemas; calls get the same timeouts, error results and approvals as every other tool (an
 MCP error result reaches the model as an error result). A result's text, text resources and
 images reach the model; audio and binary resources are named in a note saying they were left
-out, never dropped unsaid. Needs the `mcp` extra.
+out, never dropped unsaid. What a server sends is bounded as a model server's replies are: a
+server must list its tools within the connect time-out, each tool's input schema must be a
+valid JSON Schema of an object (else one line naming the tool), and a result's text is kept
+to its first and last `RESULT_KEEP` characters. Needs the `mcp` extra.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import shlex
@@ -26,6 +30,9 @@ from ..errors import ConfigError
 from ..messages import ImagePart, image_type
 from .tool import DEFAULT_TIMEOUT, Tool
 
+RESULT_KEEP = 100_000
+"""Characters of a result's text kept at its head, and as many at its tail."""
+
 
 class MCPToolError(Exception):
     """The server answered the call with an error result."""
@@ -33,15 +40,21 @@ class MCPToolError(Exception):
 
 @asynccontextmanager
 async def mcp_tools(
-    servers: list[str], *, tool_timeout: float = DEFAULT_TIMEOUT, approval: Policy = "never"
+    servers: list[str],
+    *,
+    tool_timeout: float = DEFAULT_TIMEOUT,
+    approval: Policy = "never",
+    connect_timeout: float = 30.0,
 ) -> AsyncIterator[list[Tool]]:
-    """Connect to each server, list its tools, and keep the connections open while in use."""
+    """Connect to each server, list its tools, and keep the connections open while in use.
+    A server that has not listed its tools within `connect_timeout` seconds is an error (one
+    that never answered hung `tether run` for ever)."""
     try:
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters
     except ImportError:
         raise ConfigError("--mcp needs the mcp extra: pip install 'tether[mcp]'") from None
-    async with AsyncExitStack() as stack:
+    async with opened() as stack:
         tools: list[Tool] = []
         for spec in servers:
             target: Any
@@ -53,11 +66,18 @@ async def mcp_tools(
                     raise ConfigError("--mcp: an empty command")
                 target = StdioServerParameters(command=argv[0], args=argv[1:])
             try:
-                client = await stack.enter_async_context(Client(target))
-                listed = await client.list_tools()
+                async with asyncio.timeout(connect_timeout):
+                    client = await stack.enter_async_context(Client(target))
+                    listed = await client.list_tools()
+            except TimeoutError:
+                raise ConfigError(
+                    f"--mcp {spec!r}: the server did not list its tools within "
+                    f"{connect_timeout:g} s (--connect-timeout)"
+                ) from None
             except Exception as e:
                 raise ConfigError(f"--mcp {spec!r}: cannot reach the server: {why(e)}") from e
             for t in listed.tools:
+                check_schema(spec, t.name, t.input_schema)
                 tools.append(
                     Tool(
                         t.name,
@@ -70,6 +90,32 @@ async def mcp_tools(
                     )
                 )
         yield tools
+
+
+@asynccontextmanager
+async def opened() -> AsyncIterator[AsyncExitStack]:
+    """The stack that holds the servers' connections. The SDK's clients run in task groups,
+    which wrap what is raised inside them in exception groups: a ConfigError raised while
+    the servers are set up is unwrapped, so it stays one line (it was a traceback)."""
+    try:
+        async with AsyncExitStack() as stack:
+            yield stack
+    except BaseExceptionGroup as group:
+        found = first_config_error(group)
+        if found is None:
+            raise
+        raise found from None
+
+
+def first_config_error(e: BaseException) -> ConfigError | None:
+    if isinstance(e, ConfigError):
+        return e
+    if isinstance(e, BaseExceptionGroup):
+        for inner in e.exceptions:
+            found = first_config_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def remote_call(client: Any, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
@@ -86,11 +132,40 @@ def remote_call(client: Any, name: str) -> Callable[..., Coroutine[Any, Any, Any
         text = "\n".join(filter(None, texts))
         if not text and result.structured_content is not None:
             text = orjson.dumps(result.structured_content).decode()
+        text = kept(text)
         if result.is_error:
             raise MCPToolError(text or "the MCP server reported an error")
         return [text, *images] if images else text
 
     return call
+
+
+def kept(text: str) -> str:
+    """A result's text, its middle cut when it is longer than twice `RESULT_KEEP`."""
+    if len(text) <= 2 * RESULT_KEEP:
+        return text
+    cut = len(text) - 2 * RESULT_KEEP
+    return (
+        f"{text[:RESULT_KEEP]}\n[... {cut} characters of the result cut ...]\n{text[-RESULT_KEEP:]}"
+    )
+
+
+def check_schema(spec: str, name: str, schema: Any) -> None:
+    """A tool's input schema must be a JSON Schema of an object: the model is sent it, and
+    calls are checked against it (a bad one was a traceback when the agent was built)."""
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    why_not = ""
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        why_not = "it is not a schema of an object"
+    else:
+        try:
+            validator_for(schema).check_schema(schema)
+        except SchemaError as e:
+            why_not = e.message
+    if why_not:
+        raise ConfigError(f"--mcp {spec!r}: tool {name!r} has an invalid input schema: {why_not}")
 
 
 def block_image(block: Any) -> ImagePart | None:
@@ -139,8 +214,8 @@ def why(e: BaseException) -> str:
     TaskGroup" says nothing)."""
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
-    text = str(e) or type(e).__name__
+    text = " ".join((str(e) or type(e).__name__).split())  # one line, whatever it said
     cause = e.__cause__ or e.__context__
     if cause is not None and str(cause) and str(cause) not in text:
         text += f" ({why(cause)})"
-    return text
+    return text if len(text) <= 300 else text[:299] + "…"
