@@ -6,6 +6,7 @@ from call to call."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,35 @@ async def test_each_run_numbers_its_own_jobs(tmp_path: Path) -> None:
         result = await Agent(model, tools).run("x", context=RunContext(workspace=tmp_path))
         said += [r.output.split("\n")[0] for m in result.messages for r in m.tool_results]
     assert said == ["job 1 still running", "job 1 still running"]
+
+
+async def test_a_forged_session_state_sets_variables_at_most(tmp_path: Path) -> None:
+    """A command can read its call's session marker (it is in its shell's command line). It
+    prints the marker with a state of its own, then kills its shell so the real state never
+    comes: the next call restores that state. The forged state's code must not run there;
+    its plain variables may be set (a command may set those in the session anyway)."""
+    planted = tmp_path / "planted"
+    forged_state = (
+        f"{tmp_path}\n"
+        f"declare -- X=1; touch {planted}\n"
+        f'declare -- Y="$(touch {planted})"\n'
+        'declare -x KEPT="plain data"\n'
+    )
+    encoded = base64.b64encode(forged_state.encode()).decode()
+    forge = (
+        "mark=$(tr '\\0' '\\n' < /proc/$$/cmdline | grep -o '__tether_session_[0-9a-f]*__' "
+        f"| head -n 1); printf '\\n%s\\n%s\\n' \"$mark\" {encoded}; kill -9 $$"
+    )
+    model = ScriptedModel(
+        [
+            reply(tool_calls=[("bash", {"command": forge})]),
+            reply(tool_calls=[("bash", {"command": 'echo "[$X] [$KEPT]"'})]),
+            reply("Done."),
+        ]
+    )
+    tools = session_tools()
+    tools[0].approval = "never"
+    result = await Agent(model, tools).run("x", context=RunContext(workspace=tmp_path))
+    outputs = [r.output for m in result.messages for r in m.tool_results]
+    assert "[] [plain data]" in outputs[1], outputs  # the forged state was taken, as data only
+    assert not planted.exists()

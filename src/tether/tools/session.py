@@ -114,15 +114,29 @@ class ShellSession:
         return head
 
 
+QUOTED = r'"(?:[^"\\$`]|\\[\s\S])*"'  # "..." as declare -p writes it: $ ` " \ escaped
+ANSI_C = r"\$'(?:[^'\\]|\\[\s\S])*'"  # $'...': no expansion inside
+VALUE = rf"(?:{QUOTED}|{ANSI_C})"
+ARRAY = rf"\((?:\[(?:[A-Za-z0-9_]+|{QUOTED})\]={VALUE} ?)*\)"
+DATA = re.compile(rf"declare -[A-Za-z-]+ [A-Za-z_][A-Za-z0-9_]*(?:=(?:{VALUE}|{ARRAY}))?")
+"""A declaration that sets a variable and does nothing else, as `declare -p` prints one. The
+state comes back in the command's output, after a marker the command can read (it is in its
+shell's command line); a command that printed a forged state and then killed its shell would
+have the next call `eval` whatever it liked. Restored, a state can only set variables, which a
+command may do in the session anyway."""
+
+
 def carried(declared: str) -> str:
-    """The declarations a restore sets: each `declare` (a value may span lines) but bash's own
-    and those of read-only variables."""
+    """The declarations a restore sets: each `declare` (a value may span lines) but bash's own,
+    those of read-only variables, and any that is not plain data (`DATA`)."""
     kept: list[str] = []
     current: list[str] = []
 
     def close() -> None:
         if current and not SKIPPED.match(current[0]) and "r" not in current[0].split()[1]:
-            kept.append("\n".join(current))
+            declaration = "\n".join(current).rstrip("\n")
+            if DATA.fullmatch(declaration):
+                kept.append(declaration)
 
     for line in declared.split("\n"):
         if line.startswith("declare -"):
