@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import threading
 import urllib.error
@@ -720,3 +721,42 @@ def test_the_page_shows_a_worker_s_run_live_and_approves_it_in_a_browser(
     expect(page.locator("#runs tr", has_text=run_id)).to_contain_text("done", timeout=5_000)
     shot(page, "worker-run-listed")
     context.close()
+
+
+def closed_by_server(s: socket.socket) -> bool:
+    """Whether the server closed this connection (reading waits up to the socket's timeout,
+    which fails the test if the server keeps it)."""
+    try:
+        return s.recv(100) == b""
+    except ConnectionResetError:
+        return True
+    finally:
+        s.close()
+
+
+def test_slow_clients_cannot_hold_the_page_s_connections(wire: WireServer, tmp_path: Path) -> None:
+    """A client that sends a byte of headers now and then (slowloris) held each connection
+    for ever, and the server ran out of descriptors before looking at a token. Now a
+    connection's first headers have a deadline, the connections are capped (more are closed
+    as they arrive), and a refused client's connection is closed with its answer."""
+    wire.rule = script
+    (tmp_path / "ws").mkdir()
+    extra = ("--header-timeout", "1", "--max-connections", "4")
+    server = Server(wire, tmp_path / "data", tmp_path / "ws", *extra).start()
+    try:
+        slow = []
+        for _ in range(4):  # the cap's worth, each mid-headers
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            s.sendall(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            slow.append(s)
+        extra_one = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        extra_one.sendall(b"GET / HTTP/1.1\r\n")
+        assert closed_by_server(extra_one)  # over the cap: closed as it came
+        for s in slow:  # each closed at its deadline, before it ever sent a full request
+            assert closed_by_server(s)
+        assert server.api("GET", "/api/runs") == []  # and the page answers again
+        # a client that is refused is not kept: the answer closes its connection
+        status, headers, _ = raw_request(server, "GET", "/api/runs", {"Host": "127.0.0.1"})
+        assert status == 401 and headers.get("connection", "").lower() == "close"
+    finally:
+        server.stop()

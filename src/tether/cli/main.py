@@ -80,6 +80,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     connections_option(w)
     w.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a connection has to send its first request's headers (default: 10)",
+    )
+    w.add_argument(
+        "--max-connections",
+        type=int,
+        default=512,
+        metavar="N",
+        help="connections open at once; more are closed as they arrive (default: 512)",
+    )
+    w.add_argument(
         "--allow-remote",
         action="store_true",
         help="allow binding to an address other than loopback",

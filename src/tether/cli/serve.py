@@ -91,13 +91,24 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
         hosts=served_names(args.host, args.allow_host),
     ).app()
     try:
-        asyncio.run(serve_until_stopped(app, args.host, args.port, token))
+        asyncio.run(
+            serve_until_stopped(
+                app, args.host, args.port, token, args.header_timeout, args.max_connections
+            )
+        )
     except OSError as e:  # the port is taken, or the address is not this machine's
         return error(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}")
     return 0
 
 
-async def serve_until_stopped(app: Any, host: str, port: int, token: str) -> None:
+async def serve_until_stopped(
+    app: Any,
+    host: str,
+    port: int,
+    token: str,
+    header_timeout: float = 10.0,
+    max_connections: int = 512,
+) -> None:
     """Serve `app` until SIGINT or SIGTERM, then shut it down cleanly (running runs are left
     to the store). The address is printed once it is bound: with port 0, the one chosen. It
     is bound before the app starts: a port in use is an error before the store is opened
@@ -106,12 +117,16 @@ async def serve_until_stopped(app: Any, host: str, port: int, token: str) -> Non
 
     from aiohttp import web
 
+    from ..web.connections import Connections
+
     sock = bound_socket(host, port)
     runner = web.AppRunner(app, access_log=None)
+    server: asyncio.Server | None = None
     try:
         await runner.setup()
-        await web.SockSite(runner, sock).start()
-        bound = runner.addresses[0][1]
+        connections = Connections(runner.server, header_timeout, max_connections)
+        server = await connections.serve(sock)
+        bound = sock.getsockname()[1]
         shown_host = f"[{host}]" if ":" in host else host
         url = f"http://{shown_host}:{bound}/?token={token}"
         print(f"tether serve: open {url}", file=sys.stderr, flush=True)
@@ -121,6 +136,8 @@ async def serve_until_stopped(app: Any, host: str, port: int, token: str) -> Non
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
     finally:
+        if server is not None:
+            server.close()
         await runner.cleanup()
 
 

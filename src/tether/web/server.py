@@ -147,8 +147,18 @@ class WebApp:
     # -- security -------------------------------------------------------------------------------
     @web.middleware
     async def guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """What a request must be before its token is even looked at: sent to a name this
-        server is served under, and a JSON body for a write to the API."""
+        """What a request must be before its token is even looked at (`refusal`). A client
+        that is not let in, here or by `auth`, has its connection closed with the answer:
+        only a client with the token keeps one open (see `connections`)."""
+        response = self.refusal(request) or await handler(request)
+        if response.status in REFUSED:
+            response.force_close()
+        return response
+
+    def refusal(self, request: web.Request) -> web.Response | None:
+        """Why a request is refused before its token is looked at, if it is: not sent to a name
+        this server is served under, from another origin, or a write to the API that is not
+        JSON."""
         if self.hosts is not None and host_name(request.host) not in self.hosts:
             return web.Response(
                 status=421,
@@ -164,7 +174,7 @@ class WebApp:
             and request.content_type != "application/json"
         ):
             return json_error(415, "the body must be sent as Content-Type: application/json")
-        return await handler(request)
+        return None
 
     @web.middleware
     async def auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -547,6 +557,10 @@ async def json_body(request: web.Request) -> dict[str, Any]:
 
 def json_error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+REFUSED = (401, 403, 415, 421)
+"""Answers to a client that is not let in: each closes its connection."""
 
 
 HTTP_ERRORS: dict[int, type[web.HTTPException]] = {
