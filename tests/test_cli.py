@@ -655,6 +655,11 @@ def test_a_store_in_a_missing_folder_is_made_and_a_plain_path_is_a_sqlite_file(
     assert json_lines(listed.stdout)[0]["id"] == "plain-1"
     p = tether(*run, "--store", "ftp://example/runs")
     assert p.returncode == 2 and "\n" not in p.stderr.strip() and "Traceback" not in p.stderr
+    # a command that only reads a store makes no folder: a store that is not there is said
+    for reader in (("runs",), ("show", "deep-1"), ("cancel", "deep-1")):
+        p = tether(*reader, "--store", str(tmp_path / "typo" / "runs.sqlite"))
+        assert p.returncode == 2 and "no store at" in p.stderr
+    assert not (tmp_path / "typo").exists()
 
 
 def test_a_reader_that_stops_reading_stops_the_output_not_the_run() -> None:

@@ -31,11 +31,13 @@ def private_dir(directory: str | Path) -> Path:
 STORE_FORMS = "sqlite:///relative/path, sqlite:////absolute/path, postgresql://... or a file path"
 
 
-def store_url(store: str) -> str:
+def store_url(store: str, make_folder: bool = True) -> str:
     """A store as the URL DBOS takes, from what a user may write: `sqlite:///PATH` (three
     slashes and a relative path, four for an absolute one), `postgresql://...`, or a plain
     file path (`runs.sqlite`, `~/runs/runs.sqlite`), which is a SQLite file. A SQLite file's
-    missing folder is made (0700), so a new store never fails on a folder that is not there."""
+    missing folder is made (0700), so a new store never fails on a folder that is not there;
+    not for a command that only reads a store (`make_folder=False`), where a store that is
+    not there is said so."""
     if "://" not in store:
         store = f"sqlite:///{Path(store).expanduser()}"
     scheme = store.split("://", 1)[0]
@@ -43,7 +45,8 @@ def store_url(store: str) -> str:
         path = store.removeprefix("sqlite:///")
         if not path or store == path:
             raise ConfigError(f"store {store!r}: a SQLite store is sqlite:///PATH")
-        private_dir(Path(path).parent)
+        if make_folder:
+            private_dir(Path(path).parent)
         return store
     if scheme.split("+", 1)[0] in ("postgresql", "postgres"):
         return store

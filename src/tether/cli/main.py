@@ -256,7 +256,8 @@ def resolve_store(args: argparse.Namespace) -> None:
     store = args.store or ""
     if not store and args.command in DURABLE_BY_DEFAULT:
         store = default_store(args.data_dir)
-    args.store = None if store in ("", "memory") else store_url(store)
+    makes = args.command in ("run", "ask", "serve", "mcp-serve", "worker")  # may start a store
+    args.store = None if store in ("", "memory") else store_url(store, makes)
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -504,7 +505,7 @@ def preload(store: str | None, model: bool) -> None:
 def command(args: argparse.Namespace) -> int:
     try:
         if args.command == "show":  # its store only where one is named (else its journal)
-            args.store = store_url(args.store) if args.store else None
+            args.store = store_url(args.store, make_folder=False) if args.store else None
         else:
             resolve_store(args)
     except ConfigError as e:
