@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 from harbor.environments.base import ExecResult
 
-from ..tools.sandbox import SECRET_DIRS, SECRETS, bwrap, hardening
+from ..tools.sandbox import bwrap, hardening, secrets_hidden
 from .environment import PLACES, VARIABLES, LocalEnvironment
 
 REPLY_LIMIT = 16 << 20
@@ -283,12 +283,6 @@ class SandboxEnvironment(LocalEnvironment):
 
 
 HOMES = ("/root", "/home")
-
-
-def secrets_hidden() -> list[str]:
-    """`/etc`'s secrets covered, as in bash's sandbox (`tools.sandbox.SECRETS`)."""
-    files = [a for f in SECRETS if os.path.exists(f) for a in ("--ro-bind", "/dev/null", f)]
-    return files + [a for d in SECRET_DIRS if os.path.isdir(d) for a in ("--tmpfs", d)]
 
 
 def homes_hidden() -> list[str]:

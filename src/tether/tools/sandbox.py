@@ -84,9 +84,14 @@ def system_view() -> tuple[str, ...]:
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
-    argv += [a for f in SECRETS if os.path.exists(f) for a in ("--ro-bind", "/dev/null", f)]
-    argv += [a for d in SECRET_DIRS if os.path.isdir(d) for a in ("--tmpfs", d)]
-    return tuple(argv)
+    return (*argv, *secrets_hidden())
+
+
+def secrets_hidden() -> list[str]:
+    """bubblewrap's arguments that cover `/etc`'s secrets: each of `SECRETS` by an empty
+    file, each of `SECRET_DIRS` by an empty directory (bash's sandbox and Harbor's)."""
+    files = [a for f in SECRETS if os.path.exists(f) for a in ("--ro-bind", "/dev/null", f)]
+    return files + [a for d in SECRET_DIRS if os.path.isdir(d) for a in ("--tmpfs", d)]
 
 
 def hardening() -> list[str]:
