@@ -45,8 +45,10 @@ from .messages import (
 FORMAT = b"tether-json-1\n"
 TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (TextPart, ToolCall, ImagePart, ToolResult, ReasoningPart, Message, Usage)
-} | {"ModelResponse": ModelResponse}
+    for cls in (
+        TextPart, ToolCall, ImagePart, ToolResult, ReasoningPart, Message, Usage, ModelResponse
+    )
+}  # fmt: skip
 PLAIN = {"str": str, "int": int, "float": (int, float), "bool": bool}
 
 

@@ -57,8 +57,13 @@ from ..store import RemoteRun
 from ..tools.tool import RunContext
 from .pages import INDEX_PAGE, RUN_PAGE, fill
 
-SHELLS = ("/",)
-"""Pages served without the token (`/runs/ID` too): they hold no data, only the page's code."""
+
+def shell(path: str) -> bool:
+    """Whether `path` is a page served without the token (`/` and `/runs/ID`): it holds no
+    data, only the page's code, which loads the data through the API with the token."""
+    return path == "/" or path.startswith("/runs/")
+
+
 HEARTBEAT_S = 15.0
 QUEUE_BOX = (
     '<label><input type="checkbox" name="queue"> for a worker (queued in the store)</label> '
@@ -187,7 +192,7 @@ class WebApp:
         given = request.query.get("token")
         if given is not None and (request.method != "GET" or not same(given, self.token)):
             return self.denied(request)
-        if given is not None or request.path in SHELLS or request.path.startswith("/runs/"):
+        if given is not None or shell(request.path):
             return await handler(request)
         bearer = request.headers.get("Authorization", "")
         if bearer.startswith("Bearer ") and same(bearer[7:], self.token):
