@@ -19,6 +19,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "pricing",
             "redact",
             "approvals",
+            "questions",
             "admission",
             "journal",
             "transcript",

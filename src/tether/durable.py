@@ -1260,6 +1260,7 @@ async def one_call(
     else:
         ctx = dataclasses.replace(owner.contexts[run_id])
         ctx.idempotency_key = f"{run_id}:{call.id}"
+        ctx.emitter = emitter  # the call's progress and questions are the run's events
         approver = None
         if decision is not None:
 

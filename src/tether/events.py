@@ -170,6 +170,34 @@ SCHEMA: dict[str, EventType] = {
             "reason": "why (a denial's reason reaches the model)",
         },
     ),
+    "tool_progress": EventType(
+        "a running tool call reports how far it has come (an MCP server's progress)",
+        {
+            "id": "the call's id",
+            "progress": "how much is done",
+            "total": "how much there is, or null",
+            "message": "what it says it is doing, or null",
+        },
+    ),
+    "question_asked": EventType(
+        "a tool call asks the person behind the run for values (MCP elicitation)",
+        {
+            "question_id": "what answer names",
+            "asker": "who asks (the MCP server)",
+            "message": "the question",
+            "schema": "a JSON Schema of the values wanted",
+            "url": "a page the person is asked to visit instead, or empty",
+            "id": "the call's id",
+        },
+    ),
+    "question_answered": EventType(
+        "the question was answered, declined or cancelled",
+        {
+            "question_id": "the question",
+            "action": "accept, decline or cancel",
+            "reason": "who or what answered",
+        },
+    ),
     "queued": EventType(
         "work waits for a free slot (admission)",
         {"what": "run or model_call", "position": "its place in the queue"},

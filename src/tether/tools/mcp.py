@@ -21,6 +21,7 @@ import binascii
 import shlex
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -28,7 +29,9 @@ import orjson
 from ..approvals import Policy
 from ..errors import ConfigError
 from ..messages import ImagePart, image_type
-from .tool import DEFAULT_TIMEOUT, Tool
+from ..questions import Answer, Asker, Question, decline_all, problems
+from .mcp_auth import AuthSettings
+from .tool import DEFAULT_TIMEOUT, RunContext, Tool
 
 RESULT_KEEP = 100_000
 """Characters of a result's text kept at its head, and as many at its tail."""
@@ -45,10 +48,17 @@ async def mcp_tools(
     tool_timeout: float = DEFAULT_TIMEOUT,
     approval: Policy = "never",
     connect_timeout: float = 30.0,
+    auth: AuthSettings | None = None,
+    token_dir: Path | None = None,
+    asker: Asker = decline_all,
 ) -> AsyncIterator[list[Tool]]:
     """Connect to each server, list its tools, and keep the connections open while in use.
     A server that has not listed its tools within `connect_timeout` seconds is an error (one
-    that never answered hung `tether run` for ever)."""
+    that never answered hung `tether run` for ever). A remote server that asks for a sign-in
+    gets one as `auth` says (see `mcp_auth`), its tokens kept in `token_dir` (or in memory).
+    A server's question to the person behind a run (elicitation) goes to `asker`, as a
+    `question_asked` event of the run whose call it came in; a call's progress is a
+    `tool_progress` event."""
     try:
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters
@@ -59,15 +69,19 @@ async def mcp_tools(
         for spec in servers:
             target: Any
             if spec.startswith(("http://", "https://")):
-                target = spec
+                target = await remote(stack, spec, auth or AuthSettings(), token_dir)
             else:
                 argv = shlex.split(spec)
                 if not argv:
                     raise ConfigError("--mcp: an empty command")
                 target = StdioServerParameters(command=argv[0], args=argv[1:])
             try:
-                async with asyncio.timeout(connect_timeout):
-                    client = await stack.enter_async_context(Client(target))
+                # a sign-in at a browser is a person's time, bounded by its own time-out
+                async with asyncio.timeout(connect_timeout + signing_in(spec, auth)):
+                    server = Server(spec, asker)
+                    client = await stack.enter_async_context(
+                        Client(target, elicitation_callback=server.elicit)
+                    )
                     listed = await client.list_tools()
             except TimeoutError:
                 raise ConfigError(
@@ -82,14 +96,36 @@ async def mcp_tools(
                     Tool(
                         t.name,
                         t.description or "",
-                        remote_call(client, t.name),
+                        server.caller(client, t.name),
                         None,
+                        context_param=CONTEXT,
                         timeout=tool_timeout,
                         approval=approval,
                         schema=t.input_schema,
                     )
                 )
         yield tools
+
+
+async def remote(
+    stack: AsyncExitStack, url: str, auth: AuthSettings, token_dir: Path | None
+) -> Any:
+    """The streamable HTTP transport to `url`, with OAuth when the server asks for it."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from .mcp_auth import oauth
+
+    http = await stack.enter_async_context(create_mcp_http_client(auth=oauth(url, auth, token_dir)))
+    return streamable_http_client(url, http_client=http)
+
+
+def signing_in(spec: str, auth: AuthSettings | None) -> float:
+    """Extra connect time for a server that may send a person to a browser to sign in."""
+    settings = auth or AuthSettings()
+    if spec.startswith(("http://", "https://")) and settings.grant == "authorization_code":
+        return settings.sign_in_timeout
+    return 0.0
 
 
 @asynccontextmanager
@@ -118,26 +154,102 @@ def first_config_error(e: BaseException) -> ConfigError | None:
     return None
 
 
-def remote_call(client: Any, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
-    async def call(**arguments: Any) -> str | list[Any]:
-        result = await client.call_tool(name, arguments)
-        images: list[ImagePart] = []
-        texts: list[str] = []
-        for block in result.content:  # an image is shown as one, anything else as text
-            image = block_image(block)
-            if image is not None:
-                images.append(image)
-            else:
-                texts.append(block_text(block))
-        text = "\n".join(filter(None, texts))
-        if not text and result.structured_content is not None:
-            text = orjson.dumps(result.structured_content).decode()
-        text = kept(text)
-        if result.is_error:
-            raise MCPToolError(text or "the MCP server reported an error")
-        return [text, *images] if images else text
+CONTEXT = "tether_run_context"
+"""The keyword a remote tool's call is given its run's context by (not a property name an MCP
+tool's schema would have)."""
 
-    return call
+
+class Server:
+    """One MCP server's side of the runs that call it: each call's progress goes to the run
+    that made it, and each question the server asks goes to that run's person."""
+
+    def __init__(self, spec: str, asker: Asker) -> None:
+        self.spec = spec
+        self.asker = asker
+        self.calling: dict[int, RunContext] = {}
+        """The contexts of the calls in flight, by a number of each call's own."""
+        self.count = 0
+
+    def caller(self, client: Any, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+        async def call(**arguments: Any) -> str | list[Any]:
+            ctx: RunContext = arguments.pop(CONTEXT)
+            self.count += 1
+            key = self.count
+            self.calling[key] = ctx
+            try:
+                result = await client.call_tool(name, arguments, progress_callback=progress(ctx))
+            finally:
+                del self.calling[key]
+            return call_output(result)
+
+        return call
+
+    def asking_run(self) -> RunContext | None:
+        """The run a question is for: the one run calling this server now. (The MCP SDK
+        hands a server's request to its own task, with nothing that names the call it
+        belongs to; with calls of several runs in flight, the question names no run.)"""
+        runs = {ctx.run_id: ctx for ctx in self.calling.values()}
+        return next(iter(runs.values())) if len(runs) == 1 else None
+
+    async def elicit(self, context: Any, params: Any) -> Any:
+        """The SDK's elicitation callback: the question, to the person, as the run's events."""
+        from mcp_types import ElicitResult
+
+        ctx = self.asking_run()
+        question = Question(
+            message=str(params.message),
+            schema=dict(getattr(params, "requested_schema", None) or {}),
+            asker=self.spec,
+            run_id=ctx.run_id if ctx else "",
+            call_id=(ctx.call_id or "") if ctx else "",
+            url=str(getattr(params, "url", None) or ""),
+        )
+        emitter = ctx.emitter if ctx else None
+        if emitter is not None:
+            emitter.emit("question_asked", **question.to_dict())
+        answer = await self.asker(question)
+        if answer.action == "accept" and not question.url:
+            wrong = problems(question, answer.content or {})
+            if wrong:  # an asker's mistake is not the server's to receive
+                answer = Answer("decline", reason=f"the answer did not fit the question: {wrong}")
+        if emitter is not None:
+            emitter.emit(
+                "question_answered",
+                question_id=question.id,
+                action=answer.action,
+                reason=answer.reason,
+            )
+        content = answer.content if answer.action == "accept" and not question.url else None
+        return ElicitResult(action=answer.action, content=content)
+
+
+def progress(ctx: RunContext) -> Callable[[float, float | None, str | None], Any]:
+    async def report(done: float, total: float | None, message: str | None) -> None:
+        if ctx.emitter is not None:
+            ctx.emitter.emit(
+                "tool_progress", id=ctx.call_id, progress=done, total=total, message=message
+            )
+
+    return report
+
+
+def call_output(result: Any) -> str | list[Any]:
+    """A call's result as a tool's output: text, with its images beside it."""
+    images: list[ImagePart] = []
+    texts: list[str] = []
+    for block in result.content:  # an image is shown as one, anything else as text
+        image = block_image(block)
+        if image is not None:
+            images.append(image)
+        else:
+            texts.append(block_text(block))
+    text = "\n".join(filter(None, texts))
+    if not text and result.structured_content is not None:
+        text = orjson.dumps(result.structured_content).decode()
+    text = kept(text)
+    if result.is_error:
+        raise MCPToolError(text or "the MCP server reported an error")
+    return [text, *images] if images else text
 
 
 def kept(text: str) -> str:

@@ -31,7 +31,7 @@ import pydantic
 import pydantic_core
 
 from ..approvals import Policy
-from ..events import Sink
+from ..events import Emitter, Sink
 from ..messages import ImagePart, ToolSpec
 from ..tree import Allowance
 
@@ -64,6 +64,9 @@ class RunContext:
     None: a child runs inside the call (`Agent.run` on its own)."""
     tree_sinks: list[Sink] = field(default_factory=list)
     """Sinks that see the events of this run's descendants too (the root's watchers)."""
+    emitter: Emitter | None = None
+    """Set for each call: the run's events, where a tool reports its progress
+    (`tool_progress`) or a question it asks the person behind the run."""
     kept: dict[str, Any] = field(default_factory=dict)
     """What tools keep between the calls of one run (the terminal's shell session): shared by
     the run's calls, in this process only, never recorded."""

@@ -86,7 +86,7 @@ class Toolbox:
                     "Do not repeat it unchanged; choose another way or ask the user.",
                 )
         if t.context_param:  # a context of the call's own: it may start a child run by it
-            ctx = dataclasses.replace(ctx, call_id=call.id)
+            ctx = dataclasses.replace(ctx, call_id=call.id, emitter=emitter or ctx.emitter)
         try:
             async with asyncio.timeout(t.timeout):
                 output, images = await t.call(kwargs, ctx)

@@ -1,0 +1,320 @@
+"""Signing in to remote MCP servers: OAuth 2.1 as the MCP authorization spec asks.
+
+A remote MCP server that answers 401 names where its authorization server is; from there the
+`mcp` SDK's OAuth client does the protocol (metadata discovery and its fallbacks, dynamic
+registration or a client-id metadata document, PKCE, the `resource` parameter, scopes from the
+challenge, step-up on `insufficient_scope`, token-endpoint authentication as the server offers,
+refresh). This module owns what the SDK leaves to its caller, which is everything a user sees:
+
+- **the settings**, from `--mcp-auth FILE` (`AuthSettings.load`): a pre-registered client
+  (`client_id`, `client_secret`), the grant (`authorization_code` with a person at a browser,
+  `client_credentials` for a worker with none), `scope`, and a `client_metadata_url`;
+- **the sign-in** (`SignIn`): a listener on 127.0.0.1 takes the redirect, the user's browser is
+  opened through `webbrowser` (so `$BROWSER` is honoured) and the URL is printed as well, for a
+  machine with no browser; a sign-in not finished within `sign_in_timeout` is an error;
+- **the tokens** (`TokenFile`): one file per server and account in the data directory, 0600, so a
+  second run signs in silently; never in the store, events, logs or transcripts.
+
+Nothing here runs for a server that never answers 401: a server with no sign-in costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import socket
+import sys
+import webbrowser
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal, TextIO
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+
+from ..errors import ConfigError
+
+Grant = Literal["authorization_code", "client_credentials"]
+GRANTS = ("authorization_code", "client_credentials")
+TOKEN_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """How Tether signs in to the remote MCP servers of a run (`--mcp-auth FILE`, a JSON
+    object of these fields; all are optional). With none, a server that asks for a sign-in
+    gets a dynamically registered client and the user's browser."""
+
+    client_id: str | None = None
+    """A client registered with the authorization server beforehand (no registration then)."""
+    client_secret: str | None = None
+    token_endpoint_auth_method: str | None = None
+    """How a pre-registered client authenticates at the token endpoint: `client_secret_basic`
+    (the default with a secret), `client_secret_post`, or `none`."""
+    grant: Grant = "authorization_code"
+    """`client_credentials` for a process with no person to sign in (needs id and secret)."""
+    scope: str | None = None
+    """Scopes to ask for; by default those the server's challenge or metadata name."""
+    client_metadata_url: str | None = None
+    """An HTTPS URL of this client's metadata document, used as its id where the authorization
+    server accepts one (instead of registering)."""
+    account: str = "default"
+    """A name for the identity signed in as: tokens are kept per server and per account."""
+    sign_in_timeout: float = 300.0
+    """Seconds a person has to finish signing in at the browser."""
+
+    @classmethod
+    def load(cls, path: str | Path) -> AuthSettings:
+        """The settings in a JSON file; anything wrong in it is one line naming the file."""
+        where = f"--mcp-auth {str(path)!r}"
+        try:
+            data = orjson.loads(Path(path).read_bytes())
+        except OSError as e:
+            raise ConfigError(f"{where}: cannot read it: {e.strerror}") from None
+        except orjson.JSONDecodeError as e:
+            raise ConfigError(f"{where}: not JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: must be a JSON object")
+        return cls.from_dict(data, where)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "mcp auth") -> AuthSettings:
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown field {', '.join(map(repr, unknown))} "
+                f"(known: {', '.join(known)})"
+            )
+        for name, value in data.items():
+            want = float if name == "sign_in_timeout" else str
+            if value is not None and not isinstance(value, (int, float) if want is float else str):
+                raise ConfigError(f"{where}: {name!r} must be a {want.__name__}")
+        settings = cls(**data)
+        if settings.grant not in GRANTS:
+            raise ConfigError(f"{where}: 'grant' must be one of {', '.join(GRANTS)}")
+        if settings.grant == "client_credentials" and not (
+            settings.client_id and settings.client_secret
+        ):
+            raise ConfigError(f"{where}: the client_credentials grant needs client_id and "
+                              "client_secret")  # fmt: skip
+        method = settings.token_endpoint_auth_method
+        if method is not None and method not in TOKEN_AUTH_METHODS:
+            raise ConfigError(
+                f"{where}: 'token_endpoint_auth_method' must be one of "
+                f"{', '.join(TOKEN_AUTH_METHODS)}"
+            )
+        if settings.client_secret and not settings.client_id:
+            raise ConfigError(f"{where}: a client_secret needs its client_id")
+        return settings
+
+
+def token_path(directory: Path, server: str, account: str) -> Path:
+    """The file of one server's tokens for one account (named by a hash: a URL is no file
+    name, and the folder's listing then says nothing about which servers are used)."""
+    digest = hashlib.sha256(f"{server}\n{account}".encode()).hexdigest()[:24]
+    return directory / f"{digest}.json"
+
+
+class TokenFile:
+    """The SDK's token storage, as a 0600 file (or in memory with no directory): the tokens
+    and the registered client of one server and account, so the next run need not sign in."""
+
+    def __init__(self, directory: Path | None, server: str, settings: AuthSettings) -> None:
+        self.path = token_path(directory, server, settings.account) if directory else None
+        self.server = server
+        self.settings = settings
+        self.held: dict[str, Any] = self.read()
+
+    def read(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
+        try:
+            data = orjson.loads(self.path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return {}  # none yet, or unreadable: sign in again, and write it anew
+        return data if isinstance(data, dict) and data.get("server") == self.server else {}
+
+    def write(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        temp = self.path.with_suffix(".tmp")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(orjson.dumps({"server": self.server, **self.held}))
+        os.replace(temp, self.path)
+
+    async def get_tokens(self) -> Any:
+        from mcp.shared.auth import OAuthToken
+
+        found = self.held.get("tokens")
+        return OAuthToken.model_validate(found) if found else None
+
+    async def set_tokens(self, tokens: Any) -> None:
+        self.held["tokens"] = tokens.model_dump(mode="json", exclude_none=True)
+        self.write()
+
+    async def get_client_info(self) -> Any:
+        from mcp.shared.auth import OAuthClientInformationFull
+
+        found = self.held.get("client")
+        if found:
+            return OAuthClientInformationFull.model_validate(found)
+        s = self.settings
+        if s.client_id and s.grant == "authorization_code":  # registered beforehand
+            method = s.token_endpoint_auth_method or (
+                "client_secret_basic" if s.client_secret else "none"
+            )
+            return OAuthClientInformationFull(
+                client_id=s.client_id,
+                client_secret=s.client_secret,
+                token_endpoint_auth_method=method,
+                redirect_uris=None,
+            )
+        return None
+
+    async def set_client_info(self, client_info: Any) -> None:
+        self.held["client"] = client_info.model_dump(mode="json", exclude_none=True)
+        self.write()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class SignIn:
+    """The person's part of the authorization-code flow: open the authorization URL in their
+    browser (and print it), then take the redirect back on 127.0.0.1:`port`."""
+
+    def __init__(
+        self, server: str, settings: AuthSettings, port: int = 0, out: TextIO | None = None
+    ) -> None:
+        self.server = server
+        self.settings = settings
+        self.out = out or sys.stderr
+        self.port = port or free_port()
+        self.redirect_uri = f"http://127.0.0.1:{self.port}/callback"
+        self.listener: asyncio.Server | None = None
+        self.answer: asyncio.Future[dict[str, str]] | None = None
+
+    async def open_browser(self, url: str) -> None:
+        """The SDK's redirect handler: listen for the redirect, then send the person to `url`."""
+        if not url.startswith(("https://", "http://")):
+            raise ConfigError(f"--mcp {self.server!r}: the sign-in URL is not a web address")
+        self.answer = asyncio.get_running_loop().create_future()
+        self.listener = await asyncio.start_server(self.take, "127.0.0.1", self.port)
+        print(f"tether: sign in to {self.server} in your browser: {url}", file=self.out)
+        # `webbrowser` waits for a $BROWSER command to exit, and such a command may fetch the
+        # URL and follow it to our listener: in a thread, so the listener can answer it
+        asyncio.get_running_loop().run_in_executor(None, webbrowser.open, url)
+
+    async def take_code(self) -> Any:
+        """The SDK's callback handler: the code and state the redirect carried."""
+        from mcp.shared.auth import AuthorizationCodeResult
+
+        assert self.answer is not None, "the browser was not opened"
+        try:
+            async with asyncio.timeout(self.settings.sign_in_timeout):
+                got = await self.answer
+        except TimeoutError:
+            raise ConfigError(
+                f"--mcp {self.server!r}: the sign-in was not finished within "
+                f"{self.settings.sign_in_timeout:g} s"
+            ) from None
+        finally:
+            if self.listener is not None:
+                self.listener.close()
+        if "error" in got:
+            said = got.get("error_description") or got["error"]
+            raise ConfigError(f"--mcp {self.server!r}: the sign-in was refused: {said}")
+        if not got.get("code"):
+            raise ConfigError(f"--mcp {self.server!r}: the sign-in returned no code")
+        return AuthorizationCodeResult(code=got["code"], state=got.get("state"), iss=got.get("iss"))
+
+    async def take(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One request to the listener: the redirect to /callback settles the sign-in."""
+        try:
+            async with asyncio.timeout(10):
+                line = (await reader.readline()).decode("latin-1").split()
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass
+        except (TimeoutError, ConnectionError):
+            writer.close()
+            return
+        target = urlsplit(line[1]) if len(line) >= 2 and line[0] == "GET" else None
+        if target is None or target.path != "/callback":
+            body, status = b"Not found.", "404 Not Found"
+        else:
+            query = {k: v[0] for k, v in parse_qs(target.query).items()}
+            if self.answer is not None and not self.answer.done():
+                self.answer.set_result(query)
+            body, status = b"Signed in: you can close this page and go back to Tether.", "200 OK"
+        writer.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        writer.close()
+
+
+def oauth(server: str, settings: AuthSettings, token_dir: Path | None) -> Any:
+    """The `httpx2.Auth` that signs the requests to `server` in as `settings` say."""
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import OAuthClientMetadata
+
+    storage = TokenFile(token_dir, server, settings)
+    if settings.grant == "client_credentials":
+        from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+
+        method = settings.token_endpoint_auth_method or "client_secret_basic"
+        if method not in ("client_secret_basic", "client_secret_post"):
+            raise ConfigError("--mcp-auth: the client_credentials grant authenticates with "
+                              "client_secret_basic or client_secret_post")  # fmt: skip
+        assert settings.client_id and settings.client_secret  # checked by `from_dict`
+        return ClientCredentialsOAuthProvider(
+            server_url=server,
+            storage=storage,
+            client_id=settings.client_id,
+            client_secret=settings.client_secret,
+            token_endpoint_auth_method=method,  # type: ignore[arg-type]
+            scope=settings.scope,
+        )
+    sign_in = SignIn(server, settings, registered_port(storage))
+    metadata = OAuthClientMetadata(
+        client_name="Tether",
+        redirect_uris=[sign_in.redirect_uri],  # type: ignore[list-item]
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        scope=settings.scope,
+        token_endpoint_auth_method=settings.token_endpoint_auth_method,  # type: ignore[arg-type]
+    )
+    return OAuthClientProvider(
+        server_url=server,
+        client_metadata=metadata,
+        storage=storage,
+        redirect_handler=sign_in.open_browser,
+        callback_handler=sign_in.take_code,
+        client_metadata_url=settings.client_metadata_url,
+    )
+
+
+def registered_port(storage: TokenFile) -> int:
+    """The port of the redirect a client was registered with, so a later sign-in sends the
+    same redirect (not every authorization server accepts any port on 127.0.0.1); 0: any."""
+    uris = (storage.held.get("client") or {}).get("redirect_uris") or [""]
+    found = urlsplit(str(uris[0]))
+    if found.hostname != "127.0.0.1" or not found.port:
+        return 0
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", found.port))
+        except OSError:
+            return 0  # taken now: sign in on another (the server may still accept it)
+    return found.port
