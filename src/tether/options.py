@@ -59,6 +59,9 @@ class RunOptions:
     tools: str | None = None
     tools_from: list[str] = field(default_factory=list)
     mcp: list[str] = field(default_factory=list)
+    mcp_auth: str | None = None
+    """A JSON file of how to sign in to the remote MCP servers (`AuthSettings`); its path is
+    recorded, never what it holds."""
     only: list[str] | None = None
     tool_timeout: float | None = None
     tool_env: list[str] = field(default_factory=list)
@@ -115,6 +118,7 @@ class RunOptions:
             script=str(Path(self.script).resolve()) if self.script else None,
             prices=str(Path(self.prices).resolve()) if self.prices else None,
             output_schema=str(Path(self.output_schema).resolve()) if self.output_schema else None,
+            mcp_auth=str(Path(self.mcp_auth).resolve()) if self.mcp_auth else None,
         )
 
 

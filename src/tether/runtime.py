@@ -39,6 +39,7 @@ from .errors import ConfigError, NoSuchRun, RunExists
 from .events import Event, Sink
 from .journal import store_url
 from .messages import ImagePart, Message
+from .questions import Asker, decline_all
 from .run import RestartPolicy, Status
 from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
 from .tools.tool import RunContext, Spawn, Tool
@@ -46,6 +47,7 @@ from .tools.tool import RunContext, Spawn, Tool
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
     from .durable import DurableRuns
     from .store import StoreView
+    from .tools.mcp_auth import AuthSettings
 
 Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
 """Builds the agent a run was recorded with from its name and options (see `Runtime`)."""
@@ -249,11 +251,21 @@ class Runtime:
                 found.exception()  # retrieved: the caller gets it below
         return await asyncio.shield(found)
 
-    async def mcp_tools(self, servers: list[str], connect_timeout: float = 30.0) -> list[Tool]:
+    async def mcp_tools(
+        self,
+        servers: list[str],
+        connect_timeout: float = 30.0,
+        *,
+        auth: AuthSettings | None = None,
+        token_dir: Path | None = None,
+        asker: Asker = decline_all,
+    ) -> list[Tool]:
         """The tools of these MCP servers, connected once per runtime and kept open by a task
         of its own (a connection belongs to the task that opened it, and a run's task ends).
-        A server that has not listed its tools within `connect_timeout` seconds is an error."""
-        key = "\n".join(servers)
+        A server that has not listed its tools within `connect_timeout` seconds is an error.
+        `auth`, `token_dir` and `asker`: how to sign in, where tokens are kept, and who answers
+        a server's questions (see `tools.mcp.mcp_tools`)."""
+        key = "\n".join([*servers, repr(auth)])
         if key not in self.held:
             found: asyncio.Future[list[Tool]] = asyncio.get_running_loop().create_future()
             self.held[key] = found
@@ -262,7 +274,13 @@ class Runtime:
                 from .tools.mcp import mcp_tools
 
                 try:
-                    async with mcp_tools(servers, connect_timeout=connect_timeout) as tools:
+                    async with mcp_tools(
+                        servers,
+                        connect_timeout=connect_timeout,
+                        auth=auth,
+                        token_dir=token_dir,
+                        asker=asker,
+                    ) as tools:
                         found.set_result(tools)
                         await asyncio.Event().wait()
                 except Exception as e:  # reported to whoever waits for the tools

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from tether import Agent, ModelRequest, ScriptedModel, reply
-from tether.tools.mcp import mcp_tools
 from tether.questions import answer_defaults
+from tether.tools.mcp import mcp_tools
 from tether.tools.mcp_auth import AuthSettings
 
 AUTH_FIELDS = ("client_id", "client_secret")

@@ -22,8 +22,18 @@ from ..events import Event, Sink
 from ..journal import append_private, private_dir
 from ..messages import ToolCall
 from ..options import CLI_AGENT, RunOptions, build_agent, select_tools
+from ..questions import (
+    Answer,
+    Asker,
+    Question,
+    answer_defaults,
+    decline_all,
+    parse_value,
+    problems,
+)
 from ..redact import redactor, scrub
 from ..runtime import Runtime
+from ..tools.mcp_auth import AuthSettings
 
 STORE_HELP = "a SQLite file in the data directory"
 
@@ -52,11 +62,15 @@ def error(message: str) -> int:
 
 
 def cli_runtime(
-    store: str | None, overrides: dict[str, Any] | None = None, **settings: Any
+    store: str | None,
+    overrides: dict[str, Any] | None = None,
+    asker: Asker = decline_all,
+    **settings: Any,
 ) -> Runtime:
     """A runtime whose factory builds agents from `RunOptions` (with their MCP servers'
     tools, connected once per runtime): the CLI's, the page's, and a worker's, whose own tool
-    options (`overrides`) take the place of what each run recorded."""
+    options (`overrides`) take the place of what each run recorded. `asker` answers the MCP
+    servers' questions; their sign-in tokens are kept in the data directory."""
 
     async def factory(name: str, recorded: dict[str, Any]) -> Any:
         if name != CLI_AGENT:
@@ -64,7 +78,13 @@ def cli_runtime(
         options = RunOptions.from_dict({**recorded, **(overrides or {})})
         tools = select_tools(options)
         if options.mcp:
-            tools += await rt.mcp_tools(options.mcp, options.connect_timeout)
+            tools += await rt.mcp_tools(
+                options.mcp,
+                options.connect_timeout,
+                auth=AuthSettings.load(options.mcp_auth) if options.mcp_auth else None,
+                token_dir=data_dir() / "mcp-tokens",
+                asker=asker,
+            )
         return build_agent(options, tools)
 
     rt = Runtime(store, factory=factory, **settings)
@@ -157,6 +177,72 @@ class TerminalApprover:
         if answer.strip().lower() in ("y", "yes"):
             return Decision(True, "approved at the terminal")
         return Decision(False, "the user said no")
+
+
+class TerminalAsker:
+    """Asks an MCP server's question at the terminal, a field at a time, each typed value
+    checked as the field's type wants (asked again when it is not); an empty line takes a
+    field's default. `n` at the first prompt declines; Ctrl-C cancels the run."""
+
+    def __init__(self, err: TextIO, lock: asyncio.Lock | None = None) -> None:
+        self.err = err
+        self.lock = lock
+
+    async def __call__(self, question: Question) -> Answer:
+        self.lock = self.lock or asyncio.Lock()
+        async with self.lock:  # one prompt at a time, whoever asks
+            who, said = terminal_safe(question.asker), terminal_safe(question.message)
+            if question.url:
+                self.say(f"  ? {who} asks you to visit {terminal_safe(question.url)}\n"
+                         f"    {said}\n    done? [y/N] ")  # fmt: skip
+                done = (await read_line(sys.stdin)).strip().lower() in ("y", "yes")
+                return Answer("accept" if done else "decline", reason="at the terminal")
+            self.say(f"  ? {who} asks: {said}\n    answer? [Y/n] ")
+            if (await read_line(sys.stdin)).strip().lower() in ("n", "no"):
+                return Answer("decline", reason="the user declined at the terminal")
+            while True:
+                content = await self.fields(question)
+                wrong = problems(question, content)
+                if not wrong:
+                    return Answer("accept", content, "answered at the terminal")
+                self.say(f"    that does not fit: {terminal_safe(wrong)}\n")
+
+    async def fields(self, question: Question) -> dict[str, Any]:
+        content: dict[str, Any] = {}
+        for name, spec in question.fields().items():
+            hint = spec.get("type", "text")
+            if "enum" in spec:
+                hint = "|".join(map(str, spec["enum"]))
+            if "default" in spec:
+                hint += f", default {spec['default']}"
+            label = terminal_safe(str(spec.get("title") or name))
+            while True:
+                self.say(f"    {label} ({terminal_safe(str(hint))}): ")
+                typed = (await read_line(sys.stdin)).strip()
+                if not typed:
+                    if "default" in spec:
+                        content[name] = spec["default"]
+                    break
+                try:
+                    content[name] = parse_value(spec, typed)
+                    break
+                except ValueError as e:
+                    self.say(f"    {terminal_safe(str(e))}\n")
+        return content
+
+    def say(self, text: str) -> None:
+        self.err.write(text)
+        self.err.flush()
+
+
+def asker_for(approve: str, can_ask: bool) -> Asker:
+    """Who answers an MCP server's question: the person at this terminal (`--approve ask`
+    with one), the defaults (`--approve auto`), else no one (declined at once)."""
+    if approve == "auto":
+        return answer_defaults
+    if approve == "ask" and can_ask:
+        return TerminalAsker(sys.stderr)
+    return decline_all
 
 
 def inline_approvals(rt: Runtime, run_id: str) -> Sink:

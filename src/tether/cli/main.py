@@ -207,6 +207,8 @@ def worker_tool_options(p: argparse.ArgumentParser) -> None:
                    "functions from a Python file or module (repeatable)")  # fmt: skip
     t.add_argument("--mcp", action="append", metavar="COMMAND_OR_URL", help="an MCP server's "
                    "tools (repeatable)")  # fmt: skip
+    t.add_argument("--mcp-auth", metavar="FILE", help="how to sign in to the remote MCP "
+                   "servers (see tether run --help)")  # fmt: skip
     t.add_argument("--tool-timeout", type=float, metavar="S", help="time limit of every call")
     t.add_argument("--tool-env", action="append", metavar="NAME", help="an environment "
                    "variable bash may see here (repeatable)")  # fmt: skip
@@ -331,6 +333,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         metavar="COMMAND_OR_URL",
         help="use the tools of an MCP server: a command (stdio) or a streamable HTTP URL "
         "(repeatable)",
+    )
+    t.add_argument(
+        "--mcp-auth",
+        metavar="FILE",
+        help="how to sign in to the remote MCP servers: a JSON file of client_id, "
+        "client_secret, grant (authorization_code or client_credentials), scope (default: "
+        "register, and sign in at the browser when a server asks)",
     )
     t.add_argument(
         "--tool-timeout",

@@ -21,6 +21,7 @@ from ..runtime import Runtime
 from ..tools import RunContext
 from .common import (
     TerminalApprover,
+    asker_for,
     cli_runtime,
     error,
     exit_status,
@@ -80,7 +81,8 @@ async def run_task(
     images: tuple[ImagePart, ...] = (),
 ) -> RunResult:
     stop_on_signals()
-    rt = cli_runtime(args.store, take_over=False, store_patience=args.store_patience)
+    asker = asker_for(options.approve, sys.stdin.isatty())
+    rt = cli_runtime(args.store, asker=asker, take_over=False, store_patience=args.store_patience)
     try:
         await ready(rt, options)
         return await one_run(rt, args, options, args.task, run_id, sinks, [], images=images)
@@ -143,7 +145,8 @@ def command_ask(args: argparse.Namespace, options: RunOptions) -> int:
     sinks = [output_sink(args.json), *journal_sinks(args.data_dir, args.log, not args.store)]
     interactive = sys.stdin.isatty()
     status = 0
-    rt = cli_runtime(args.store, take_over=False, store_patience=args.store_patience)
+    asker = asker_for(options.approve, interactive)
+    rt = cli_runtime(args.store, asker=asker, take_over=False, store_patience=args.store_patience)
     with asyncio.Runner() as runner:
         try:
             runner.run(ready(rt, options))

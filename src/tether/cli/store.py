@@ -123,7 +123,9 @@ def command_resume(args: argparse.Namespace) -> int:
     return exit_status(result, args.json)
 
 
-WORKER_TOOL_OPTIONS = ("tools", "tools_from", "mcp", "tool_timeout", "tool_env", "workspace")
+WORKER_TOOL_OPTIONS = (
+    "tools", "tools_from", "mcp", "mcp_auth", "tool_timeout", "tool_env", "workspace",
+)  # fmt: skip
 
 
 def worker_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -132,6 +134,8 @@ def worker_overrides(args: argparse.Namespace) -> dict[str, Any]:
     given = {k: getattr(args, k) for k in WORKER_TOOL_OPTIONS if getattr(args, k) is not None}
     if "workspace" in given:
         given["workspace"] = str(Path(given["workspace"]).resolve())
+    if "mcp_auth" in given:
+        given["mcp_auth"] = str(Path(given["mcp_auth"]).resolve())
     if "tools_from" in given:
         given["tools_from"] = [absolute(f) for f in given["tools_from"]]
         if "tools" not in given:
