@@ -59,7 +59,7 @@ def test_a_run_uses_an_mcp_servers_tools_over_stdio(wire: WireServer) -> None:
     assert (apples["output"], apples["is_error"]) == ("12 apples in stock", False)
     assert plums["is_error"] and "stock" in plums["output"]  # the server's error result
     tools = {t["function"]["name"]: t["function"] for t in wire.requests[0]["tools"]}
-    assert set(tools) == {"stock", "slow", "chart"}
+    assert set(tools) == {"stock", "slow", "chart", "reserve", "subscribe"}
     assert tools["stock"]["parameters"]["required"] == ["item"]
 
 
@@ -140,6 +140,62 @@ async def test_an_mcp_client_uses_tethers_tools_and_agent(tmp_path: Path, wire: 
         answer = await client.call_tool("run_agent", {"task": "What does my note say?"})
         assert not answer.is_error and answer.content[0].text == "The note says: milk."
     assert wire.requests[1]["messages"][-1]["content"] == "remember the milk"
+
+
+def mcp_serve_http(tmp_path: Path, wire: WireServer, *extra: str) -> tuple[Any, str]:
+    """`tether mcp-serve --http --port 0 ...` started; the process and the address it printed."""
+    proc = warm.Popen(
+        [*TETHER, "mcp-serve", "--http", "--port", "0", "--base-url", wire.url,
+         "--tools", "read_file", "--workspace", str(tmp_path), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(OPENAI_API_KEY="k"),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("tether mcp-serve: http://"):
+            return proc, line.split()[2].rstrip(";")
+    raise AssertionError(f"mcp-serve did not start: {proc.wait(10)}")
+
+
+async def test_mcp_serve_over_http_needs_its_token(tmp_path: Path, wire: WireServer) -> None:
+    """Tools and run_agent over streamable HTTP with the printed token; without it, 401; with
+    a Host header that is not this machine's (DNS rebinding), refused."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    (tmp_path / "notes.txt").write_text("remember the milk")
+    wire.add(text="The agent was here.")
+    proc, url = mcp_serve_http(tmp_path, wire, "--token", "s3cret")
+    try:
+        headers = {"Authorization": "Bearer s3cret"}
+        http = create_mcp_http_client(headers=headers)
+        async with http, Client(streamable_http_client(url, http_client=http)) as client:
+            names = sorted(t.name for t in (await client.list_tools()).tools)
+            assert names == ["read_file", "run_agent"]
+            read = await client.call_tool("read_file", {"path": "notes.txt"})
+            assert read.content[0].text == "remember the milk"
+            answer = await client.call_tool("run_agent", {"task": "Say hello."})
+            assert answer.content[0].text == "The agent was here."
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        accept = {"Accept": "application/json, text/event-stream"}
+        async with httpx2.AsyncClient() as plain:
+            refused = await plain.post(url, json=ping, headers=accept)
+            assert refused.status_code == 401
+            wrong = await plain.post(
+                url, json=ping, headers={**accept, "Authorization": "Bearer x"}
+            )
+            assert wrong.status_code == 401
+            rebound = await plain.post(
+                url, json=ping, headers={**accept, **headers, "Host": "evil.example"}
+            )
+            assert rebound.status_code == 421
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def test_a_durable_run_uses_an_mcp_servers_tools(wire: WireServer, tmp_path: Path) -> None:
@@ -268,3 +324,98 @@ def test_a_huge_result_reaches_the_model_as_its_head_and_tail(tmp_path: Path) ->
     out = result["output"]
     assert out.startswith("Axxx") and out.endswith("xxxZ") and len(out) < 300_000
     assert "4800000 characters of the result cut" in out
+
+
+# -- a server's questions (elicitation) and progress --------------------------------------------
+
+
+def questions_run(wire: WireServer, mcp: str, call: str, *extra: str) -> list[dict[str, Any]]:
+    arguments = {"item": "apples"} if call == "reserve" else {}
+    wire.add(calls=[(call, arguments)]).add(text="Done.")
+    status, events = run_with_mcp(wire, mcp, *extra)
+    assert status == 0
+    return events
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_approve_auto_answers_a_question_with_its_defaults_and_progress_is_shown(
+    wire: WireServer, transport: str, request: pytest.FixtureRequest
+) -> None:
+    mcp = SERVER if transport == "stdio" else request.getfixturevalue("http_server")
+    events = questions_run(wire, mcp, "reserve", "--approve", "auto")
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["output"] == "reserved 2 apples"
+    call_id = result["id"]
+    asked = next(e for e in events if e["type"] == "question_asked")
+    assert asked["message"] == "How many apples should be reserved?"
+    assert asked["id"] == call_id and asked["asker"] == mcp
+    assert set(asked["schema"]["properties"]) == {"quantity", "express"}
+    answered = next(e for e in events if e["type"] == "question_answered")
+    assert (answered["question_id"], answered["action"]) == (asked["question_id"], "accept")
+    progress = [e for e in events if e["type"] == "tool_progress"]
+    assert [(p["id"], p["progress"], p["total"], p["message"]) for p in progress] == [
+        (call_id, 1, 2, "checking the stock"),
+        (call_id, 2, 2, "done"),
+    ]
+    types = [e["type"] for e in events]  # in the order they happened, within the call
+    assert types.index("tool_call") < types.index("question_asked")
+    assert types.index("question_answered") < types.index("tool_progress")
+    assert types.index("tool_progress") < types.index("tool_result")
+
+
+def test_a_value_only_a_person_knows_is_never_made_up(wire: WireServer) -> None:
+    """--approve auto declines a question with a field that has no default."""
+    events = questions_run(wire, SERVER, "subscribe", "--approve", "auto")
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["output"] == "not subscribed: the user chose decline"
+    answered = next(e for e in events if e["type"] == "question_answered")
+    assert answered["action"] == "decline" and "no default" in answered["reason"]
+
+
+def test_with_no_one_to_ask_a_question_is_declined_at_once(wire: WireServer) -> None:
+    """--approve ask with no terminal (stdin is not one here): declined, never left hanging."""
+    events = questions_run(wire, SERVER, "reserve")
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["output"] == "no reservation: the user chose decline"
+
+
+async def test_the_terminal_asks_each_field_and_checks_what_is_typed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A typo is asked again; an empty line takes the default; the answer fits the schema."""
+    import io
+
+    from tether.cli.common import TerminalAsker
+    from tether.questions import Question
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "quantity": {"type": "integer", "default": 2},
+            "express": {"type": "boolean", "default": False},
+            "note": {"type": "string"},
+        },
+        "required": ["note"],
+    }
+    question = Question("How many apples?", schema, "inventory")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\nfive\n5\n\nleave at the door\n"))
+    err = io.StringIO()
+    answer = await TerminalAsker(err)(question)
+    assert (answer.action, answer.content) == (
+        "accept",
+        {"quantity": 5, "express": False, "note": "leave at the door"},
+    )
+    shown = err.getvalue()
+    assert "inventory asks: How many apples?" in shown
+    assert "invalid literal" in shown  # "five" was asked again
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    declined = await TerminalAsker(io.StringIO())(question)
+    assert declined.action == "decline" and declined.content is None
+
+    # a required field left empty does not fit: asked again, all of it
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n\n\n\n\n\nnow\n"))
+    err = io.StringIO()
+    answer = await TerminalAsker(err)(question)
+    assert answer.content == {"quantity": 2, "express": False, "note": "now"}
+    assert "that does not fit: the answer: 'note' is a required property" in err.getvalue()

@@ -1,13 +1,20 @@
 """`tether mcp-serve`: Tether's tools, and a Tether agent as one more tool, for MCP clients.
 
-Over stdio. Each tool keeps its schema, timeout and error results; `run_agent` runs the configured
-agent (model, tools, budgets from the command line) on a task and returns its answer. Tool calls
-that need approval are denied here (an MCP client has no way to be asked) unless started with
-`--approve auto`.
+Over stdio, or streamable HTTP on 127.0.0.1 (`--http`). Each tool keeps its schema, timeout and
+error results; `run_agent` runs the configured agent (model, tools, budgets from the command
+line) on a task and returns its answer. Tool calls that need approval are denied here (an MCP
+client has no way to be asked) unless started with `--approve auto`.
+
+Over HTTP the server is guarded as the page is: every request carries the bearer token (a new
+one is printed at start; `--no-token` for a local client that cannot send one), and a Host or
+Origin header that is not this machine's is refused, so a web page the user visits cannot reach
+it by DNS rebinding (the SDK's check, on for a loopback address).
 """
 
 from __future__ import annotations
 
+import hmac
+import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +26,7 @@ from .options import CLI_AGENT
 from .runtime import Runtime
 from .tools.tool import RunContext, Tool, tool
 from .tools.toolbox import Toolbox
+from .version import __version__
 
 
 def agent_tool(
@@ -51,12 +59,10 @@ def agent_tool(
     return run_agent
 
 
-async def serve_stdio(
-    runtime: Runtime, tools: list[Tool], workspace: Path, approver: Approver
-) -> None:
+def mcp_server(tools: list[Tool], workspace: Path, approver: Approver) -> Any:
+    """The SDK's server for these tools."""
     from mcp import types
     from mcp.server.lowlevel import Server
-    from mcp.server.stdio import stdio_server
 
     toolbox = Toolbox(tools)
     ctx = RunContext(run_id="mcp", workspace=workspace)
@@ -77,7 +83,62 @@ async def serve_stdio(
         )
 
     server: Server[Any] = Server(
-        "tether", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool
+        "tether", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool
     )
+    return server
+
+
+async def serve_stdio(
+    runtime: Runtime, tools: list[Tool], workspace: Path, approver: Approver
+) -> None:
+    from mcp.server.stdio import stdio_server
+
+    server = mcp_server(tools, workspace, approver)
     async with runtime, stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
+
+
+async def serve_http(
+    runtime: Runtime,
+    tools: list[Tool],
+    workspace: Path,
+    approver: Approver,
+    sock: socket.socket,
+    token: str | None,
+) -> None:
+    """Streamable HTTP at /mcp on the bound `sock`, until the process is stopped."""
+    import uvicorn
+
+    server = mcp_server(tools, workspace, approver)
+    host = sock.getsockname()[0]
+    app = server.streamable_http_app(streamable_http_path="/mcp", host=host)
+    guarded = app if token is None else bearer(app, token)
+    config = uvicorn.Config(guarded, log_level="warning", lifespan="on")
+    async with runtime:
+        await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def bearer(app: Any, token: str) -> Any:
+    """`app`, answering 401 to a request without `Authorization: Bearer <token>`."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                body = b'{"error": "unauthorized: send Authorization: Bearer <the token>"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="tether"'),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded

@@ -108,9 +108,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mcp = sub.add_parser(
         "mcp-serve",
-        help="serve Tether's tools, and an agent as a tool, to MCP clients (stdio)",
-        description="An MCP server over stdio: the selected tools, and run_agent, which gives a "
-        "task to a Tether agent built from the model options (left out without a model key).",
+        help="serve Tether's tools, and an agent as a tool, to MCP clients (stdio or HTTP)",
+        description="An MCP server over stdio (or streamable HTTP with --http): the selected "
+        "tools, and run_agent, which gives a task to a Tether agent built from the model options "
+        "(left out without a model key).",
+    )
+    h = mcp.add_argument_group("over HTTP")
+    h.add_argument(
+        "--http",
+        action="store_true",
+        help="serve streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio",
+    )
+    h.add_argument("--port", type=int, default=8766, help="port (default: 8766; 0: a free one)")
+    h.add_argument(
+        "--token",
+        default=os.environ.get("TETHER_TOKEN"),
+        help="the bearer token clients must send (default: $TETHER_TOKEN, else a new one, printed)",
+    )
+    h.add_argument(
+        "--no-token",
+        action="store_true",
+        help="take requests without a token (for a local client that cannot send one; the "
+        "Host and Origin checks still hold)",
     )
     for p in (run, ask, serve, mcp):
         add_run_options(p)

@@ -193,7 +193,7 @@ def is_loopback(host: str) -> bool:
 
 
 def command_mcp_serve(args: argparse.Namespace, options: RunOptions) -> int:
-    from ..mcp_server import agent_tool, serve_stdio
+    from ..mcp_server import agent_tool, serve_http, serve_stdio
 
     try:
         tools = timed(select_tools(options), options.tool_timeout)
@@ -206,7 +206,19 @@ def command_mcp_serve(args: argparse.Namespace, options: RunOptions) -> int:
             tools.append(agent_tool(runtime, options.to_dict(), workspace, approver))
         except MissingAPIKey as e:
             print(f"tether mcp-serve: no run_agent tool: {e}", file=sys.stderr)
-        asyncio.run(serve_stdio(runtime, tools, workspace, approver))
+        if not args.http:
+            asyncio.run(serve_stdio(runtime, tools, workspace, approver))
+            return 0
+        token = None if args.no_token else args.token or secrets.token_urlsafe(24)
+        try:
+            sock = socket.create_server(("127.0.0.1", args.port))
+        except OSError as e:
+            return error(f"cannot serve on 127.0.0.1:{args.port}: {e.strerror or e}")
+        port = sock.getsockname()[1]
+        said = f"; clients send Authorization: Bearer {token}" if token else " (no token)"
+        print(f"tether mcp-serve: http://127.0.0.1:{port}/mcp{said}", file=sys.stderr, flush=True)
+        with sock:
+            asyncio.run(serve_http(runtime, tools, workspace, approver, sock, token))
     except ConfigError as e:
         return error(str(e))
     except KeyboardInterrupt:
