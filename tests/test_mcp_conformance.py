@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,46 @@ def test_a_failed_check_fails_the_scenario(suite: Path, tmp_path: Path) -> None:
     report = scenario(suite, "auth/metadata-default", "true", tmp_path)
     assert not passed(report)
     assert "FAILED" in report
+
+
+SERVER_SCENARIOS = ["server-initialize", "ping", "tools-list", "dns-rebinding-protection"]
+
+
+@pytest.fixture(scope="module")
+def mcp_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`tether mcp-serve --http --no-token --port 0` (the suite sends no token), its URL."""
+    work = tmp_path_factory.mktemp("mcp-serve")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "mcp-serve", "--http", "--no-token", "--port", "0",
+         "--tools", "read_file,list_files", "--workspace", str(work),
+         "--provider", "scripted", "--script", str(ROOT / "examples" / "weather_script.json")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XDG_DATA_HOME": str(work / "data")},
+    )  # fmt: skip
+    assert proc.stderr is not None
+    url = ""
+    for line in proc.stderr:
+        if line.startswith("tether mcp-serve: http://"):
+            url = line.split()[2]
+            break
+    try:
+        assert url, f"mcp-serve did not start: {proc.poll()}"
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("name", SERVER_SCENARIOS)
+def test_server_scenario(suite: Path, mcp_serve: str, name: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["node", str(suite), "server", "--url", mcp_serve, "--scenario", name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    report = done.stdout + done.stderr
+    assert done.returncode == 0 and "0 failed" in report, report[-4000:]
