@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -87,8 +88,18 @@ def cli_runtime(
             )
         return build_agent(options, tools)
 
+    quiet_mcp_sign_in_log()
     rt = Runtime(store, factory=factory, **settings)
     return rt
+
+
+def quiet_mcp_sign_in_log() -> None:
+    """The `mcp` SDK logs a failed sign-in with its traceback before raising it; the command
+    says it in one line naming the server (`tools.mcp`), so the log's copy is dropped here."""
+    log = logging.getLogger("mcp.client.auth")
+    log.propagate = False
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
 
 
 def stop_on_signals() -> None:

@@ -89,7 +89,11 @@ async def mcp_tools(
                     f"{connect_timeout:g} s (--connect-timeout)"
                 ) from None
             except Exception as e:
-                raise ConfigError(f"--mcp {spec!r}: cannot reach the server: {why(e)}") from e
+                said = first_config_error(e)  # the sign-in's own words (a time-out, a refusal)
+                if said is not None:
+                    raise said from None
+                failed = "the sign-in failed" if signing_in_failed(e) else "cannot reach the server"
+                raise ConfigError(f"--mcp {spec!r}: {failed}: {why(e)}") from e
             for t in listed.tools:
                 check_schema(spec, t.name, t.input_schema)
                 tools.append(
@@ -319,6 +323,15 @@ def block_text(block: Any) -> str:
 def mime_of(block: Any) -> str:
     """A block's media type, under the SDK's older or newer field name."""
     return str(getattr(block, "mime_type", None) or getattr(block, "mimeType", None) or "")
+
+
+def signing_in_failed(e: BaseException) -> bool:
+    """Whether the SDK's OAuth client raised `e` (or what is inside it)."""
+    from mcp.client.auth import OAuthFlowError
+
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    return isinstance(e, OAuthFlowError) or isinstance(e.__cause__, OAuthFlowError)
 
 
 def why(e: BaseException) -> str:

@@ -26,6 +26,7 @@ import hashlib
 import os
 import socket
 import sys
+import time
 import webbrowser
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -148,13 +149,22 @@ class TokenFile:
         os.replace(temp, self.path)
 
     async def get_tokens(self) -> Any:
+        """The tokens kept, `expires_in` counted from when they were issued (see `expiring`)."""
         from mcp.shared.auth import OAuthToken
 
-        found = self.held.get("tokens")
-        return OAuthToken.model_validate(found) if found else None
+        found = dict(self.held.get("tokens") or {})
+        if not found:
+            return None
+        expires_at = found.pop("expires_at", None)
+        if isinstance(expires_at, (int, float)):
+            found["expires_in"] = max(0, int(expires_at - time.time()))
+        return OAuthToken.model_validate(found)
 
     async def set_tokens(self, tokens: Any) -> None:
-        self.held["tokens"] = tokens.model_dump(mode="json", exclude_none=True)
+        kept = tokens.model_dump(mode="json", exclude_none=True)
+        if tokens.expires_in is not None:
+            kept["expires_at"] = time.time() + tokens.expires_in
+        self.held["tokens"] = kept
         self.write()
 
     async def get_client_info(self) -> Any:
@@ -278,12 +288,12 @@ def oauth(server: str, settings: AuthSettings, token_dir: Path | None) -> Any:
             raise ConfigError("--mcp-auth: the client_credentials grant authenticates with "
                               "client_secret_basic or client_secret_post")  # fmt: skip
         assert settings.client_id and settings.client_secret  # checked by `from_dict`
-        return ClientCredentialsOAuthProvider(
+        return expiring(ClientCredentialsOAuthProvider)(
             server_url=server,
             storage=storage,
             client_id=settings.client_id,
             client_secret=settings.client_secret,
-            token_endpoint_auth_method=method,  # type: ignore[arg-type]
+            token_endpoint_auth_method=method,
             scope=settings.scope,
         )
     sign_in = SignIn(server, settings, registered_port(storage))
@@ -295,7 +305,7 @@ def oauth(server: str, settings: AuthSettings, token_dir: Path | None) -> Any:
         scope=settings.scope,
         token_endpoint_auth_method=settings.token_endpoint_auth_method,  # type: ignore[arg-type]
     )
-    return OAuthClientProvider(
+    return expiring(OAuthClientProvider)(
         server_url=server,
         client_metadata=metadata,
         storage=storage,
@@ -303,6 +313,22 @@ def oauth(server: str, settings: AuthSettings, token_dir: Path | None) -> Any:
         callback_handler=sign_in.take_code,
         client_metadata_url=settings.client_metadata_url,
     )
+
+
+def expiring(provider: type[Any]) -> type[Any]:
+    """The SDK's provider, knowing when the tokens it loads expire. It sets their expiry only
+    as it receives them, so tokens read from the file passed for fresh however old they were:
+    a stale one met a 401, and a 401 means a whole new sign-in at the browser where a refresh
+    would have done."""
+
+    class Expiring(provider):  # type: ignore[misc]
+        async def _initialize(self) -> None:
+            await super()._initialize()
+            tokens = self.context.current_tokens
+            if tokens is not None:
+                self.context.update_token_expiry(tokens)
+
+    return Expiring
 
 
 def registered_port(storage: TokenFile) -> int:

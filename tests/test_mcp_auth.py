@@ -1,0 +1,169 @@
+"""Signing in to an MCP server behind OAuth, as a user of `tether run --mcp URL` meets it: the
+browser sign-in, the tokens kept (0600, never in the output) so the next run is silent, a
+refresh when they have expired, and one line with exit status 2 when the sign-in cannot be
+done. The server is ours (fixtures/oauth_mcp_server.py: the mcp SDK's server behind a small
+authorization server); the "browser" is conformance/browser.py, which follows the redirects as
+a person's does when the sign-in is approved at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import warm
+from helpers import FIXTURES, TETHER, cli_env, free_port, wait_until
+
+pytest.importorskip("mcp", reason="needs the mcp extra")
+
+BROWSER = f"{sys.executable} {Path(__file__).parent / 'conformance' / 'browser.py'} %s"
+SCRIPT = [
+    {"tool_calls": [{"name": "stock", "arguments": {"item": "apples"}}]},
+    {"text": "12 apples."},
+]
+
+
+class Server:
+    def __init__(self, *args: str) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base}/mcp"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(FIXTURES / "oauth_mcp_server.py"), str(self.port), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(self.listening, "the OAuth MCP server to listen", 30, 0.05)
+
+    def listening(self) -> bool:
+        try:
+            self.stats()
+        except OSError:
+            return False
+        return True
+
+    def stats(self) -> dict[str, int]:
+        with urllib.request.urlopen(f"{self.base}/stats", timeout=5) as r:
+            found: dict[str, int] = json.loads(r.read())
+        return found
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    s = Server(*getattr(request, "param", ()))
+    yield s
+    s.stop()
+
+
+def run(
+    tmp_path: Path, url: str, *extra: str, browser: str = BROWSER
+) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    return warm.run(
+        [*TETHER, "run", "How many apples?", "--store", "memory", "--json", "--tools", "none",
+         "--provider", "scripted", "--script", str(script), "--mcp", url, *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(BROWSER=browser, XDG_DATA_HOME=str(tmp_path / "data")),
+    )  # fmt: skip
+
+
+def tool_output(done: subprocess.CompletedProcess[str]) -> str:
+    events: list[dict[str, Any]] = [json.loads(line) for line in done.stdout.splitlines()]
+    return str(next(e for e in events if e["type"] == "tool_result")["output"])
+
+
+def test_a_sign_in_at_the_browser_is_kept_and_the_next_run_is_silent(
+    server: Server, tmp_path: Path
+) -> None:
+    first = run(tmp_path, server.url)
+    assert first.returncode == 0, first.stderr
+    assert tool_output(first) == "12 apples in stock"
+    assert f"sign in to {server.url} in your browser: {server.base}/authorize?" in first.stderr
+    assert server.stats() | {"rejected": 0} == {
+        "authorize": 1, "register": 1, "token": 1, "refresh": 0, "rejected": 0,
+    }  # fmt: skip
+
+    folder = tmp_path / "data" / "tether" / "mcp-tokens"
+    (kept,) = folder.iterdir()
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    token = json.loads(kept.read_text())["tokens"]["access_token"]
+    assert token not in first.stdout and token not in first.stderr
+
+    # the next run: no browser at all (a command that fails), no new sign-in
+    second = run(tmp_path, server.url, browser="false %s")
+    assert second.returncode == 0, second.stderr
+    assert tool_output(second) == "12 apples in stock"
+    assert "sign in" not in second.stderr
+    assert server.stats()["authorize"] == 1
+
+
+@pytest.mark.parametrize("server", [("--expires-in", "1")], indirect=True)
+def test_an_expired_token_is_refreshed_not_signed_in_again(server: Server, tmp_path: Path) -> None:
+    first = run(tmp_path, server.url)
+    assert first.returncode == 0, first.stderr
+    (kept,) = (tmp_path / "data" / "tether" / "mcp-tokens").iterdir()
+    expires_at = json.loads(kept.read_text())["tokens"]["expires_at"]
+    time.sleep(max(0.0, expires_at - time.time()) + 0.1)  # the token's own clock, run out
+    second = run(tmp_path, server.url, browser="false %s")
+    assert second.returncode == 0, second.stderr
+    stats = server.stats()
+    assert (stats["authorize"], stats["refresh"]) == (1, 1)
+
+
+@pytest.mark.parametrize("server", [("--deny",)], indirect=True)
+def test_a_refused_sign_in_is_one_line_and_nothing_runs(server: Server, tmp_path: Path) -> None:
+    done = run(tmp_path, server.url)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"tether: error: --mcp {server.url!r}: the sign-in was refused: the user said no"
+    )
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_a_sign_in_not_finished_in_time_is_an_error(server: Server, tmp_path: Path) -> None:
+    """A browser that never comes back (here: one that does nothing)."""
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps({"sign_in_timeout": 0.5}))
+    done = run(tmp_path, server.url, "--mcp-auth", str(auth), browser="true %s")
+    assert done.returncode == 2
+    assert "the sign-in was not finished within 0.5 s" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"client_secret": "s"}, "a client_secret needs its client_id"),
+        ({"grant": "client_credentials"}, "the client_credentials grant needs client_id and"),
+        ({"scopes": "x"}, "unknown field 'scopes'"),
+        ({"sign_in_timeout": "soon"}, "'sign_in_timeout' must be a float"),
+        ([], "must be a JSON object"),
+    ],
+)
+def test_a_bad_auth_file_is_one_line_before_anything_runs(
+    tmp_path: Path, settings: Any, said: str
+) -> None:
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps(settings))
+    done = run(tmp_path, "http://127.0.0.1:9/mcp", "--mcp-auth", str(auth))
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith(f"tether: error: --mcp-auth {str(auth)!r}: {said}")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "data" / "tether" / "mcp-tokens")
