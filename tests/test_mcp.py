@@ -59,7 +59,7 @@ def test_a_run_uses_an_mcp_servers_tools_over_stdio(wire: WireServer) -> None:
     assert (apples["output"], apples["is_error"]) == ("12 apples in stock", False)
     assert plums["is_error"] and "stock" in plums["output"]  # the server's error result
     tools = {t["function"]["name"]: t["function"] for t in wire.requests[0]["tools"]}
-    assert set(tools) == {"stock", "slow", "chart", "reserve", "subscribe"}
+    assert set(tools) == {"stock", "slow", "chart", "reserve", "subscribe", "summarize"}
     assert tools["stock"]["parameters"]["required"] == ["item"]
 
 
@@ -419,3 +419,44 @@ async def test_the_terminal_asks_each_field_and_checks_what_is_typed(
     answer = await TerminalAsker(err)(question)
     assert answer.content == {"quantity": 2, "express": False, "note": "now"}
     assert "that does not fit: the answer: 'note' is a required property" in err.getvalue()
+
+
+# -- a server's sampling: the run's model, on the run's budget ----------------------------------
+
+
+@pytest.mark.parametrize("store", ["durable", "memory"])
+def test_a_servers_sampling_is_answered_by_the_runs_model_and_counted(
+    wire: WireServer, store: str
+) -> None:
+    """In memory and on a store (where the usage is recorded with the call's result)."""
+    wire.add(calls=[("summarize", {"text": "apples are red and sweet"})])
+    wire.add(text="Apples: red, sweet fruit.", usage={"prompt": 30, "completion": 7})
+    wire.add(text="Done.")
+    extra = ("--store", "memory") if store == "memory" else ()
+    status, events = run_with_mcp(wire, SERVER, "--max-steps", "3", *extra)
+    assert status == 0
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["output"] == "summary: Apples: red, sweet fruit."
+    assert result["usage"]["input_tokens"] == 30 and result["usage"]["output_tokens"] == 7
+    sampled = next(e for e in events if e["type"] == "sampled")
+    assert (sampled["id"], sampled["asker"]) == (result["id"], SERVER)
+    assert sampled["text"] == "Apples: red, sweet fruit."
+    # the server's request reached the run's model as it was sent, with its output limit
+    asked = wire.requests[1]
+    assert asked["messages"][-1]["content"] == "Summarize in five words: apples are red and sweet"
+    assert asked.get("max_completion_tokens", asked.get("max_tokens")) == 50
+    # the run's usage counts the three model calls; steps count the run's own two
+    finished = events[-1]
+    assert finished["type"] == "run_finished"
+    assert finished["usage"]["input_tokens"] == 50 + 30 + 50
+    assert finished["steps"] == 2
+
+
+def test_mcp_sampling_off_refuses_the_server(wire: WireServer) -> None:
+    wire.add(calls=[("summarize", {"text": "apples"})]).add(text="No summary.")
+    status, events = run_with_mcp(wire, SERVER, "--mcp-sampling", "off")
+    assert status == 0
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["is_error"] and "usage" not in result
+    assert len(wire.requests) == 2  # the run's own calls, nothing sampled
+    assert not any(e["type"] == "sampled" for e in events)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import Awaitable, Iterable, Sequence
@@ -616,8 +617,8 @@ class LocalEffects:
         )
 
     async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
-        toolbox = self.agent.toolbox
-        return await toolbox.run_all(calls, self.ctx, self.emitter, self.approver, state.finished)
+        toolbox, ctx = self.agent.toolbox, dataclasses.replace(self.ctx, model=self.agent.model)
+        return await toolbox.run_all(calls, ctx, self.emitter, self.approver, state.finished)
 
 
 async def respond(

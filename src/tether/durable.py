@@ -1261,6 +1261,7 @@ async def one_call(
         ctx = dataclasses.replace(owner.contexts[run_id])
         ctx.idempotency_key = f"{run_id}:{call.id}"
         ctx.emitter = emitter  # the call's progress and questions are the run's events
+        ctx.model = agent.model  # what an MCP server samples is the run's model
         approver = None
         if decision is not None:
 

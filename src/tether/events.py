@@ -118,6 +118,8 @@ SCHEMA: dict[str, EventType] = {
             "output": "what goes back to the model",
             "is_error": "true when the call failed (bad arguments, exception, timeout, denial ...)",
             "images": IMAGES,
+            "usage": "the run's model, asked by the call (MCP sampling): counted in the run's "
+            "usage; absent when it was not",
         },
     ),
     "retry": EventType(
@@ -188,6 +190,16 @@ SCHEMA: dict[str, EventType] = {
             "schema": "a JSON Schema of the values wanted",
             "url": "a page the person is asked to visit instead, or empty",
             "id": "the call's id",
+        },
+    ),
+    "sampled": EventType(
+        "an MCP server had the run's model answer a request in the middle of a call (sampling)",
+        {
+            "id": "the call's id",
+            "asker": "the MCP server",
+            "messages": "how many messages it sent",
+            "text": "the model's answer",
+            "usage": "the tokens it used (the run's, added when the call ends)",
         },
     ),
     "question_answered": EventType(
@@ -306,6 +318,8 @@ def tool_result_data(result: ToolResult) -> dict[str, Any]:
         "is_error": result.is_error,
     }
     data.update(images_data(result.images))
+    if result.usage is not None:
+        data["usage"] = result.usage.to_dict()
     return data
 
 

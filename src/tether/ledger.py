@@ -40,7 +40,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 
 from .journal import private_file
-from .messages import ImagePart, ToolResult
+from .messages import ImagePart, ToolResult, Usage
 from .outage import POSTGRES_CONNECT_ARGS
 
 TABLES = (
@@ -258,6 +258,8 @@ class Ledger:
         }
         if result.images:
             data["images"] = [i.ref for i in result.images]
+        if result.usage is not None:
+            data["usage"] = result.usage.to_dict()
         row = {"x": orjson.dumps(data).decode(), "r": run_id, "c": result.call_id}
         await self.writer.write([(FINISH_SQL, row)])
 
@@ -329,7 +331,8 @@ class Ledger:
 def recorded_result(call_id: str, d: dict[str, Any]) -> ToolResult:
     """A result as `finish_call` recorded it; its images without their bytes."""
     images = tuple(map(ImagePart.from_ref, d.get("images", ())))
-    return ToolResult(call_id, d["name"], d["output"], d["is_error"], images)
+    usage = Usage.from_dict(d["usage"]) if d.get("usage") else None
+    return ToolResult(call_id, d["name"], d["output"], d["is_error"], images, usage)
 
 
 class Writer:

@@ -136,6 +136,11 @@ def step(
             return Finish("done", answer, cut if r.stop_reason == "max_tokens" else "")
     if isinstance(happened, ToolsDone):
         state.messages.append(Message("tool", tuple(happened.results)))
+        for result in happened.results:  # the model, asked by a tool (MCP sampling)
+            if result.usage is not None:
+                state.usage = state.usage + result.usage
+                if price is not None:
+                    state.cost_usd += price.cost(result.usage)
     if state.inbox:  # messages sent meanwhile go to the model together, never lost
         state.messages.extend(Message.user(text) for text in state.inbox)
         state.inbox.clear()

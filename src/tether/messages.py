@@ -165,6 +165,9 @@ class ToolResult:
     is_error: bool = False
     images: tuple[ImagePart, ...] = ()
     """Images the tool returned beside its text (sent in each protocol's own way)."""
+    usage: Usage | None = None
+    """The run's model, asked by the tool on the run's behalf (an MCP server's sampling):
+    counted in the run's usage and cost as the result arrives, and recorded with it."""
 
 
 @quick_pickle

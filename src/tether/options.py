@@ -59,6 +59,8 @@ class RunOptions:
     tools: str | None = None
     tools_from: list[str] = field(default_factory=list)
     mcp: list[str] = field(default_factory=list)
+    mcp_sampling: str = "on"
+    """Whether an MCP server's sampling requests are answered by the run's model: on or off."""
     mcp_auth: str | None = None
     """A JSON file of how to sign in to the remote MCP servers (`AuthSettings`); its path is
     recorded, never what it holds."""

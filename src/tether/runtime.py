@@ -259,13 +259,15 @@ class Runtime:
         auth: AuthSettings | None = None,
         token_dir: Path | None = None,
         asker: Asker = decline_all,
+        sampling: bool = True,
     ) -> list[Tool]:
         """The tools of these MCP servers, connected once per runtime and kept open by a task
         of its own (a connection belongs to the task that opened it, and a run's task ends).
         A server that has not listed its tools within `connect_timeout` seconds is an error.
-        `auth`, `token_dir` and `asker`: how to sign in, where tokens are kept, and who answers
-        a server's questions (see `tools.mcp.mcp_tools`)."""
-        key = "\n".join([*servers, repr(auth)])
+        `auth`, `token_dir`, `asker` and `sampling`: how to sign in, where tokens are kept, who
+        answers a server's questions, whether its sampling requests are answered (see
+        `tools.mcp.mcp_tools`)."""
+        key = "\n".join([*servers, repr(auth), str(sampling)])
         if key not in self.held:
             found: asyncio.Future[list[Tool]] = asyncio.get_running_loop().create_future()
             self.held[key] = found
@@ -280,6 +282,7 @@ class Runtime:
                         auth=auth,
                         token_dir=token_dir,
                         asker=asker,
+                        sampling=sampling,
                     ) as tools:
                         found.set_result(tools)
                         await asyncio.Event().wait()

@@ -85,6 +85,7 @@ def cli_runtime(
                 auth=AuthSettings.load(options.mcp_auth) if options.mcp_auth else None,
                 token_dir=data_dir() / "mcp-tokens",
                 asker=asker,
+                sampling=options.mcp_sampling != "off",
             )
         return build_agent(options, tools)
 

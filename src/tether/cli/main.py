@@ -354,6 +354,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "(repeatable)",
     )
     t.add_argument(
+        "--mcp-sampling",
+        choices=("on", "off"),
+        default="on",
+        help="whether an MCP server may have the run's model answer a request in the middle of "
+        "a call, on the run's budget (default: on)",
+    )
+    t.add_argument(
         "--mcp-auth",
         metavar="FILE",
         help="how to sign in to the remote MCP servers: a JSON file of client_id, "

@@ -27,8 +27,8 @@ from typing import Any
 import orjson
 
 from ..approvals import Policy
-from ..errors import ConfigError
-from ..messages import ImagePart, image_type
+from ..errors import ConfigError, ProviderError
+from ..messages import ImagePart, Message, ModelRequest, TextPart, image_type
 from ..questions import Answer, Asker, Question, decline_all, problems
 from .mcp_auth import AuthSettings
 from .tool import DEFAULT_TIMEOUT, RunContext, Tool
@@ -51,6 +51,7 @@ async def mcp_tools(
     auth: AuthSettings | None = None,
     token_dir: Path | None = None,
     asker: Asker = decline_all,
+    sampling: bool = True,
 ) -> AsyncIterator[list[Tool]]:
     """Connect to each server, list its tools, and keep the connections open while in use.
     A server that has not listed its tools within `connect_timeout` seconds is an error (one
@@ -58,7 +59,8 @@ async def mcp_tools(
     gets one as `auth` says (see `mcp_auth`), its tokens kept in `token_dir` (or in memory).
     A server's question to the person behind a run (elicitation) goes to `asker`, as a
     `question_asked` event of the run whose call it came in; a call's progress is a
-    `tool_progress` event."""
+    `tool_progress` event. A server's sampling request is answered by the model of the run
+    whose call it came in, on that run's budget (`sampling=False`: refused)."""
     try:
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters
@@ -78,9 +80,13 @@ async def mcp_tools(
             try:
                 # a sign-in at a browser is a person's time, bounded by its own time-out
                 async with asyncio.timeout(connect_timeout + signing_in(spec, auth)):
-                    server = Server(spec, asker)
+                    server = Server(spec, asker, sampling)
                     client = await stack.enter_async_context(
-                        Client(target, elicitation_callback=server.elicit)
+                        Client(
+                            target,
+                            elicitation_callback=server.elicit,
+                            sampling_callback=server.sample if sampling else None,
+                        )
                     )
                     listed = await client.list_tools()
             except TimeoutError:
@@ -167,9 +173,10 @@ class Server:
     """One MCP server's side of the runs that call it: each call's progress goes to the run
     that made it, and each question the server asks goes to that run's person."""
 
-    def __init__(self, spec: str, asker: Asker) -> None:
+    def __init__(self, spec: str, asker: Asker, sampling: bool = True) -> None:
         self.spec = spec
         self.asker = asker
+        self.sampling = sampling
         self.calling: dict[int, RunContext] = {}
         """The contexts of the calls in flight, by a number of each call's own."""
         self.count = 0
@@ -225,6 +232,56 @@ class Server:
             )
         content = answer.content if answer.action == "accept" and not question.url else None
         return ElicitResult(action=answer.action, content=content)
+
+    async def sample(self, context: Any, params: Any) -> Any:
+        """The SDK's sampling callback: the run's own model answers the server's request, its
+        usage the run's (it travels with the call's result: `RunContext.spent`)."""
+        from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, CreateMessageResult, ErrorData
+        from mcp_types import TextContent as Text
+
+        ctx = self.asking_run()
+        if ctx is None or ctx.model is None:
+            return ErrorData(code=INVALID_REQUEST, message="no run of this client is calling "
+                             "a tool of this server now: nothing to sample")  # fmt: skip
+        request = ModelRequest(
+            tuple(sampled_message(m) for m in params.messages),
+            system=params.system_prompt,
+            max_output_tokens=params.max_tokens,
+        )
+        try:
+            response = await ctx.model.respond(request)
+        except ProviderError as e:
+            return ErrorData(code=INTERNAL_ERROR, message=f"the run's model failed: {e}")
+        if ctx.spent is not None:
+            ctx.spent.append(response.usage)
+        text = response.message.text
+        if ctx.emitter is not None:
+            ctx.emitter.emit(
+                "sampled",
+                id=ctx.call_id,
+                asker=self.spec,
+                messages=len(request.messages),
+                text=text,
+                usage=response.usage.to_dict(),
+            )
+        stop = {"max_tokens": "maxTokens", "tool_use": "toolUse"}.get(response.stop_reason)
+        return CreateMessageResult(
+            role="assistant",
+            content=Text(type="text", text=text),
+            model=response.model or ctx.model.name,
+            stop_reason=stop or "endTurn",
+        )
+
+
+def sampled_message(m: Any) -> Message:
+    """A message of a sampling request as a message of ours: its text and images (anything
+    else is named in a note, never dropped unsaid)."""
+    blocks = m.content if isinstance(m.content, list) else [m.content]
+    parts: list[Any] = []
+    for block in blocks:
+        image = block_image(block) if m.role == "user" else None
+        parts.append(image if image is not None else TextPart(block_text(block)))
+    return Message("assistant" if m.role == "assistant" else "user", tuple(parts))
 
 
 def progress(ctx: RunContext) -> Callable[[float, float | None, str | None], Any]:

@@ -32,7 +32,7 @@ import pydantic_core
 
 from ..approvals import Policy
 from ..events import Emitter, Sink
-from ..messages import ImagePart, ToolSpec
+from ..messages import ImagePart, ToolSpec, Usage
 from ..tree import Allowance
 
 DEFAULT_TIMEOUT = 60.0
@@ -67,6 +67,12 @@ class RunContext:
     emitter: Emitter | None = None
     """Set for each call: the run's events, where a tool reports its progress
     (`tool_progress`) or a question it asks the person behind the run."""
+    model: Any = None
+    """The run's model, set by the driver: a tool may ask it on the run's behalf (an MCP
+    server's sampling), adding what that used to `spent`."""
+    spent: list[Usage] | None = None
+    """Set for each call: the usage of the model calls the tool made, which its result carries
+    into the run's usage and cost (`ToolResult.usage`)."""
     kept: dict[str, Any] = field(default_factory=dict)
     """What tools keep between the calls of one run (the terminal's shell session): shared by
     the run's calls, in this process only, never recorded."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..approvals import ApprovalRequest, Approver, Decision, needs_approval
 from ..events import Emitter, call_dict, tool_result_data
-from ..messages import ToolCall, ToolResult, ToolSpec
+from ..messages import ToolCall, ToolResult, ToolSpec, Usage
 from ..redact import scrub
 from ..tree import child_run_id
 from .tool import RunContext, Tool, ToolArgumentsError
@@ -86,19 +86,25 @@ class Toolbox:
                     "Do not repeat it unchanged; choose another way or ask the user.",
                 )
         if t.context_param:  # a context of the call's own: it may start a child run by it
-            ctx = dataclasses.replace(ctx, call_id=call.id, emitter=emitter or ctx.emitter)
+            ctx = dataclasses.replace(
+                ctx, call_id=call.id, emitter=emitter or ctx.emitter, spent=[]
+            )
         try:
             async with asyncio.timeout(t.timeout):
                 output, images = await t.call(kwargs, ctx)
         except TimeoutError:
-            return error(
+            result = error(
                 call, f"Tool {call.name!r} timed out after {t.timeout:g} s and was stopped."
             )
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # SystemExit from a tool must not end the process
-            return error(call, f"Tool {call.name!r} failed: {type(e).__name__}: {e}")
-        return ToolResult(call.id, call.name, scrub(output), images=images)
+            result = error(call, f"Tool {call.name!r} failed: {type(e).__name__}: {e}")
+        else:
+            result = ToolResult(call.id, call.name, scrub(output), images=images)
+        if ctx.spent:  # what the call asked of the run's model is the run's, whatever came of it
+            result = dataclasses.replace(result, usage=sum(ctx.spent, Usage()))
+        return result
 
     async def ask(
         self, call: ToolCall, approver: Approver | None, emitter: Emitter | None
