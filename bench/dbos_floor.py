@@ -5,7 +5,7 @@ way Tether starts a durable run (with its id, from async code), on the store Tet
 
 Every durable run is one such workflow (its start and end records), whatever its length, so
 this is the floor under a durable run's cost while DBOS keeps the runs' lives (#15). SQLite
-connections are set up as Tether sets them (`store.use_modern_sqlite`: WAL, synchronous
+connections are set up as Tether sets them (`sqlite.sqlite_engine_kwargs`: WAL, synchronous
 NORMAL); a Postgres URL names a database to connect to first: a fresh one is made beside it,
 and dropped after. One workflow runs first, unmeasured (imports, connections).
 """
@@ -51,10 +51,9 @@ def main() -> None:
     a = ap.parse_args()
     url, database = fresh_store(a.store)
     assert url is not None, "memory has no workflows"
-    from tether.store import use_modern_sqlite
-
-    use_modern_sqlite()  # before DBOS imports any sqlite3 (Tether's order)
     from dbos import DBOS
+
+    from tether.sqlite import sqlite_engine_kwargs
 
     config: dict[str, Any] = {
         "name": "tether-floor",
@@ -64,6 +63,8 @@ def main() -> None:
         "sys_db_pool_size": a.threads,
         "max_executor_threads": a.threads,
     }
+    if url.startswith("sqlite"):
+        config["db_engine_kwargs"] = sqlite_engine_kwargs(url)  # as Tether's store has it
     DBOS(config=config)  # type: ignore[arg-type]
     try:
         out = asyncio.run(measure(a.workflows))

@@ -112,7 +112,7 @@ async def measure(
         settings=HTTPSettings(read_timeout=600, connect_timeout=60),
     )
     agent = Agent(model, [sleep_tool], system="You are a benchmark agent.")
-    sup = Supervisor(max_runs=max_runs, max_model_calls=max_calls)
+    sup = Supervisor(max_runs=max_runs, max_model_calls=max_calls, gc_tuning=True)
     for run in [sup.start(agent, "warm up") for _ in range(20)]:
         await run.wait()
 

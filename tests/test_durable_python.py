@@ -97,3 +97,54 @@ def test_resume_without_a_store_is_a_clear_error() -> None:
 
     with pytest.raises(ConfigError, match="needs a store"):
         asyncio.run(go())
+
+
+GUEST = """
+import asyncio, gc, json, sqlite3, sys
+import sqlalchemy as sa
+
+host = sa.create_engine(f"sqlite:///{sys.argv[1]}/host.db")  # the application's own database
+with host.connect() as c:
+    c.exec_driver_sql("CREATE TABLE t (x)")
+before = {"gc": gc.get_threshold(), "sqlite3": sqlite3.sqlite_version}
+
+from tether import Agent, Runtime, ScriptedModel, reply
+
+async def main():
+    agent = Agent(ScriptedModel([reply("done")]), name="a")
+    async with Runtime(f"sqlite:///{sys.argv[1]}/runs.sqlite", [agent]) as rt:
+        run = await rt.start("a", "hi")
+        result = await run.wait()
+    return result.outcome
+
+outcome = asyncio.run(main())
+host.dispose()  # new connections of the host's engine, after Tether's store was opened
+with host.connect() as c:
+    mode = c.exec_driver_sql("PRAGMA journal_mode").scalar()
+    sync = c.exec_driver_sql("PRAGMA synchronous").scalar()
+import sqlite3 as again
+print(json.dumps({
+    "outcome": outcome, "before": before, "gc": gc.get_threshold(), "journal_mode": mode,
+    "synchronous": sync, "sqlite3": again.sqlite_version, "same_module": again is sqlite3,
+}))
+"""
+
+
+def test_a_runtime_on_a_sqlite_store_leaves_its_host_alone(tmp_path: Path) -> None:
+    """A program with its own SQLite database opens a runtime on a SQLite store: its engine's
+    connections keep SQLite's defaults (Tether's WAL and synchronous settings are on the
+    store's connections only), `sqlite3` is still the interpreter's own module, and the
+    garbage collector's thresholds are the program's."""
+    done = subprocess.run(
+        [sys.executable, "-c", GUEST, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(),
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["outcome"] == "done"
+    assert seen["journal_mode"] == "delete" and seen["synchronous"] == 2  # SQLite's: FULL
+    assert seen["sqlite3"] == seen["before"]["sqlite3"] and seen["same_module"]
+    assert tuple(seen["gc"]) == tuple(seen["before"]["gc"])

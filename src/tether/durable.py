@@ -30,7 +30,7 @@ them with its reply. Approvals travel as durable DBOS messages. Starting returns
 run is recorded (accepted means durable).
 
 SQLite stores need SQLite 3.42 or newer (DBOS uses `unixepoch('subsec')`); where Python's own is
-older, the bundled one of `pysqlite3-binary` is used.
+older, the bundled one of `pysqlite3-binary` is used, for Tether's connections only (`sqlite`).
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ from .records import RecordSerializer, refuse_pickles
 from .records import dumps as to_record
 from .records import loads as from_record
 from .run import RestartPolicy, after_attempt, forget_old
+from .sqlite import sqlite_engine_kwargs
 from .store import (
     ENDED,
     MAIL,
@@ -106,7 +107,6 @@ from .store import (
     messages_of,
     status_of,
     task_images,
-    use_modern_sqlite,
 )
 from .tools.session import close_kept
 from .tools.tool import RunContext, Spawn
@@ -266,7 +266,6 @@ class DurableRuns:
         if _active is not None and _active is not self:
             raise ConfigError("one durable store per process is open already")
         if self.url.startswith("sqlite"):
-            use_modern_sqlite()
             private_file(self.url.removeprefix("sqlite:///"))  # transcripts: this user's only
         workflow()
         try:
@@ -299,7 +298,9 @@ class DurableRuns:
             "max_executor_threads": self.connections,
             "serializer": RecordSerializer(),  # records are data (see `records`)
         }
-        if not self.url.startswith("sqlite"):
+        if self.url.startswith("sqlite"):
+            config["db_engine_kwargs"] = sqlite_engine_kwargs(self.url)
+        else:
             config["db_engine_kwargs"] = {"connect_args": dict(POSTGRES_CONNECT_ARGS)}
         refuse_pickles()
         DBOS(config=config)  # type: ignore[arg-type]

@@ -30,7 +30,6 @@ For Postgres the tables share the database, reached through SQLAlchemy in a work
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -42,6 +41,7 @@ import orjson
 from .journal import private_file
 from .messages import ImagePart, ToolResult, Usage
 from .outage import POSTGRES_CONNECT_ARGS
+from .sqlite import sqlite_dbapi, tuned
 
 TABLES = (
     # a run's recorded steps: n counts from 0 in the order the run takes them (durable.py)
@@ -107,15 +107,14 @@ class Ledger:
     def __init__(self, store: str, connections: int = 5) -> None:
         """`connections`: the Postgres pool (the process's threads that use it are as many,
         so none waits for one); SQLite has its one connection."""
-        self.conn: sqlite3.Connection | None = None
+        self.conn: Any = None  # a SQLite connection (`sqlite.sqlite_dbapi`'s)
         self.engine: Any = None
         if store.startswith("sqlite:///"):
             path = store.removeprefix("sqlite:///") + "-effects"
             private_file(path)
-            self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")  # see durable.tune_sqlite
-            self.conn.execute("PRAGMA busy_timeout=30000")
+            conn = sqlite_dbapi().connect(path, check_same_thread=False)
+            self.conn = tuned(conn)  # (see `sqlite.tuned`)
+            self.conn.isolation_level = None
         else:
             from sqlalchemy import create_engine
 
@@ -142,7 +141,8 @@ class Ledger:
                 if isinstance(params, list):
                     conn.executemany(sql, params)
                     return []
-                return conn.execute(sql, params).fetchall()
+                rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
+                return rows
 
             try:
                 yield run_here
@@ -165,7 +165,8 @@ class Ledger:
         """The rows of one query (on SQLite outside any transaction: a reader in another
         thread must not begin one while the event loop's is open on the same connection)."""
         if self.conn is not None:
-            return self.conn.execute(sql, params).fetchall()
+            rows: list[tuple[Any, ...]] = self.conn.execute(sql, params).fetchall()
+            return rows
         with self.transaction() as run:
             return run(sql, params)
 

@@ -104,7 +104,7 @@ class Runtime:
         max_model_calls: int | None = DEFAULT_MAX_MODEL_CALLS,
         approval_ttl: float | None = None,
         keep_finished: int | None = 10_000,
-        gc_tuning: bool = True,
+        gc_tuning: bool = False,
         take_over: bool = True,
         store_connections: int | None = None,
         store_patience: float | None = None,
@@ -117,8 +117,10 @@ class Runtime:
         `store_connections`: how many connections to the store the runs use (default 20, see
         `durable.CONNECTIONS`). `store_patience`: how many seconds runs wait for a store that
         stops answering before they end `failed` with StoreUnavailable (default 30; they stay
-        in the store, to resume; see `outage`). The rest bounds the runs in memory (see
-        `Supervisor`)."""
+        in the store, to resume; see `outage`). `gc_tuning`: set the process's garbage
+        collector for thousands of live runs (`supervisor.tune_gc`; off by default, as the
+        host application may own it; the `tether` commands turn it on). The rest bounds the
+        runs in memory (see `Supervisor`)."""
         self.store = None if store in (None, "", "memory") else store_url(store)
         self.agents: dict[str, Agent] = {}
         for agent in agents:

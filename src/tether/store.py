@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,50 +31,13 @@ from .outage import cannot_open, said_by_us
 from .pricing import Price, price_for
 from .records import RecordSerializer, refuse_pickles
 from .records import loads as from_record
+from .sqlite import scoped_sqlite, sqlite_dbapi
 
 T = TypeVar("T")
 
 WORKFLOW = "tether.durable_run"
 QUEUE = "tether"
 VERSION = "tether-4"  # the workflow's shape: a run recorded by another cannot resume
-
-
-def use_modern_sqlite() -> None:
-    """Swap in pysqlite3's SQLite when the interpreter's is older than DBOS needs, and set up
-    every SQLite connection of the process for many small commits (`tune_sqlite`)."""
-    import sqlite3
-
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    if not event.contains(Engine, "connect", tune_sqlite):
-        event.listen(Engine, "connect", tune_sqlite)
-    if sqlite3.sqlite_version_info >= (3, 42):
-        return
-    try:
-        import pysqlite3  # type: ignore[import-untyped,import-not-found,unused-ignore]
-        import pysqlite3.dbapi2  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    except ImportError:
-        raise ConfigError(
-            f"a SQLite store needs SQLite 3.42+ (this Python has {sqlite3.sqlite_version}): "
-            "pip install pysqlite3-binary, or use a postgresql:// store"
-        ) from None
-    sys.modules["sqlite3"] = pysqlite3
-    sys.modules["sqlite3.dbapi2"] = pysqlite3.dbapi2
-
-
-def tune_sqlite(dbapi_conn: Any, connection_record: Any) -> None:
-    """Write-ahead logging, synced at checkpoints rather than at every commit: a commit is
-    then one append to the log, and it survives the process being killed at any point (the
-    crash suite checks this); only the power failing can lose the last commits."""
-    if "sqlite" not in type(dbapi_conn).__module__:
-        return
-    mode = dbapi_conn.isolation_level
-    dbapi_conn.isolation_level = None  # PRAGMA journal_mode cannot run inside a transaction
-    dbapi_conn.execute("PRAGMA journal_mode=WAL")
-    dbapi_conn.execute("PRAGMA synchronous=NORMAL")
-    dbapi_conn.execute("PRAGMA busy_timeout=30000")  # wait out other writers, as DBOS does
-    dbapi_conn.isolation_level = mode
 
 
 MAIL = "tether.mail"
@@ -170,7 +132,7 @@ def client(url: str, create: bool = False, ledger: Ledger | None = None) -> Any:
                 raise ConfigError(f"cannot create the store {path}: {e.strerror}") from None
         elif not Path(path).exists():
             raise ConfigError(f"no store at {path}")
-        use_modern_sqlite()
+        sqlite_dbapi()  # a store's SQLite is there, or one line says what to install
     from dbos import DBOSClient
 
     # a client fails at once when the store does not answer, where DBOS's default waits for it
@@ -179,11 +141,12 @@ def client(url: str, create: bool = False, ledger: Ledger | None = None) -> Any:
     try:
         with said_by_us():
             refuse_pickles()
-            store = DBOSClient(
-                system_database_url=url,
-                retry_connection_errors=False,
-                serializer=RecordSerializer(),  # type: ignore[arg-type]
-            )
+            with scoped_sqlite():
+                store = DBOSClient(
+                    system_database_url=url,
+                    retry_connection_errors=False,
+                    serializer=RecordSerializer(),  # type: ignore[arg-type]
+                )
             # DBOS's client never creates its schema; a fresh database gets it here, so runs
             # can be queued before any worker has started (one query when it is there
             # already; concurrent migrations are serialised by DBOS under an advisory lock)
@@ -496,8 +459,6 @@ def enqueue(url: str, runs: list[tuple[str, str]], record: dict[str, Any]) -> No
 
 def ledger_for(url: str) -> Ledger:
     """The ledger of a store, for a process that only messages it (`tether send`)."""
-    if url.startswith("sqlite"):
-        use_modern_sqlite()
     return Ledger(url)
 
 

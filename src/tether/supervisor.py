@@ -52,7 +52,7 @@ class Supervisor:
         max_runs: int | None = None,
         max_model_calls: int | None = DEFAULT_MAX_MODEL_CALLS,
         approval_ttl: float | None = None,
-        gc_tuning: bool = True,
+        gc_tuning: bool = False,
         keep_finished: int | None = 10_000,
     ) -> None:
         """`max_runs` bounds live runs (None: no bound); `max_model_calls` bounds concurrent
@@ -60,8 +60,8 @@ class Supervisor:
         load (cancel stays fast) without holding a slot for runs that wait on a person.
         `keep_finished` is how many ended runs stay in memory (registry and event log) for
         lookups and replay; older ones are forgotten (None: all stay). `gc_tuning` sets the
-        process's collector thresholds for many live runs (`tune_gc`);
-        turn it off if something else in the process owns them."""
+        process's collector thresholds for many live runs (`tune_gc`): off by default, as the
+        process may be another application's, which owns them."""
         if gc_tuning:
             tune_gc()
         self.bus = Bus()

@@ -90,7 +90,8 @@ def cli_runtime(
         return build_agent(options, tools)
 
     quiet_mcp_sign_in_log()
-    rt = Runtime(store, factory=factory, **settings)
+    # the command owns its process: the collector is set for many live runs
+    rt = Runtime(store, factory=factory, gc_tuning=True, **settings)
     return rt
 
 

@@ -525,10 +525,6 @@ def preload(store: str | None, model: bool) -> None:
     gc.disable()
     try:
         if store is not None:
-            if store.startswith("sqlite"):
-                from ..store import use_modern_sqlite
-
-                use_modern_sqlite()  # before DBOS imports any sqlite3
             import dbos  # noqa: F401
         if model:
             import aiohttp  # noqa: F401

@@ -104,7 +104,7 @@ class TetherAgent(BaseAgent):
         )
         record = Record(self.logs_dir / TRAJECTORY, context, model.name)
         try:
-            async with Runtime(agents=[agent], gc_tuning=False) as rt:
+            async with Runtime(agents=[agent]) as rt:
                 run = await rt.start(
                     agent,
                     instruction,
