@@ -6,6 +6,7 @@ done."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import uuid
@@ -301,3 +302,70 @@ def test_the_cause_kept_is_one_line_of_at_most_200_characters() -> None:
     text = "".join(chr(ord("a") + i % 26) for i in range(300))
     assert cause_of(text + "\nmore") == text[:200]
     assert cause_of("  \n") == "no reply"
+
+
+APPROVE_IN_AN_OUTAGE = """
+import asyncio, json, os, sys
+sys.path.insert(0, sys.argv[3])
+from tcp_proxy import TcpProxy
+from tether import Agent, Runtime, ScriptedModel, reply, tool
+from tether.errors import StoreUnavailable
+
+@tool(approval="always")
+def pay(amount: int) -> str:
+    \"\"\"Pay an amount.\"\"\"
+    return f"paid {amount}"
+
+async def main():
+    proxy, store = TcpProxy.to_url(sys.argv[1])
+    model = ScriptedModel([reply(tool_calls=[("pay", {"amount": 5})]), reply("Paid.")])
+    seen = {}
+    async with Runtime(store, [Agent(model, [pay], name="payer")]) as rt:
+        run = await rt.start("payer", "pay 5", run_id=sys.argv[2])
+        while not run.waiting():
+            await asyncio.sleep(0.02)
+        (request,) = run.waiting()
+        proxy.cut()
+        try:
+            rt.approve(run.id, request.id)
+            seen["raised"] = ""
+        except StoreUnavailable as e:
+            seen["raised"] = str(e)
+        seen["waiting"] = [r.id for r in run.waiting()]
+        proxy.restore()
+        rt.approve(run.id, request.id)
+        seen["after"] = [r.id for r in run.waiting()]
+        seen["approval_id"] = request.id
+    print(json.dumps(seen), flush=True)
+    os._exit(0)  # DBOS's threads, after an outage, are not waited for
+
+asyncio.run(main())
+"""
+
+
+def test_an_approval_the_store_cannot_take_raises_and_stays_waiting(postgres: str) -> None:
+    """Answered while the store is away: the caller is told (StoreUnavailable), the request
+    is still waiting, and answered again once the store is back, it reaches the store, once.
+    (In a process of its own: DBOS stays launched in the process that opened the store.)"""
+    import sys
+
+    import psycopg
+
+    run_id = f"pay-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        [sys.executable, "-c", APPROVE_IN_AN_OUTAGE, postgres, run_id, str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=warm.cli_env(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert "did not reach the store" in seen["raised"]
+    assert seen["waiting"] == [seen["approval_id"]] and seen["after"] == []
+    with psycopg.connect(postgres) as db:  # the run's durable message, once
+        sent = db.execute(
+            "SELECT count(*) FROM dbos.notifications WHERE destination_uuid = %s AND topic = %s",
+            (run_id, seen["approval_id"]),
+        ).fetchone()
+    assert sent == (1,)

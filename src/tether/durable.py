@@ -86,6 +86,7 @@ from .outage import (
     QuietStoreLog,
     cannot_open,
     cause_of,
+    said_by_us,
     unavailable,
 )
 from .records import RecordSerializer, refuse_pickles
@@ -916,16 +917,26 @@ class StoredRun:
         self.answer(approval_id, False, reason, None)
 
     def answer(self, approval_id: str, approved: bool, reason: str, args_hash: str | None) -> None:
-        request = self.pending.pop(approval_id, None)
+        """Send the answer to the run as its durable message, and only then take the request
+        off `waiting()`. When the store does not take it, StoreUnavailable says so and the
+        request stays waiting (sent from a task, the answer was gone from `waiting()` and
+        the caller told it worked, when it never reached the run)."""
+        request = self.pending.get(approval_id)
         if request is None:
             raise ApprovalError(f"no approval {approval_id!r} is waiting (decided or expired)")
         if args_hash is not None and args_hash != request.args_hash:
-            self.pending[approval_id] = request
             raise ApprovalError(f"approval {approval_id!r} was shown other arguments")
-        from dbos import DBOS
-
         reply = {"approved": approved, "reason": reason}
-        self.owner.spawn(DBOS.send_async(self.id, reply, topic=approval_id))
+        assert self.owner.view is not None  # open while this process executes runs
+        try:  # the store's client: it fails at once when the store does not answer
+            with said_by_us():
+                self.owner.view.client.send(self.id, reply, approval_id)
+        except Exception as e:
+            raise StoreUnavailable(
+                f"the answer to {approval_id} did not reach the store: {cause_of(str(e))}; "
+                "the call still waits for it"
+            ) from None
+        self.pending.pop(approval_id, None)
 
     def cancel(self) -> bool:
         if self.ended.is_set():

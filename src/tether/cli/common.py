@@ -18,7 +18,7 @@ import orjson
 
 from ..agent import RunResult
 from ..approvals import ApprovalRequest, Decision
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreUnavailable
 from ..events import Event, Sink
 from ..journal import append_private, private_dir
 from ..messages import ToolCall
@@ -271,10 +271,13 @@ def inline_approvals(rt: Runtime, run_id: str) -> Sink:
         run = rt.get(run_id)
         if not any(r.id == request.id for r in run.waiting()):
             return  # decided elsewhere meanwhile
-        if decision.approved:
-            run.approve(request.id, request.args_hash)
-        else:
-            run.deny(request.id, decision.reason)
+        try:
+            if decision.approved:
+                run.approve(request.id, request.args_hash)
+            else:
+                run.deny(request.id, decision.reason)
+        except StoreUnavailable as e:  # the call still waits: `tether approve` can answer it
+            print(f"tether: {e}", file=sys.stderr, flush=True)
 
     def sink(event: Event) -> None:
         if event.type == "approval_requested":

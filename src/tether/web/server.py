@@ -47,7 +47,7 @@ import orjson
 from aiohttp import web
 
 from ..approvals import ApprovalError
-from ..errors import ConfigError, NoSuchRun, RunEnded, RunExists
+from ..errors import ConfigError, NoSuchRun, RunEnded, RunExists, StoreUnavailable
 from ..events import Event, Sink
 from ..journal import Journal
 from ..messages import Message, TextPart, ToolCall, ToolResult
@@ -393,6 +393,8 @@ class WebApp:
                 await act(run, lambda: run.deny(approval_id, reason))
         except ApprovalError as e:
             return json_error(409, str(e))
+        except StoreUnavailable as e:  # not taken: the call still waits, the page says so
+            return json_error(503, str(e))
         return web.json_response({"approval_id": approval_id, "approved": approved})
 
     async def cancel(self, request: web.Request) -> web.Response:
