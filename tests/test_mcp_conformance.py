@@ -76,17 +76,23 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(done.stdout.strip())
 
 
-def scenario(suite: Path, name: str, command: str, tmp_path: Path, **env: str) -> str:
-    """Run one client scenario; the suite's report (it writes its results under its cwd)."""
+def judge(suite: Path, tmp_path: Path, *args: str, **env: str) -> tuple[int, str]:
+    """The suite run with `args` (it writes its results under its cwd): its exit status and
+    its report."""
     done = subprocess.run(
-        ["node", str(suite), "client", "--command", command, "--scenario", name],
+        ["node", str(suite), *args],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=tmp_path,
         env={**os.environ, **env},
     )
-    return done.stdout + done.stderr
+    return done.returncode, done.stdout + done.stderr
+
+
+def scenario(suite: Path, name: str, command: str, tmp_path: Path, **env: str) -> str:
+    """Run one client scenario with `command` as the client; the suite's report."""
+    return judge(suite, tmp_path, "client", "--command", command, "--scenario", name, **env)[1]
 
 
 def passed(report: str) -> bool:
@@ -156,12 +162,5 @@ def mcp_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.mark.parametrize("name", SERVER_SCENARIOS)
 def test_server_scenario(suite: Path, mcp_serve: str, name: str, tmp_path: Path) -> None:
-    done = subprocess.run(
-        ["node", str(suite), "server", "--url", mcp_serve, "--scenario", name],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    report = done.stdout + done.stderr
-    assert done.returncode == 0 and "0 failed" in report, report[-4000:]
+    status, report = judge(suite, tmp_path, "server", "--url", mcp_serve, "--scenario", name)
+    assert status == 0 and "0 failed" in report, report[-4000:]

@@ -112,9 +112,8 @@ class Ledger:
         if store.startswith("sqlite:///"):
             path = store.removeprefix("sqlite:///") + "-effects"
             private_file(path)
-            conn = sqlite_dbapi().connect(path, check_same_thread=False)
+            conn = sqlite_dbapi().connect(path, isolation_level=None, check_same_thread=False)
             self.conn = tuned(conn)  # (see `sqlite.tuned`)
-            self.conn.isolation_level = None
         else:
             from sqlalchemy import create_engine
 

@@ -197,9 +197,9 @@ class TerminalAsker:
     checked as the field's type wants (asked again when it is not); an empty line takes a
     field's default. `n` at the first prompt declines; Ctrl-C cancels the run."""
 
-    def __init__(self, err: TextIO, lock: asyncio.Lock | None = None) -> None:
+    def __init__(self, err: TextIO) -> None:
         self.err = err
-        self.lock = lock
+        self.lock: asyncio.Lock | None = None  # made on the loop that asks
 
     async def __call__(self, question: Question) -> Answer:
         self.lock = self.lock or asyncio.Lock()

@@ -65,12 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w = serve.add_argument_group("server")
     w.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    w.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0: a free one)")
-    w.add_argument(
-        "--token",
-        default=os.environ.get("TETHER_TOKEN"),
-        help="access token (default: $TETHER_TOKEN, else a new one, printed)",
-    )
+    port_and_token(w, 8765, "access token")
     w.add_argument(
         "--max-runs",
         type=int,
@@ -119,12 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="serve streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio",
     )
-    h.add_argument("--port", type=int, default=8766, help="port (default: 8766; 0: a free one)")
-    h.add_argument(
-        "--token",
-        default=os.environ.get("TETHER_TOKEN"),
-        help="the bearer token clients must send (default: $TETHER_TOKEN, else a new one, printed)",
-    )
+    port_and_token(h, 8766, "the bearer token clients must send")
     h.add_argument(
         "--no-token",
         action="store_true",
@@ -234,6 +224,18 @@ def worker_tool_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--workspace", metavar="DIR", help="the directory the tools work in here")
     t.add_argument("--sandbox", action="store_true", help="run every run's bash in bubblewrap")
     t.add_argument("--sandbox-net", action="store_true", help="with --sandbox: the network")
+
+
+def port_and_token(group: argparse._ActionsContainer, port: int, token: str) -> None:
+    """A server's port and the token its clients must send (the page's, `mcp-serve --http`'s)."""
+    group.add_argument(
+        "--port", type=int, default=port, help=f"port (default: {port}; 0: a free one)"
+    )
+    group.add_argument(
+        "--token",
+        default=os.environ.get("TETHER_TOKEN"),
+        help=f"{token} (default: $TETHER_TOKEN, else a new one, printed)",
+    )
 
 
 def connections_option(group: argparse._ActionsContainer) -> None:

@@ -30,7 +30,7 @@ from ..approvals import Policy
 from ..errors import ConfigError, ProviderError
 from ..messages import ImagePart, Message, ModelRequest, TextPart, image_type
 from ..questions import Answer, Asker, Question, decline_all, problems
-from .mcp_auth import AuthSettings
+from .mcp_auth import AuthSettings, oauth
 from .tool import DEFAULT_TIMEOUT, RunContext, Tool
 
 RESULT_KEEP = 100_000
@@ -66,12 +66,13 @@ async def mcp_tools(
         from mcp.client.stdio import StdioServerParameters
     except ImportError:
         raise ConfigError("--mcp needs the mcp extra: pip install 'tether[mcp]'") from None
+    settings = auth or AuthSettings()
     async with opened() as stack:
         tools: list[Tool] = []
         for spec in servers:
             target: Any
             if spec.startswith(("http://", "https://")):
-                target = await remote(stack, spec, auth or AuthSettings(), token_dir)
+                target = await remote(stack, spec, settings, token_dir)
             else:
                 argv = shlex.split(spec)
                 if not argv:
@@ -79,8 +80,8 @@ async def mcp_tools(
                 target = StdioServerParameters(command=argv[0], args=argv[1:])
             try:
                 # a sign-in at a browser is a person's time, bounded by its own time-out
-                async with asyncio.timeout(connect_timeout + signing_in(spec, auth)):
-                    server = Server(spec, asker, sampling)
+                async with asyncio.timeout(connect_timeout + signing_in(spec, settings)):
+                    server = Server(spec, asker)
                     client = await stack.enter_async_context(
                         Client(
                             target,
@@ -124,17 +125,14 @@ async def remote(
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    from .mcp_auth import oauth
-
     http = await stack.enter_async_context(create_mcp_http_client(auth=oauth(url, auth, token_dir)))
     return streamable_http_client(url, http_client=http)
 
 
-def signing_in(spec: str, auth: AuthSettings | None) -> float:
+def signing_in(spec: str, auth: AuthSettings) -> float:
     """Extra connect time for a server that may send a person to a browser to sign in."""
-    settings = auth or AuthSettings()
-    if spec.startswith(("http://", "https://")) and settings.grant == "authorization_code":
-        return settings.sign_in_timeout
+    if spec.startswith(("http://", "https://")) and auth.grant == "authorization_code":
+        return auth.sign_in_timeout
     return 0.0
 
 
@@ -173,10 +171,9 @@ class Server:
     """One MCP server's side of the runs that call it: each call's progress goes to the run
     that made it, and each question the server asks goes to that run's person."""
 
-    def __init__(self, spec: str, asker: Asker, sampling: bool = True) -> None:
+    def __init__(self, spec: str, asker: Asker) -> None:
         self.spec = spec
         self.asker = asker
-        self.sampling = sampling
         self.calling: dict[int, RunContext] = {}
         """The contexts of the calls in flight, by a number of each call's own."""
         self.count = 0
