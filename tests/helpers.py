@@ -10,8 +10,10 @@ tests can run in parallel (pytest-xdist) without sharing journals or a default s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -126,6 +128,18 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:  # FileNotFoundError, or ProcessLookupError mid-read
         return False
+
+
+def running(mark: str) -> bool:
+    """Whether a live process's command line holds `mark` (`exec -a MARK sleep 300` names
+    one so), in any pid namespace this one can see."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark.encode() in (proc / "cmdline").read_bytes():
+                return alive(int(proc.name))
+        except OSError:
+            continue
+    return False
 
 
 class Output:
@@ -250,3 +264,57 @@ def store_runs(url: str) -> Iterator[Callable[..., dict[str, dict[str, Any]]]]:
         yield lambda *states: {r["id"]: r for r in list_runs(reader, list(states) or None)}
     finally:
         reader.destroy()
+
+
+BREAKOUTS = """
+mount -o remount,rw / 2>/dev/null && echo ESCAPED-remount
+umount -l /proc 2>/dev/null && echo ESCAPED-umount
+echo x > "$ESCAPE" 2>/dev/null && echo ESCAPED-write
+grep -q '^CapEff:[[:space:]]*0*$' /proc/self/status || echo ESCAPED-capabilities
+python3 -c "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])" \
+    "$HOST_SOCKET" 2>/dev/null && echo ESCAPED-socket
+ls /run/postgresql /var/run/postgresql 2>/dev/null | grep -q PGSQL && echo ESCAPED-postgres
+cat "$PLANTED_HOME" 2>/dev/null | grep -q planted && echo ESCAPED-home
+cat $PLANTED_STORES 2>/dev/null | grep -q planted && echo ESCAPED-store
+grep -q '^root:' /etc/shadow 2>/dev/null && echo ESCAPED-shadow
+test -x /usr/bin/env && echo system-visible
+echo probed
+"""
+
+
+def probe_sandbox(argv_for: Callable[[str], list[str]], user: str) -> str:
+    """What `BREAKOUTS` prints run in the sandbox `argv_for(probe)` makes, as `user` (`root`,
+    or `nobody` by `setpriv`): with a Unix socket of the test's own in /run (as Postgres's
+    and Docker's are), a secret planted in the user's home, stores planted in services'
+    directories (0644: the case is a sandbox that shows them at all), and a path in /etc for
+    a write. It fails unless the probe ran to its end with the system visible, or when the
+    write reached /etc; everything planted is removed whatever happens."""
+    tag = f"{os.getpid()}-{user}"
+    escape = Path(f"/etc/tether-escape-{tag}")
+    home = Path.home() / f".tether-planted-{tag}"
+    stores = [Path(f"{d}/tether-planted-{tag}/runs.sqlite") for d in ("/var/lib", "/srv")]
+    with contextlib.ExitStack() as undo:
+        undo.callback(escape.unlink, missing_ok=True)
+        socket_path = Path(f"/run/tether-test-{tag}.sock")
+        server = undo.enter_context(socket.socket(socket.AF_UNIX))
+        server.bind(str(socket_path))
+        undo.callback(socket_path.unlink, missing_ok=True)
+        socket_path.chmod(0o777)
+        server.listen()
+        for planted in (home, *stores):
+            planted.parent.mkdir(exist_ok=True)
+            if planted is not home:
+                undo.callback(shutil.rmtree, planted.parent, ignore_errors=True)
+            undo.callback(planted.unlink, missing_ok=True)
+            planted.write_text("planted secret\n")
+            planted.chmod(0o644)
+        probe = BREAKOUTS.replace("$HOST_SOCKET", str(socket_path)).replace("$ESCAPE", str(escape))
+        probe = probe.replace("$PLANTED_HOME", str(home))
+        probe = probe.replace("$PLANTED_STORES", " ".join(map(str, stores)))
+        argv = argv_for(probe)
+        if user == "nobody":
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert not escape.exists(), "a write reached /etc"
+    assert done.stdout.strip().endswith("system-visible\nprobed"), done.stdout + done.stderr
+    return done.stdout

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -252,10 +253,22 @@ def test_help_lists_every_option() -> None:
     assert "ask" in tether("--help").stdout
 
 
-def test_ctrl_c_cancels_with_status_130(wire: WireServer) -> None:
+IGNORING_SIGINT = [
+    sys.executable, "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+]  # fmt: skip
+"""Starts a program with SIGINT ignored, as a shell starts a background command (`cmd &`)."""
+
+
+@pytest.mark.parametrize("started", ["plainly", "with SIGINT ignored"])
+def test_ctrl_c_cancels_with_status_130(wire: WireServer, started: str) -> None:
+    """However `tether` was started: a shell's background command (a CI job started with `&`)
+    inherits SIGINT ignored, and Python then installs no handler of its own."""
     wire.add(calls=[("slow_echo", {"text": "long", "ms": 20000})])
+    prefix = IGNORING_SIGINT if started != "plainly" else []
     proc = warm.Popen(
-        [*TETHER, "run", "x", "--base-url", wire.url, "--json", "--tools-from", TOOLS],
+        [*prefix, *TETHER, "run", "x", "--base-url", wire.url, "--json", "--tools-from", TOOLS],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -857,6 +870,39 @@ def test_a_worker_runs_the_tools_of_its_own_machine(tmp_path: Path) -> None:
         worker.wait(30)
     shown = tether("show", "job", "--store", store).stdout
     assert "the worker's copy" in shown and "the queuer's copy" not in shown
+
+
+def test_a_worker_takes_no_more_runs_than_its_concurrency(wire: WireServer, tmp_path: Path) -> None:
+    """`tether worker --concurrency 2` with five runs queued and every model reply held: two
+    run, three stay queued (for other workers); let go, all five end done."""
+    import threading
+
+    from helpers import store_runs, wait_until
+
+    released = threading.Event()
+    wire.rule = lambda body: {"text": "Done.", "gate": released}
+    store = str(tmp_path / "jobs.sqlite")
+    queued = run_tether(
+        "run", "--queue", "--tasks", "-", "--store", store, "--base-url", wire.url,
+        "--tools", "none", stdin="".join(f"job {i}\n" for i in range(5)), OPENAI_API_KEY="sk-q",
+    )  # fmt: skip
+    assert queued.returncode == 0, queued.stderr
+    worker = warm.Popen(
+        [*TETHER, "worker", "--store", store, "--concurrency", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=cli_env(OPENAI_API_KEY="sk-q"),
+    )  # fmt: skip
+    try:
+        with store_runs(f"sqlite:///{store}") as runs:
+            wait_until(lambda: len(wire.requests) >= 2, "two runs to ask the model", 30, 0.05)
+            assert (len(runs("running")), len(runs("queued"))) == (2, 3)
+            assert len(wire.requests) == 2
+            released.set()
+            wait_until(lambda: len(runs("done")) == 5, "every run to end done", 60, 0.1)
+    finally:
+        released.set()
+        worker.kill()
+        worker.wait(30)
 
 
 def sleepers(seconds: str) -> list[int]:

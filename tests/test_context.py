@@ -10,6 +10,8 @@ from tether.context import SUMMARY_MARK, SUMMARY_PROMPT, ContextPolicy, estimate
 from tether.errors import ClientRequestError
 from tether.events import Event
 
+CUT = "characters cut to fit the context window"
+
 
 @tool
 def dump(page: int) -> str:
@@ -63,13 +65,25 @@ def valid(messages: tuple[Message, ...]) -> bool:
     return True
 
 
-async def test_a_long_run_fits_a_small_window() -> None:
+@pytest.mark.parametrize("nudged", [None, *range(1, 8)])
+async def test_a_long_run_fits_a_small_window(nudged: int | None) -> None:
+    """The older turns are summarised whole: no tool result is parted from the call that asked
+    for it (a provider refuses an orphan result), wherever the turns fall. A message the user
+    sends during the run (after the `nudged`-th request) moves where the older ones end: after
+    the 4th or the 5th, the cut would fall between a call and its result."""
+    inbox: list[str] = []
     reader = Reader()
-    model = ScriptedModel([reader] * 40)
+
+    def read(request: ModelRequest) -> ModelResponse:
+        if len(reader.requests) == nudged:
+            inbox.append("Take your time.")  # `send`: it reaches the model with the next call
+        return reader(request)
+
+    model = ScriptedModel([read] * 40)
     events: list[Event] = []
     policy = ContextPolicy(window=2000, reserve=500)
     result = await Agent(model, [dump], context=policy).run(
-        "Read the pages.", sinks=[events.append]
+        "Read the pages.", sinks=[events.append], inbox=inbox
     )
     assert result.outcome == "done" and result.answer == "I read all ten pages."
     types = [e.type for e in events]
@@ -96,6 +110,11 @@ async def test_no_summary_is_asked_for_when_trimming_old_outputs_is_enough() -> 
     types = [e.type for e in events]
     assert "context_trimmed" in types and "context_summarized" not in types
     assert reader.summaries == 0 and len(reader.requests) == 11
+    # the outputs the model has just asked for reach it whole each turn; older ones are cut
+    for n, request in enumerate(reader.requests[1:]):
+        assert [r.output for r in request.messages[-1].tool_results] == [dump(n)]
+    older = reader.requests[-1].messages[:-1]
+    assert any(CUT in r.output for m in older for r in m.tool_results)
 
 
 async def test_a_context_length_error_shrinks_and_retries_once() -> None:

@@ -572,6 +572,41 @@ def test_the_idempotency_key_names_the_run_and_the_call(wire: WireServer, tmp_pa
     assert keys == ["pay-a:call_same", "pay-b:call_same"]
 
 
+def test_one_run_s_recorded_call_is_never_taken_for_another_s(
+    wire: WireServer, tmp_path: Path, store: str
+) -> None:
+    """Calls are journaled by run and call id: a server may give two runs' calls the same id.
+    Run B is killed while its charge runs; run A then makes and finishes a call of the same
+    id. Resumed, B must see its own call as interrupted (outcome unknown), not A's result."""
+    started = tmp_path / "started"
+    env = {**tools_env(tmp_path), "SLOW_SECONDS": "30", "STARTED_FILE": str(started)}
+    wire.add(calls=[("slow_charge", {"amount": 2}, "call_same")])
+    tools = ("--tools-from", str(FIXTURES / "durable_tools.py"), "--approve", "auto")
+    b = warm.Popen(
+        [*TETHER, "run", "pay b", "--base-url", wire.url, "--store", store, "--run-id", "run-b",
+         *tools],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    try:
+        wait_until(started.exists, "run b's charge to begin", 30)
+    finally:
+        b.kill()
+        b.wait()
+    env["SLOW_SECONDS"] = "0"
+    wire.add(calls=[("charge", {"amount": 1}, "call_same")]).add(text="A paid.")
+    wire.add(text="B is back.")
+    a = tether("run", "pay a", "--base-url", wire.url, "--store", store, "--run-id", "run-a",
+               *tools, env=env)  # fmt: skip
+    assert a.returncode == 0, a.stderr
+    resumed = tether("resume", "run-b", "--store", store, "--json", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    results = [e["output"] for e in json_lines(resumed.stdout) if e["type"] == "tool_result"]
+    assert len(results) == 1 and "Outcome unknown" in results[0], results
+    assert "charged 1" not in results[0]
+    keys = [line.split()[0] for line in (tmp_path / "charges").read_text().splitlines()]
+    assert keys == ["run-a:call_same"]  # b's charge never made (killed before it), nor again
+
+
 class Planted:
     """A pickle that, unpickled, creates a marker file: what a row rewritten by someone with
     write access to the store would hold."""

@@ -148,3 +148,43 @@ def test_a_runtime_on_a_sqlite_store_leaves_its_host_alone(tmp_path: Path) -> No
     assert seen["journal_mode"] == "delete" and seen["synchronous"] == 2  # SQLite's: FULL
     assert seen["sqlite3"] == seen["before"]["sqlite3"] and seen["same_module"]
     assert tuple(seen["gc"]) == tuple(seen["before"]["gc"])
+
+
+QUEUE_TWICE = """
+import asyncio, json, sys
+from tether import Agent, Runtime, ScriptedModel, reply
+from tether.errors import ConfigError
+from tether.store import client, list_runs
+
+async def main(store):
+    agent = Agent(ScriptedModel([reply("Done.")]), name="worker-agent")
+    seen = {}
+    async with Runtime(store, [agent]) as rt:
+        try:
+            rt.enqueue_many("worker-agent", ["one", "two", "three"], run_ids=["j-1", "j-2", "j-1"])
+            seen["refused"] = ""
+        except ConfigError as e:
+            seen["refused"] = str(e)
+        reader = client(store)
+        seen["after_refusal"] = [r["id"] for r in list_runs(reader, None)]
+        seen["queued"] = rt.enqueue_many("worker-agent", ["one", "two"], run_ids=["j-1", "j-2"])
+        seen["stored"] = sorted(r["id"] for r in list_runs(reader, ["queued"]))
+        reader.destroy()
+    print(json.dumps(seen))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_a_batch_that_names_one_run_twice_queues_nothing(tmp_path: Path) -> None:
+    """`enqueue_many` is all or nothing: a repeated id is refused before anything is queued,
+    never reported as two runs queued while the store keeps one. (In a program of its own: a
+    process has one store.)"""
+    done = warm.run(
+        [sys.executable, "-c", QUEUE_TWICE, f"sqlite:///{tmp_path}/runs.sqlite"],
+        capture_output=True, text=True, timeout=60, env=cli_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert "same id" in seen["refused"] and seen["after_refusal"] == []
+    assert seen["queued"] == seen["stored"] == ["j-1", "j-2"]

@@ -356,6 +356,44 @@ def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 @needs_bwrap
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_trials_sandbox_holds_for_root_and_for_an_ordinary_user(user: str) -> None:
+    """The probes of bash's sandbox, run in a trial's (its mounts and limits, with the probe
+    in place of its server), as root and as an ordinary user: no remount, no write to the
+    host, no capability, no host socket, nothing of a home, of /etc/shadow or of a store kept
+    in a service's directory (/var/lib, /srv); the system's programs are there."""
+    import shutil
+    import tempfile
+
+    from helpers import probe_sandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("the root case and the switch to an ordinary user need root")
+    folder = Path(tempfile.mkdtemp(prefix="tether-trial-"))  # reachable by an ordinary user
+    folder.chmod(0o755)
+    env = environment(folder, kind=SandboxEnvironment)
+    assert isinstance(env, SandboxEnvironment)
+    try:
+        env.make_places()
+        env.root.chmod(0o755)  # the trial's scratch, 0700 by default: the other user's here
+
+        def trial(probe: str) -> list[str]:
+            argv = env.argv()
+            prefix = os.path.realpath(sys.base_prefix)
+            for i in range(len(argv) - 2):  # the server's Python, bound where it lives (root's
+                if argv[i : i + 3] == ["--ro-bind", prefix, prefix]:  # home here): the probe
+                    del argv[i : i + 3]  # needs none, and nobody may not read it
+                    break
+            return [*argv[: argv.index("--") + 1], "bash", "-c", probe]
+
+        said = probe_sandbox(trial, user)
+    finally:
+        shutil.rmtree(folder)
+        shutil.rmtree(env.root)
+    assert "ESCAPED" not in said, said
+
+
+@needs_bwrap
 def test_a_command_that_prints_10_mb_returns_its_head_and_tail(tmp_path: Path) -> None:
     """A reply over asyncio's 64 KiB line limit killed the reader and hung every later exec;
     now each stream comes back as its head and tail, and the next command runs."""

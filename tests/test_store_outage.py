@@ -304,6 +304,28 @@ def test_the_cause_kept_is_one_line_of_at_most_200_characters() -> None:
     assert cause_of("  \n") == "no reply"
 
 
+def test_a_secret_in_what_the_driver_says_is_never_repeated() -> None:
+    """A driver may name the store's URL, password and all, in its error: what a process says
+    of it (the run's error, the one line of a command that cannot open its store, the log
+    line of an outage) is redacted."""
+    import logging
+
+    from tether.outage import QuietStoreLog, cannot_open, cause_of
+
+    secret = "s3cret-Pa55word-of-the-store"
+    said = (
+        "(psycopg.OperationalError) could not connect to "
+        f"postgresql://tether:{secret}@10.0.0.5:5432/runs: timeout expired"
+    )
+    assert "could not connect to postgresql://tether:" in cause_of(said)
+    record = logging.LogRecord("dbos", logging.WARNING, "", 0, said, None, None)
+    quiet = QuietStoreLog()
+    quiet.filter(record)
+    for text in (cause_of(said), str(cannot_open(Exception(said))), record.getMessage()):
+        assert secret not in text and "[redacted]" in text, text
+    assert quiet.cause is not None and secret not in quiet.cause
+
+
 APPROVE_IN_AN_OUTAGE = """
 import asyncio, json, os, sys
 sys.path.insert(0, sys.argv[3])

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import json_lines, tether
+from helpers import json_lines, running, tether
 from tether import Agent, Budget, RunContext, tool
 from tether.events import Event
 from tether.providers.scripted import ScriptedModel, reply
@@ -150,17 +151,6 @@ def test_the_cli_terminal_profile_keeps_a_session_and_plain_bash_does_not(
         assert outputs[1] == f"exit status 0\n{expected}\n", flags
 
 
-def sleeper_alive(mark: str) -> bool:
-    """Whether a process whose command line holds `mark` is alive."""
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and mark.encode() in (proc / "cmdline").read_bytes():
-                return True
-        except OSError:
-            continue
-    return False
-
-
 WAITS_FOR_GO = "echo began; until [ -f go ]; do sleep 0.05; done; echo finished; exit 3"
 
 
@@ -195,9 +185,68 @@ async def test_a_command_that_outlasts_its_wait_goes_on_as_a_job(tmp_path: Path)
     assert outputs[1] == "job 1 still running\nbegan\n"
     assert outputs[2] == "job 1 ended: exit status 3\nbegan\nfinished\n"
     assert outputs[3].startswith("job 2 still running")
-    assert outputs[4] == "job 2 stopped\n" and not sleeper_alive(f"{mark}-a")
+    assert outputs[4] == "job 2 stopped\n" and not running(f"{mark}-a")
     assert outputs[5].startswith("job 3 still running")
-    assert not sleeper_alive(f"{mark}-b")  # the run's end stopped it
+    assert not running(f"{mark}-b")  # the run's end stopped it
+
+
+DURABLE_JOB = """
+import asyncio, json, os, sys, time
+from pathlib import Path
+from tether import Agent, RunContext, Runtime
+from tether.providers.scripted import ScriptedModel, reply
+from tether.tools.bash import session_tools
+
+def running(mark):  # a process named so, but this one (whose arguments name it)
+    found = False
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and int(p.name) != os.getpid():
+            try:
+                found = found or mark.encode() in p.joinpath("cmdline").read_bytes()
+            except OSError:
+                pass
+    return found
+
+async def main(folder, mark):
+    model = ScriptedModel([
+        reply(tool_calls=[("bash", {"command": f"exec -a {mark} sleep 300", "wait": 0})]),
+        reply("Done."),
+    ])
+    tools = session_tools()
+    tools[0].approval = "never"
+    async with Runtime(f"sqlite:///{folder}/runs.sqlite", [Agent(model, tools, name="t")]) as rt:
+        run = await rt.start("t", "Work.", context=RunContext(workspace=Path(folder)))
+        result = await run.wait()
+        started = [r.output.split("\\n")[0] for m in result.messages for r in m.tool_results]
+        deadline = time.monotonic() + 10  # the job ends with the run, not with the Runtime
+        while running(mark) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        print(json.dumps({"answer": result.answer, "started": started, "left": running(mark)}))
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_a_durable_run_s_end_stops_the_jobs_it_left_running(tmp_path: Path) -> None:
+    """On a store a run's tools live in the process that executes it, as in memory: the job a
+    run left running ends with the run, not with the process (a worker serves runs for days).
+    In a program of its own: a process has one store."""
+    import sys
+
+    import warm
+
+    mark = f"tether-durable-job-{tmp_path.name}"
+    try:
+        done = warm.run(
+            [sys.executable, "-c", DURABLE_JOB, str(tmp_path), mark],
+            capture_output=True, text=True, timeout=60, env=warm.cli_env(),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen = json.loads(done.stdout.splitlines()[-1])
+        assert seen["answer"] == "Done." and seen["started"] == ["job 1 still running"]
+        assert seen["left"] is False
+    finally:
+        subprocess.run(["pkill", "-KILL", "-f", mark], check=False)
 
 
 async def test_polling_an_unknown_job_says_which_there_are(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import pydantic
 import pytest
 
 import warm
-from helpers import FIXTURES, cli_env, json_lines, tether, until, within
+from helpers import FIXTURES, Output, cli_env, json_lines, tether, until, wait_until, within
 from tether import (
     Agent,
     Budget,
@@ -562,17 +562,19 @@ def test_a_durable_childs_approval_waits_across_a_crash(wire: WireServer, tmp_pa
         text=True,
         env=env,
     )
-    assert first.stdout is not None
-    asked: dict[str, str] = {}
-    for line in first.stdout:
-        event = orjson.loads(line)
-        if event["type"] == "approval_requested":
-            assert event["root_run_id"] == "t-2"
-            asked[event["run_id"]] = event["approval_id"]
-        if len(asked) == 2:
-            first.send_signal(signal.SIGKILL)
-            break
-    first.wait()
+    out = Output(first.stdout)  # read in a thread: a run that never asks fails the wait
+
+    def both_asked() -> dict[str, str]:
+        events = [orjson.loads(line) for line in list(out.lines)]
+        asked = [e for e in events if e["type"] == "approval_requested"]
+        assert all(e["root_run_id"] == "t-2" for e in asked)
+        return {e["run_id"]: e["approval_id"] for e in asked} if len(asked) == 2 else {}
+
+    try:
+        asked = wait_until(both_asked, "both children to ask for approval", 60)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
     assert first.returncode == -signal.SIGKILL
     assert len(wire.requests) == 3 and not (tmp_path / "writes.txt").exists()
     for child, approval in asked.items():

@@ -252,6 +252,33 @@ def test_approve_one_call_and_deny_another(page: Page, server: Server) -> None:
     shot(page, "approved-and-denied")
 
 
+def test_the_page_approves_only_the_arguments_it_showed(server: Server) -> None:
+    """An approval sent with the hash of the arguments the page showed is refused when the
+    call waits with other arguments (here: another call's), and nothing runs; sent with its
+    own, the call runs."""
+    run_id = server.api("POST", "/api/runs", {"task": "run two commands"})["id"]
+
+    def both_waiting() -> list[dict[str, Any]]:
+        approvals: list[dict[str, Any]] = server.api("GET", f"/api/runs/{run_id}")["approvals"]
+        return approvals if len(approvals) == 2 else []
+
+    approvals = wait_until(both_waiting, "both calls to wait for approval", 30)
+    asked = {a["arguments"]["command"]: a for a in approvals}
+    yes, no = asked["echo yes > approved.txt"], asked["echo no > denied.txt"]
+    swapped = {"approval_id": yes["approval_id"], "args_hash": no["args_hash"]}
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        server.api("POST", f"/api/runs/{run_id}/approve", swapped)
+    assert refused.value.code == 409
+    assert "other arguments" in json.loads(refused.value.read())["error"]
+    assert len(server.api("GET", f"/api/runs/{run_id}")["approvals"]) == 2  # both still wait
+    assert not (server.workspace / "approved.txt").exists()
+    own = {"approval_id": yes["approval_id"], "args_hash": yes["args_hash"]}
+    server.api("POST", f"/api/runs/{run_id}/approve", own)
+    server.api("POST", f"/api/runs/{run_id}/deny", {"approval_id": no["approval_id"]})
+    server.wait_for(run_id, "done")
+    assert (server.workspace / "approved.txt").read_text() == "yes\n"
+
+
 def test_cancel_a_run(page: Page, server: Server) -> None:
     start_from_form(page, "cancel me")
     expect(page.locator(".assistant").first).to_contain_text("never ending", timeout=10_000)
@@ -427,6 +454,10 @@ def test_requests_come_from_where_they_should(server: Server) -> None:
     status, _, _ = raw_request(server, "GET", f"/?token={TOKEN}", {"Host": "evil.example"})
     assert status == 421
     assert raw_request(server, "GET", "/api/runs", {"Host": "evil.example", **bearer})[0] == 421
+    # names that only begin (or end) like one of the server's are other hosts
+    for name in ("localhost.evil.example", "127.0.0.1.nip.io", "evil-localhost", "localhostx"):
+        for host in (name, f"{name}:{server.port}"):
+            assert raw_request(server, "GET", "/api/runs", {"Host": host, **bearer})[0] == 421
     assert raw_request(server, "GET", "/api/runs", {"Host": here, **bearer})[0] == 200
     named = {"Host": f"localhost:{server.port}", **bearer}
     assert raw_request(server, "GET", "/api/runs", named)[0] == 200

@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import signal
 import sys
+import threading
 
 from ..errors import ConfigError, StoreUnavailable
 from ..journal import STORE_FORMS, store_url
@@ -492,6 +494,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The `tether` command: its exit status. The process ends when it returns."""
+    interrupt_on_sigint()
     try:
         return command(build_parser().parse_args(argv))
     except StoreUnavailable as e:
@@ -505,6 +508,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         ending()
+
+
+def interrupt_on_sigint() -> None:
+    """Ctrl-C (SIGINT) cancels, however `tether` was started. A shell starts a background
+    command (`cmd &` in a script, a CI job started so) with SIGINT ignored, and Python then
+    installs no handler of its own: every Ctrl-C and every SIGINT a supervisor sent was lost,
+    and the run went on. The command takes SIGINT back as Python's default handler."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def ending() -> None:

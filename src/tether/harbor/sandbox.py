@@ -6,8 +6,9 @@
 A trial gets one sandbox for its life, as a container would be: its scratch directories are
 mounted at `/app`, `/logs`, `/tests` and `/solution` themselves (and at the task's workdir), so
 a script that writes `/logs/verifier/reward.txt` does so, with no mapping of paths in command
-lines (`LocalEnvironment`'s way, which a task's own scripts never saw). The rest of the file
-system is the host's, read-only; `/tmp` is private; there is no network (only a loopback of
+lines (`LocalEnvironment`'s way, which a task's own scripts never saw). Of the host it sees
+the system, read-only (`argv`): not the homes, services' state or any other directory where
+data may be kept; `/tmp` is private; there is no network (only a loopback of
 its own); the environment holds no variable of the host's (no secrets), only what Harbor
 passes.
 
@@ -33,13 +34,21 @@ from typing import Any
 import orjson
 from harbor.environments.base import ExecResult
 
-from ..tools.sandbox import bwrap, hardening, secrets_hidden
-from .environment import PLACES, VARIABLES, LocalEnvironment
+from ..tools.sandbox import SYSTEM, bwrap, hardening, system_view
+from .environment import VARIABLES, LocalEnvironment
 
 REPLY_LIMIT = 16 << 20
 """The longest reply line read: two streams' kept bytes (`KEEP`), in base64, fit with room."""
-HIDDEN = {"proc", "dev", "tmp", "run", *(p.strip("/") for p in PLACES)}
-"""Top-level directories the sandbox gives its own (the rest are the host's, read-only)."""
+SHOWN = ("/opt", "/var")
+"""What a trial sees of the host beyond the system's directories (`tools.sandbox.SYSTEM`),
+read-only: tools installed under /opt, and /var as a system has it (its logs, caches, package
+state). Not the users' homes, `/srv`, `/mnt`, `/media` or any other top-level directory, where
+a store or a secret may be kept: a task written for a container needs a system, not the
+host's data."""
+SERVICE_STATE = ("/var/lib", "/var/backups", "/var/mail", "/var/spool")
+"""Inside /var, what services keep (databases, stores, mail, queued jobs): hidden, but for the
+package managers' state (`PACKAGE_STATE`), which `dpkg -l` and `apt` read."""
+PACKAGE_STATE = ("/var/lib/dpkg", "/var/lib/apt")
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "HOME": "/root",
@@ -162,21 +171,16 @@ class SandboxEnvironment(LocalEnvironment):
         return {name: f"/{place}" for place, name in VARIABLES.items()}
 
     def argv(self) -> list[str]:
-        """bubblewrap's command line: the host's top-level directories read-only but those
-        the sandbox gives its own, the trial's places mounted where a container has them.
-        Users' homes (and Tether's data and stores in them) and `/etc`'s secrets are not
-        there; the interpreter of the sandbox's server is, wherever it lives."""
-        argv = [bwrap(), "--unshare-all", "--die-with-parent", "--new-session"]
-        for entry in sorted(os.listdir("/")):
-            path = f"/{entry}"
-            if entry in HIDDEN:
-                continue
-            if os.path.islink(path):
-                argv += ["--symlink", os.readlink(path), path]
-            else:
-                argv += ["--ro-bind", path, path]
+        """bubblewrap's command line: the host's system (`system_view`, `/etc`'s secrets
+        hidden) and `SHOWN` read-only, services' state and users' homes not there (empty
+        homes, as an image has), the trial's places mounted where a container has them. The
+        interpreter of the sandbox's server is there, wherever it lives."""
+        argv = [bwrap(), "--unshare-all", "--die-with-parent", "--new-session", *system_view()]
+        argv += [a for path in SHOWN if os.path.isdir(path) for a in ("--ro-bind", path, path)]
+        argv += [a for path in SERVICE_STATE if os.path.isdir(path) for a in ("--tmpfs", path)]
+        argv += [a for p in PACKAGE_STATE if os.path.isdir(p) for a in ("--ro-bind", p, p)]
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *hardening()]
-        argv += [*secrets_hidden(), *homes_hidden()]
+        argv += homes_hidden()
         python = interpreter()
         prefix = os.path.realpath(sys.base_prefix)
         if python.startswith(prefix + "/") and not visible(prefix):  # e.g. a pyenv in ~
@@ -286,13 +290,19 @@ HOMES = ("/root", "/home")
 
 
 def homes_hidden() -> list[str]:
-    """The users' homes, empty: `~/.ssh`, keys, Tether's own data directory and stores."""
+    """The users' homes, empty and the trial's own: `~/.ssh`, keys, Tether's own data
+    directory and stores are not there, and a task may still write to `~`."""
     return [a for h in HOMES if os.path.isdir(h) and not os.path.islink(h) for a in ("--tmpfs", h)]
 
 
 def visible(path: str) -> bool:
-    """Whether `path` is in what the sandbox shows of the host (not under a hidden home)."""
-    return not any(path == h or path.startswith(h + "/") for h in HOMES)
+    """Whether `path` is in what the sandbox shows of the host."""
+
+    def under(roots: tuple[str, ...]) -> bool:
+        return any(path == r or path.startswith(r + "/") for r in roots)
+
+    shown = under(tuple(os.path.realpath(p) for p in SYSTEM) + SHOWN)
+    return shown and (not under(SERVICE_STATE) or under(PACKAGE_STATE))
 
 
 def interpreter() -> str:
