@@ -12,7 +12,8 @@ Reading a record builds frozen dataclasses from checked values; it calls nothing
     {"$tuple": [...]}   {"$d": {...}}   {"$b": "base64"}   lists, strings, numbers, null
 
 Every record begins with `FORMAT`; one without it (a pickle written by an earlier version) is
-refused with `RecordError`, never unpickled.
+refused with `RecordError`, never unpickled. `tether migrate` (`migrate.py`) rewrites a store
+written before 0.1.0, reading its pickles with an unpickler that builds our types only.
 
 What DBOS keeps of a run (its inputs, its result, the messages and events that carry
 approvals) goes through the same codec (`RecordSerializer`), and DBOS's own pickle reader is
@@ -52,6 +53,12 @@ TYPES: dict[str, type] = {
 PLAIN = {"str": str, "int": int, "float": (int, float), "bool": bool}
 
 
+NOT_OURS = (
+    "refused, never unpickled (a store written before 0.1.0 is rewritten as records, once, by "
+    "`tether migrate --store STORE`; a row written by someone else stays refused)"
+)
+
+
 class RecordError(TetherError):
     """A store's record that is not one Tether wrote: another format, or values that are not
     what its type holds. Nothing of it was run or used."""
@@ -74,11 +81,7 @@ def dumps(value: Any) -> bytes:
 def loads(record: bytes, what: str = "a record") -> Any:
     """A record read back, checked; `what` names it in an error (a run's step)."""
     if not bytes(record).startswith(FORMAT):
-        raise RecordError(
-            f"{what} is not in Tether's record format (a pickle written by a version before "
-            "0.1.0, or a row written by someone else): refused, never unpickled; finish or "
-            "cancel such runs with the version that started them"
-        )
+        raise RecordError(f"{what} is not in Tether's record format: {NOT_OURS}")
     try:
         return decode(orjson.loads(bytes(record)[len(FORMAT) :]))
     except (orjson.JSONDecodeError, TypeError, ValueError, KeyError) as e:
@@ -193,10 +196,7 @@ class PicklesRefused:
         raise TypeError("Tether records no pickles")
 
     def deserialize(self, serialized_data: str) -> Any:
-        raise RecordError(
-            "a run's record in the store is a pickle (written before 0.1.0, or by someone "
-            "else): refused, never unpickled"
-        )
+        raise RecordError(f"a run's record in the store is a pickle: {NOT_OURS}")
 
 
 def refuse_pickles() -> None:

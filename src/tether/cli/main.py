@@ -179,7 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="approve only if the call waiting is for these arguments (the args_hash of its "
         "approval_requested event)",
     )
-    for p in (resume, runs, send, cancel, approve, deny, worker):
+    migrate = sub.add_parser(
+        "migrate",
+        help="rewrite a store written before 0.1.0 (pickled records) as records, once",
+        description="Rewrite a store's pickled records (Tether before 0.1.0) as records. Each "
+        "is read by an unpickler that builds Tether's own types only: one that names anything "
+        "else is left as it was, named, and the command exits 1. Stop the store's workers "
+        "first; running it again changes nothing more.",
+    )
+    for p in (resume, runs, send, cancel, approve, deny, worker, migrate):
         p.add_argument(
             "--store",
             metavar="URL",
@@ -271,7 +279,7 @@ def check_store_settings(args: argparse.Namespace) -> str | None:
     return None
 
 
-STORE_COMMANDS = ("resume", "runs", "send", "cancel", "approve", "deny", "worker")
+STORE_COMMANDS = ("resume", "runs", "send", "cancel", "approve", "deny", "worker", "migrate")
 DURABLE_BY_DEFAULT = ("run", "ask", "serve", *STORE_COMMANDS)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import socket
 import sys
@@ -34,6 +35,8 @@ from .common import (
 def command_store(args: argparse.Namespace) -> int:
     if args.command == "resume":
         return command_resume(args)
+    if args.command == "migrate":
+        return command_migrate(args)
     if args.command == "worker":
         return command_worker(args)
     from ..store import client, list_runs
@@ -50,6 +53,28 @@ def command_store(args: argparse.Namespace) -> int:
         return error(str(e))
     print(said)
     return 0
+
+
+def command_migrate(args: argparse.Namespace) -> int:
+    """`tether migrate`: what was rewritten, a line for each record left as it was (exit 1)."""
+    from ..migrate import MigrationError, migrate
+
+    if args.store.startswith("sqlite") and not Path(args.store.removeprefix("sqlite:///")).exists():
+        return error(f"no store at {args.store.removeprefix('sqlite:///')}")
+    try:
+        report = migrate(args.store)
+    except MigrationError as e:
+        return error(str(e))
+    if args.json:
+        print(orjson.dumps(dataclasses.asdict(report)).decode())
+    elif report.rewritten:
+        counts = ", ".join(f"{table} {n}" for table, n in report.rewritten.items())
+        print(f"rewrote {sum(report.rewritten.values())} records as data ({counts})")
+    else:
+        print("nothing to rewrite: every record is in this version's format")
+    for line in report.refused:
+        print(f"tether migrate: left as it was (not readable as a record): {line}", file=sys.stderr)
+    return 1 if report.refused else 0
 
 
 def control(store: Any, args: argparse.Namespace) -> str:
