@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import pickle
 import signal
 import socket
@@ -31,8 +32,9 @@ SAY_IT = [
      "tool_calls": [{"name": "bash", "arguments": {"command": "echo migrated"}}]},
     {"text": "Said it."},
 ]  # fmt: skip
-"""The script waits-1 was started with (its replies are recorded; the second is asked for
-after the approval)."""
+"""The script waits-1 was started with: its first reply is recorded, the second is asked for
+after the approval, from the file its options name (`SCRIPT`)."""
+SCRIPT = Path("/tmp/tether-migrate-fixture/say_it.json")
 
 
 class Planted:
@@ -59,9 +61,7 @@ def old_store(folder: Path) -> str:
     return f"sqlite:///{folder}/runs.sqlite"
 
 
-def approve_and_resume(store: str, run_id: str, approval_id: str, tmp_path: Path) -> list[Any]:
-    script = tmp_path / "say_it.json"
-    script.write_text(json.dumps(SAY_IT))
+def approve_and_resume(store: str, run_id: str, approval_id: str) -> list[Any]:
     approved = tether("approve", run_id, approval_id, "--store", store)
     assert approved.returncode == 0, approved.stderr
     resumed = tether("resume", run_id, "--store", store, "--json")
@@ -83,7 +83,11 @@ def test_a_store_written_before_0_1_0_is_refused_then_migrated_and_resumed(tmp_p
     assert runs["done-1"]["state"] == "done" and runs["waits-1"]["approvals"] == ["ap_call_1"]
     shown = tether("show", "done-1", "--store", store)
     assert shown.returncode == 0 and "Pack a coat for Oslo." in shown.stdout
-    events = approve_and_resume(store, "waits-1", "ap_call_1", tmp_path)
+    SCRIPT.parent.mkdir(exist_ok=True)
+    written = SCRIPT.with_suffix(f".{os.getpid()}")  # whole, however many suites run at once
+    written.write_text(json.dumps(SAY_IT))
+    written.replace(SCRIPT)
+    events = approve_and_resume(store, "waits-1", "ap_call_1")
     results = [e["output"] for e in events if e["type"] == "tool_result"]
     assert results == ["exit status 0\nmigrated\n"]
     said = [e["text"] for e in events if e["type"] == "user_message"]
@@ -158,5 +162,5 @@ def test_pickled_records_in_a_postgres_store_are_migrated(postgres: str, tmp_pat
     migrated = tether("migrate", "--store", postgres)
     assert migrated.returncode == 0, migrated.stderr
     assert migrated.stdout.startswith("rewrote 4 records as data"), migrated.stdout
-    events = approve_and_resume(postgres, "pg-1", "ap_call_1", tmp_path)
+    events = approve_and_resume(postgres, "pg-1", "ap_call_1")
     assert events[-1]["type"] == "run_finished" and events[-1]["answer"] == "Said it."
