@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import threading
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -620,7 +622,8 @@ class Planted:
 
 def test_a_step_rewritten_with_a_pickle_is_refused_and_never_run(tmp_path: Path) -> None:
     """Records are data: a store row rewritten with a malicious pickle is refused on read with
-    one line, and no code runs (the marker file is never made), in `show` and in `resume`."""
+    one line, and no code runs (the marker file is never made), in `show`, in `resume` and on
+    the page."""
     import pickle
     import sqlite3
 
@@ -655,6 +658,26 @@ def test_a_step_rewritten_with_a_pickle_is_refused_and_never_run(tmp_path: Path)
         assert refused.returncode != 0
         assert "not in Tether's record format" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr
+    assert not marker.exists()
+    page = warm.Popen(
+        [*TETHER, "serve", "--port", "0", "--token", "t0ken", "--store", str(path),
+         "--provider", "scripted", "--script", str(script), "--workspace", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env(), text=True,
+    )  # fmt: skip
+    try:
+        url = Output(page.stderr).wait_for("open http://").split("open ", 1)[1].split("/?")[0]
+        bearer = {"Authorization": "Bearer t0ken"}
+        with urllib.request.urlopen(urllib.request.Request(url + "/api/runs", headers=bearer)) as r:
+            (listed,) = json.loads(r.read())  # the server tried to resume it, and could not
+        assert listed["id"] == "p1" and listed["status"] == "failed"
+        with pytest.raises(urllib.error.HTTPError) as refused_by_page:
+            urllib.request.urlopen(urllib.request.Request(url + "/api/runs/p1", headers=bearer))
+        assert refused_by_page.value.code == 422
+        error = json.loads(refused_by_page.value.read())["error"]
+        assert "not in Tether's record format" in error and "\n" not in error
+    finally:
+        page.terminate()
+        page.wait(30)
     assert not marker.exists()
 
 

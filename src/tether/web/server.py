@@ -52,6 +52,7 @@ from ..events import Event, Sink
 from ..journal import Journal
 from ..messages import Message, TextPart, ToolCall, ToolResult
 from ..options import CLI_AGENT
+from ..records import RecordError
 from ..runtime import RunHandle, Runtime
 from ..store import RemoteRun
 from ..tools.tool import RunContext
@@ -154,8 +155,12 @@ class WebApp:
     async def guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """What a request must be before its token is even looked at (`refusal`). A client
         that is not let in, here or by `auth`, has its connection closed with the answer:
-        only a client with the token keeps one open (see `connections`)."""
-        response = self.refusal(request) or await handler(request)
+        only a client with the token keeps one open (see `connections`). A store's record
+        that is not Tether's (a pickle, a row rewritten by hand) is refused in one line."""
+        try:
+            response = self.refusal(request) or await handler(request)
+        except RecordError as e:
+            response = json_error(422, str(e))
         if response.status in REFUSED:
             response.force_close()
         return response
