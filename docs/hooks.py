@@ -143,9 +143,10 @@ API_GROUPS = {
     ],
     "Errors": [
         "TetherError", "ConfigError", "MissingAPIKey", "RunError", "RunExists", "NoSuchRun",
-        "RunEnded", "OutputInvalid", "ChildRunEnded", "StoreUnavailable", "ProviderError",
-        "ProviderConnectionError", "ProviderTimeout", "ProviderStatusError", "RateLimited",
-        "ServerError", "ClientRequestError", "ProviderProtocolError", "ImagesUnsupported",
+        "RunEnded", "QuestionError", "OutputInvalid", "ChildRunEnded", "StoreUnavailable",
+        "ProviderError", "ProviderConnectionError", "ProviderTimeout", "ProviderStatusError",
+        "RateLimited", "ServerError", "ClientRequestError", "ProviderProtocolError",
+        "ImagesUnsupported",
     ],
 }  # fmt: skip
 

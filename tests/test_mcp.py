@@ -373,10 +373,56 @@ def test_a_value_only_a_person_knows_is_never_made_up(wire: WireServer) -> None:
 
 
 def test_with_no_one_to_ask_a_question_is_declined_at_once(wire: WireServer) -> None:
-    """--approve ask with no terminal (stdin is not one here): declined, never left hanging."""
-    events = questions_run(wire, SERVER, "reserve")
+    """--approve ask with no terminal (stdin is not one here) and a run in memory, which no
+    one elsewhere can answer: declined, never left hanging."""
+    events = questions_run(wire, SERVER, "reserve", "--store", "memory")
     result = next(e for e in events if e["type"] == "tool_result")
     assert result["output"] == "no reservation: the user chose decline"
+
+
+def test_a_durable_runs_question_waits_for_tether_answer_across_a_kill(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """No terminal, a store: the question waits, as an approval does, and the run says how to
+    answer it. Killed while it waits; `tether answer` keeps the answer in the store (checked
+    against the question, once); the resumed run makes the call again (the server says it is
+    idempotent) and its question, asked again, is answered from the store at once."""
+    from helpers import Output, tether
+
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    wire.add(calls=[("reserve", {"item": "apples"})]).add(text="Reserved.")
+    proc = warm.Popen(
+        [*TETHER, "run", "reserve apples", "--base-url", wire.url, "--json", "--tools", "none",
+         "--mcp", SERVER, "--store", store, "--run-id", "q-1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=cli_env(OPENAI_API_KEY="k"),
+    )  # fmt: skip
+    try:
+        said = Output(proc.stderr).wait_for("waits for an answer")
+        out = Output(proc.stdout)
+        asked = json.loads(out.wait_for('"question_asked"'))
+    finally:
+        proc.kill()
+        proc.wait()
+    question = asked["question_id"]
+    assert f"tether answer q-1 {question} JSON" in said
+    answer = ("answer", "q-1", question)
+    bad = tether(*answer, '{"quantity": "many"}', "--store", store)
+    assert bad.returncode == 2 and "does not fit" in bad.stderr, bad.stderr
+    given = tether(*answer, '{"quantity": 3, "express": true}', "--store", store)
+    assert given.returncode == 0 and given.stdout.strip() == f"answered: {question} of run q-1"
+    again = tether(*answer, "--decline", "--store", store)
+    assert again.returncode == 2 and "answered already" in again.stderr
+    resumed = tether("resume", "q-1", "--store", store, "--json", env=cli_env(OPENAI_API_KEY="k"))
+    assert resumed.returncode == 0, resumed.stderr
+    events = [json.loads(line) for line in resumed.stdout.splitlines()]
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["output"] == "reserved 3 apples by express"
+    (asked_again,) = [e for e in events if e["type"] == "question_asked"]
+    assert asked_again["question_id"] == question  # the same question, answered from the store
+    (answered,) = [e for e in events if e["type"] == "question_answered"]
+    assert answered["action"] == "accept"
+    assert events[-1]["answer"] == "Reserved." and len(wire.requests) == 2
 
 
 async def test_the_terminal_asks_each_field_and_checks_what_is_typed(

@@ -56,6 +56,7 @@ EXPECTED = {
     "ImagesUnsupported",
     "ClientRequestError",
     "NoSuchRun",
+    "QuestionError",
     "RunEnded",
     "RunError",
     "RunExists",

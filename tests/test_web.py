@@ -12,6 +12,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -68,6 +69,10 @@ def script(body: dict[str, Any]) -> dict[str, Any]:
         if done == 0:
             return {"calls": [("research", {"task": "tides"}, "c-tides")]}
         return {"text": "The lead's answer."}
+    if first == "reserve apples":
+        if done == 0:
+            return {"calls": [("reserve", {"item": "apples"})]}
+        return {"text": "Reserved."}
     if first == "inject":
         if done == 0:
             return {"calls": [("inject", {})]}
@@ -277,6 +282,41 @@ def test_the_page_approves_only_the_arguments_it_showed(server: Server) -> None:
     server.api("POST", f"/api/runs/{run_id}/deny", {"approval_id": no["approval_id"]})
     server.wait_for(run_id, "done")
     assert (server.workspace / "approved.txt").read_text() == "yes\n"
+
+
+def test_a_servers_question_is_answered_in_a_form_on_the_page(
+    browser: Browser, wire: WireServer, tmp_path: Path
+) -> None:
+    """An MCP server asks in the middle of a call (elicitation): the run waits, the page shows a
+    form built from the question's schema with its defaults, and the answer typed there
+    reaches the server."""
+    wire.rule = script
+    (tmp_path / "ws").mkdir()
+    mcp = f"{sys.executable} {FIXTURES / 'mcp_server.py'}"
+    server = Server(wire, tmp_path / "data", tmp_path / "ws", "--mcp", mcp).start()
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(f"{server.url}/?token={TOKEN}")
+        page.wait_for_function("() => !location.search.includes('token')")
+        run_id = server.api("POST", "/api/runs", {"task": "reserve apples"})["id"]
+        page.goto(f"{server.url}/runs/{run_id}")
+        form = page.locator("form.question")
+        expect(form).to_contain_text("asks: How many apples should be reserved?", timeout=30_000)
+        asked = server.api("GET", f"/api/runs/{run_id}")["questions"]
+        assert [q["message"] for q in asked] == ["How many apples should be reserved?"]
+        expect(form.locator("[name=quantity]")).to_have_value("2")  # its default
+        form.locator("[name=quantity]").fill("3")
+        form.locator("[name=express]").check()
+        shot(page, "question")
+        form.locator("button.answer").click()
+        expect(page.locator("#status")).to_have_text("done", timeout=20_000)
+        expect(page.locator(".tool .result")).to_have_text("reserved 3 apples by express")
+        expect(page.locator(".tool .decision")).to_have_text("Answered: accept")
+        assert server.api("GET", f"/api/runs/{run_id}")["questions"] == []
+    finally:
+        context.close()
+        server.stop()
 
 
 def test_cancel_a_run(page: Page, server: Server) -> None:

@@ -6,7 +6,8 @@
      ├── RunError                    asking the runtime for something it cannot do
      │    ├── RunExists              a live run already has this id
      │    ├── NoSuchRun              no run has this id
-     │    └── RunEnded               the run is over: it takes no more messages
+     │    ├── RunEnded               the run is over: it takes no more messages
+     │    └── QuestionError          no such question waits, or an answer does not fit it
      ├── OutputInvalid               the model's answers never matched the agent's output type
      ├── ChildRunEnded               a child run (an agent used as a tool) ended other than done
      │                               (`run_child`; as a tool's error, its parent model reads it)
@@ -68,6 +69,11 @@ class NoSuchRun(RunError, KeyError):
 
 class RunEnded(RunError):
     """The run is over: it takes no more messages, approvals or cancels."""
+
+
+class QuestionError(RunError):
+    """No question by that id waits for an answer (answered already, or never asked), or the
+    answer does not fit what was asked."""
 
 
 class ChildRunEnded(TetherError):

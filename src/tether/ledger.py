@@ -41,6 +41,7 @@ import orjson
 from .journal import private_file
 from .messages import ImagePart, ToolResult, Usage
 from .outage import POSTGRES_CONNECT_ARGS
+from .questions import Answer, Question
 from .sqlite import sqlite_dbapi, tuned
 
 TABLES = (
@@ -53,6 +54,10 @@ TABLES = (
     "PRIMARY KEY (run_id, call_id))",
     "CREATE TABLE IF NOT EXISTS tether_inbox (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
     "text TEXT NOT NULL, sent_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, seq))",
+    # the questions a run's tools asked its person (`questions.py`), and the answers given
+    "CREATE TABLE IF NOT EXISTS tether_questions (run_id TEXT NOT NULL, "
+    "question_id TEXT NOT NULL, question TEXT NOT NULL, answer TEXT, "
+    "asked_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, question_id))",
     "CREATE TABLE IF NOT EXISTS tether_executors (executor_id TEXT PRIMARY KEY, "
     "last_beat DOUBLE PRECISION NOT NULL)",
     # BYTEA: Postgres's bytes; SQLite keeps bytes as they are under any type name
@@ -73,6 +78,7 @@ START_SQL = (
     "ON CONFLICT (run_id, call_id) DO NOTHING"
 )
 FINISH_SQL = "UPDATE tether_tool_calls SET result = :x WHERE run_id = :r AND call_id = :c"
+ANSWER_SQL = "SELECT question, answer FROM tether_questions WHERE run_id = :r AND question_id = :q"
 
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 5.0
@@ -309,6 +315,46 @@ class Ledger:
         rows = self.read(sql, {"r": run_id, "s": seq})
         return [(int(s), str(t)) for s, t in rows]
 
+    # -- questions --------------------------------------------------------------------------
+
+    def ask(self, run_id: str, question_id: str, question: str) -> str | None:
+        """Keep a question (once: asked again after a restart, it is the same row); the
+        answer given to it already (JSON), if any."""
+        key = {"r": run_id, "q": question_id}
+        with self.transaction() as run:
+            run(
+                "INSERT INTO tether_questions VALUES (:r, :q, :x, NULL, :t) "
+                "ON CONFLICT (run_id, question_id) DO NOTHING",
+                {**key, "x": question, "t": time.time()},
+            )
+            rows = run(ANSWER_SQL, key)
+        return str(rows[0][1]) if rows and rows[0][1] is not None else None
+
+    def question(self, run_id: str, question_id: str) -> tuple[str, str | None] | None:
+        """A question kept for the run (JSON) and its answer, if any; None if never asked."""
+        rows = self.read(ANSWER_SQL, {"r": run_id, "q": question_id})
+        return (str(rows[0][0]), rows[0][1]) if rows else None
+
+    def give_answer(self, run_id: str, question_id: str, answer: str) -> bool:
+        """Keep the answer to a question that has none; False if it had one."""
+        with self.transaction() as run:
+            rows = run(ANSWER_SQL, {"r": run_id, "q": question_id})
+            if not rows or rows[0][1] is not None:
+                return False
+            run(
+                "UPDATE tether_questions SET answer = :a WHERE run_id = :r AND question_id = :q",
+                {"r": run_id, "q": question_id, "a": answer},
+            )
+        return True
+
+    def unanswered(self, run_id: str) -> list[str]:
+        """The questions (JSON) the run asked that have no answer, in the order asked."""
+        sql = (
+            "SELECT question FROM tether_questions WHERE run_id = :r AND answer IS NULL "
+            "ORDER BY asked_at"
+        )
+        return [str(q) for (q,) in self.read(sql, {"r": run_id})]
+
     # -- workers' heartbeats ----------------------------------------------------------------
 
     def beat(self, executor_id: str, dead_after: float) -> list[str]:
@@ -379,3 +425,25 @@ class Writer:
             for _, done in batch:
                 if not done.done():
                     done.set_result(None)
+
+
+class KeptQuestions:
+    """A store's ledger as the `questions.Recorder` of its runs' questions."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    async def ask(self, question: Question) -> Answer | None:
+        text = orjson.dumps(question.to_dict()).decode()
+        found = await self.ledger.call(self.ledger.ask, question.run_id, question.id, text)
+        return Answer.from_dict(orjson.loads(found)) if found is not None else None
+
+    async def answered(self, question: Question) -> Answer | None:
+        found = await self.ledger.call(self.ledger.question, question.run_id, question.id)
+        if found is None or found[1] is None:
+            return None
+        return Answer.from_dict(orjson.loads(found[1]))
+
+    async def answer(self, question: Question, answer: Answer) -> bool:
+        text = orjson.dumps(answer.to_dict()).decode()
+        return await self.ledger.call(self.ledger.give_answer, question.run_id, question.id, text)

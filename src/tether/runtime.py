@@ -35,11 +35,11 @@ import orjson
 from .agent import Agent, RunResult
 from .approvals import ApprovalRequest, Approver, approve_all, deny_all
 from .bus import Bus
-from .errors import ConfigError, NoSuchRun, RunExists
+from .errors import ConfigError, NoSuchRun, QuestionError, RunExists
 from .events import Event, Sink
 from .journal import store_url
 from .messages import ImagePart, Message
-from .questions import Asker, decline_all
+from .questions import Action, Answer, Asker, Question, Questions
 from .run import RestartPolicy, Status
 from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
 from .tools.tool import RunContext, Spawn, Tool
@@ -141,6 +141,7 @@ class Runtime:
         self.held: dict[str, asyncio.Future[list[Tool]]] = {}  # MCP tools by server list
         self.background: set[asyncio.Task[Any]] = set()
         self.durable: DurableRuns | None = None  # once entered with a store
+        self.questions = Questions()  # what runs' tools asked, waiting for `answer`
         self.entered = False
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -177,6 +178,9 @@ class Runtime:
             )
             self.durable.spawner = self.spawner_of_store
             self.durable.open()
+            from .ledger import KeptQuestions
+
+            self.questions.recorder = KeptQuestions(self.durable.ledger)
             if self.take_over_on_enter:
                 await self.durable.take_over(sinks=[])
         self.entered = True
@@ -260,15 +264,15 @@ class Runtime:
         *,
         auth: AuthSettings | None = None,
         token_dir: Path | None = None,
-        asker: Asker = decline_all,
+        asker: Asker | None = None,
         sampling: bool = True,
     ) -> list[Tool]:
         """The tools of these MCP servers, connected once per runtime and kept open by a task
         of its own (a connection belongs to the task that opened it, and a run's task ends).
         A server that has not listed its tools within `connect_timeout` seconds is an error.
         `auth`, `token_dir`, `asker` and `sampling`: how to sign in, where tokens are kept, who
-        answers a server's questions, whether its sampling requests are answered (see
-        `tools.mcp.mcp_tools`)."""
+        answers a server's questions (by default they wait for `answer`), whether its sampling
+        requests are answered (see `tools.mcp.mcp_tools`)."""
         key = "\n".join([*servers, repr(auth), str(sampling)])
         if key not in self.held:
             found: asyncio.Future[list[Tool]] = asyncio.get_running_loop().create_future()
@@ -283,7 +287,7 @@ class Runtime:
                         connect_timeout=connect_timeout,
                         auth=auth,
                         token_dir=token_dir,
-                        asker=asker,
+                        asker=asker or self.questions.ask,
                         sampling=sampling,
                     ) as tools:
                         found.set_result(tools)
@@ -486,6 +490,35 @@ class Runtime:
 
     def deny(self, run_id: str, approval_id: str, reason: str = "denied by the user") -> None:
         self.get(run_id).deny(approval_id, reason)
+
+    async def answer(
+        self,
+        run_id: str,
+        question_id: str,
+        content: dict[str, Any] | None = None,
+        *,
+        action: Action = "accept",
+        reason: str = "",
+    ) -> None:
+        """Answer a question a run's tool asked (an MCP server's elicitation, a
+        `question_asked` event): `content` holds the fields it asked for; `action` "decline"
+        or "cancel" refuses. On a store the answer is kept there, for a run waiting in any
+        process (or in none: a resumed run takes it when the question is asked again).
+        QuestionError if no such question waits, or the answer does not fit it."""
+        given = Answer(action, content, reason)
+        if question_id in self.questions.waiting:
+            await self.questions.answer(run_id, question_id, given)
+        elif self.durable is not None:
+            from .store import answer_question
+
+            ledger = self.durable.ledger
+            await ledger.call(answer_question, ledger, run_id, question_id, given)
+        else:
+            raise QuestionError(f"run {run_id} waits for no question {question_id}")
+
+    def asked(self, run_id: str) -> list[Question]:
+        """The questions a run of this process waits on."""
+        return self.questions.of_run(run_id)
 
     async def work(
         self, concurrency: int = 16, beat: float = 2.0, dead_after: float = 10.0

@@ -18,10 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
+
 from .agent import RunResult
 from .approvals import ApprovalError, ApprovalRequest
 from .bus import EventLog
-from .errors import ConfigError, NoSuchRun, RunEnded
+from .errors import ConfigError, NoSuchRun, QuestionError, RunEnded
 from .events import Event, images_data, model_response_data, tool_result_data
 from .journal import private_file
 from .ledger import Ledger
@@ -29,6 +31,7 @@ from .loop import close_open_calls
 from .messages import ImagePart, Message, ToolCall, Usage
 from .outage import cannot_open, said_by_us
 from .pricing import Price, price_for
+from .questions import Answer, Question, fitted
 from .records import RecordSerializer, refuse_pickles
 from .records import loads as from_record
 from .sqlite import scoped_sqlite, sqlite_dbapi
@@ -455,6 +458,25 @@ def enqueue(url: str, runs: list[tuple[str, str]], record: dict[str, Any]) -> No
         for run_id, task in runs:
             options: Any = {**queue, "workflow_id": run_id}
             store.enqueue_in_transaction(conn, options, run_id, record, task)
+
+
+def answer_question(ledger: Ledger, run_id: str, question_id: str, answer: Answer) -> None:
+    """Keep the answer to a question a run asked, checked against it, for the process that
+    waits on it (or the one that resumes the run): QuestionError if it asked no such question,
+    it has an answer, or this one does not fit."""
+    found = ledger.question(run_id, question_id)
+    if found is None:
+        raise QuestionError(f"run {run_id} asked no question {question_id}")
+    if found[1] is not None:
+        raise QuestionError(f"question {question_id} of run {run_id} was answered already")
+    checked = fitted(Question.from_dict(orjson.loads(found[0]), run_id), answer)
+    if not ledger.give_answer(run_id, question_id, orjson.dumps(checked.to_dict()).decode()):
+        raise QuestionError(f"question {question_id} of run {run_id} was answered already")
+
+
+def questions_waiting(ledger: Ledger, run_id: str) -> list[Question]:
+    """The questions a run asked that have no answer yet, as it asked them."""
+    return [Question.from_dict(orjson.loads(q), run_id) for q in ledger.unanswered(run_id)]
 
 
 def ledger_for(url: str) -> Ledger:

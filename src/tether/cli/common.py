@@ -65,13 +65,14 @@ def error(message: str) -> int:
 def cli_runtime(
     store: str | None,
     overrides: dict[str, Any] | None = None,
-    asker: Asker = decline_all,
+    asker: Asker | None = None,
     **settings: Any,
 ) -> Runtime:
     """A runtime whose factory builds agents from `RunOptions` (with their MCP servers'
     tools, connected once per runtime): the CLI's, the page's, and a worker's, whose own tool
     options (`overrides`) take the place of what each run recorded. `asker` answers the MCP
-    servers' questions; their sign-in tokens are kept in the data directory."""
+    servers' questions (None: they wait for `tether answer` or the page, see
+    `Runtime.answer`); their sign-in tokens are kept in the data directory."""
 
     async def factory(name: str, recorded: dict[str, Any]) -> Any:
         if name != CLI_AGENT:
@@ -248,13 +249,16 @@ class TerminalAsker:
         self.err.flush()
 
 
-def asker_for(approve: str, can_ask: bool) -> Asker:
+def asker_for(approve: str, can_ask: bool, durable: bool) -> Asker | None:
     """Who answers an MCP server's question: the person at this terminal (`--approve ask`
-    with one), the defaults (`--approve auto`), else no one (declined at once)."""
+    with one), the defaults (`--approve auto`); with no terminal, a durable run waits for
+    `tether answer` (None: the runtime's `Questions`), one in memory is declined at once."""
     if approve == "auto":
         return answer_defaults
     if approve == "ask" and can_ask:
         return TerminalAsker(sys.stderr)
+    if approve == "ask" and durable:
+        return None
     return decline_all
 
 
@@ -290,14 +294,22 @@ def waiting(run_id: str) -> Sink:
     """With no terminal to ask on, say how to answer from elsewhere; the run waits (durably)."""
 
     def sink(event: Event) -> None:
+        said = ""
         if event.type == "approval_requested":
             a = event.data["approval_id"]
-            print(
-                f"tether: {run_id} waits for approval of {event.data['name']}: "
-                f"tether approve {run_id} {a}   (or tether deny {run_id} {a})",
-                file=sys.stderr,
-                flush=True,
+            said = (
+                f"{run_id} waits for approval of {event.data['name']}: "
+                f"tether approve {run_id} {a}   (or tether deny {run_id} {a})"
             )
+        elif event.type == "question_asked":
+            q = event.data["question_id"]
+            said = (
+                f"{run_id} waits for an answer: {event.data['asker']} asks "
+                f"{event.data['message']!r}: tether answer {run_id} {q} JSON   "
+                f"(or tether answer {run_id} {q} --decline)"
+            )
+        if said:
+            print(f"tether: {terminal_safe(said)}", file=sys.stderr, flush=True)
 
     return sink
 

@@ -179,6 +179,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="approve only if the call waiting is for these arguments (the args_hash of its "
         "approval_requested event)",
     )
+    answer = sub.add_parser(
+        "answer",
+        help="answer a question a durable run's tool asked (an MCP server's elicitation)",
+        description="Answer a question a run waits on (its question_asked event, or the line "
+        "the run printed): JSON of the fields asked for, or --decline. The answer is kept in "
+        "the store: the process running the run takes it at once, a resumed run when the "
+        "question is asked again.",
+    )
+    answer.add_argument("run_id", metavar="RUN_ID")
+    answer.add_argument("question_id", metavar="QUESTION_ID")
+    answer.add_argument("content", metavar="JSON", nargs="?", help="e.g. '{\"quantity\": 2}'")
+    answer.add_argument("--decline", action="store_true", help="refuse to answer")
     migrate = sub.add_parser(
         "migrate",
         help="rewrite a store written before 0.1.0 (pickled records) as records, once",
@@ -187,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         "else is left as it was, named, and the command exits 1. Stop the store's workers "
         "first; running it again changes nothing more.",
     )
-    for p in (resume, runs, send, cancel, approve, deny, worker, migrate):
+    for p in (resume, runs, send, cancel, approve, deny, worker, migrate, answer):
         p.add_argument(
             "--store",
             metavar="URL",
@@ -279,7 +291,9 @@ def check_store_settings(args: argparse.Namespace) -> str | None:
     return None
 
 
-STORE_COMMANDS = ("resume", "runs", "send", "cancel", "approve", "deny", "worker", "migrate")
+STORE_COMMANDS = (
+    "resume", "runs", "send", "cancel", "approve", "deny", "worker", "migrate", "answer"
+)  # fmt: skip
 DURABLE_BY_DEFAULT = ("run", "ask", "serve", *STORE_COMMANDS)
 
 

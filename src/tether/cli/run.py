@@ -81,7 +81,7 @@ async def run_task(
     images: tuple[ImagePart, ...] = (),
 ) -> RunResult:
     stop_on_signals()
-    asker = asker_for(options.approve, sys.stdin.isatty())
+    asker = asker_for(options.approve, sys.stdin.isatty(), args.store is not None)
     rt = cli_runtime(args.store, asker=asker, take_over=False, store_patience=args.store_patience)
     try:
         await ready(rt, options)
@@ -145,7 +145,7 @@ def command_ask(args: argparse.Namespace, options: RunOptions) -> int:
     sinks = [output_sink(args.json), *journal_sinks(args.data_dir, args.log, not args.store)]
     interactive = sys.stdin.isatty()
     status = 0
-    asker = asker_for(options.approve, interactive)
+    asker = asker_for(options.approve, interactive, args.store is not None)
     rt = cli_runtime(args.store, asker=asker, take_over=False, store_patience=args.store_patience)
     with asyncio.Runner() as runner:
         try:

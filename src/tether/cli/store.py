@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from ..agent import RunResult
-from ..errors import ConfigError, RunEnded, RunError, StoreUnavailable
+from ..errors import ConfigError, QuestionError, RunEnded, RunError, StoreUnavailable
 from ..options import RunOptions, absolute, select_tools
 from ..redact import scrub
 from .common import (
@@ -29,6 +29,7 @@ from .common import (
     stop_on_signals,
     terminal_safe,
     until_end,
+    waiting,
 )
 
 
@@ -49,10 +50,39 @@ def command_store(args: argparse.Namespace) -> int:
                 print(orjson.dumps(line).decode() if args.json else runs_line(line))
             return 0
         said = control(store, args)
-    except (ConfigError, RunEnded) as e:
+    except (ConfigError, RunEnded, QuestionError) as e:
         return error(str(e))
     print(said)
     return 0
+
+
+def answer(store: Any, args: argparse.Namespace) -> str:
+    """`tether answer RUN QUESTION JSON` (or `--decline`): kept in the store, checked against
+    the question, for a run that has not ended."""
+    from ..questions import Answer
+    from ..store import ENDED, answer_question, ledger_for, status_of
+
+    if args.decline == (args.content is not None):
+        raise ConfigError("give the answer as JSON, or --decline (not both)")
+    content = None
+    if args.content is not None:
+        try:
+            content = orjson.loads(args.content)
+        except orjson.JSONDecodeError as e:
+            raise ConfigError(f"the answer is not JSON: {e}") from None
+        if not isinstance(content, dict):
+            raise ConfigError('the answer is a JSON object of the fields asked for: {"name": ...}')
+    status = status_of(store, args.run_id).status
+    if status in ENDED:
+        raise ConfigError(f"run {args.run_id} has ended ({status.lower()}): nothing to answer")
+    given = (
+        Answer("decline", reason="declined by the user")
+        if args.decline
+        else Answer("accept", content)
+    )
+    answer_question(ledger_for(args.store), args.run_id, args.question_id, given)
+    said = "declined" if args.decline else "answered"
+    return f"{said}: {args.question_id} of run {args.run_id}"
 
 
 def command_migrate(args: argparse.Namespace) -> int:
@@ -93,6 +123,8 @@ def control(store: Any, args: argparse.Namespace) -> str:
     if args.command == "send":
         send_message(store, ledger_for(args.store), run_id, args.text)
         return f"sent to run {run_id}: it reads the message before its next model call"
+    if args.command == "answer":
+        return answer(store, args)
     approved = args.command == "approve"
     reason = "approved by the user" if approved else args.reason
     reply = {"approved": approved, "reason": reason}
@@ -123,7 +155,7 @@ def runs_line(r: dict[str, Any]) -> str:
 
 def command_resume(args: argparse.Namespace) -> int:
     """Execute a run of the store in this process to its end (no completed step repeats)."""
-    sinks = [output_sink(args.json)]
+    sinks = [output_sink(args.json), waiting(args.run_id)]
 
     async def go() -> RunResult:
         stop_on_signals()

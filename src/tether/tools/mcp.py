@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import shlex
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -113,9 +114,18 @@ async def mcp_tools(
                         timeout=tool_timeout,
                         approval=approval,
                         schema=t.input_schema,
+                        idempotent=said_idempotent(t),
                     )
                 )
         yield tools
+
+
+def said_idempotent(listed: Any) -> bool:
+    """Whether the server says a tool may be called again with no further effect (MCP's
+    `idempotentHint`, or `readOnlyHint`): a durable run makes such a call again when a crash
+    interrupted it, where another is reported as of unknown outcome."""
+    hints = getattr(listed, "annotations", None)
+    return bool(hints and (hints.idempotent_hint or hints.read_only_hint))
 
 
 async def remote(
@@ -177,6 +187,8 @@ class Server:
         self.calling: dict[int, RunContext] = {}
         """The contexts of the calls in flight, by a number of each call's own."""
         self.count = 0
+        self.asked: dict[tuple[str, str], int] = {}
+        """How many questions each call in flight (run id, call id) has asked."""
 
     def caller(self, client: Any, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
         async def call(**arguments: Any) -> str | list[Any]:
@@ -188,6 +200,7 @@ class Server:
                 result = await client.call_tool(name, arguments, progress_callback=progress(ctx))
             finally:
                 del self.calling[key]
+                self.asked.pop((ctx.run_id, ctx.call_id or ""), None)
             return call_output(result)
 
         return call
@@ -212,6 +225,10 @@ class Server:
             call_id=(ctx.call_id or "") if ctx else "",
             url=str(getattr(params, "url", None) or ""),
         )
+        if ctx is not None and ctx.call_id:  # the n-th of the call's: the same id when the
+            call = (ctx.run_id, ctx.call_id)  # call is made again after a restart
+            self.asked[call] = self.asked.get(call, 0) + 1
+            question = dataclasses.replace(question, id=f"q_{ctx.call_id}_{self.asked[call]}")
         emitter = ctx.emitter if ctx else None
         if emitter is not None:
             emitter.emit("question_asked", **question.to_dict())

@@ -23,7 +23,8 @@ form.start textarea { width: 100%; min-height: 4rem; }
 .user { border-left: 4px solid #4a6ee0; } .assistant { border-left: 4px solid #6f42c1; }
 .tool { border-left: 4px solid #8a96a3; font-family: ui-monospace, monospace; font-size: 13px; }
 .tool .name { font-weight: bold; } .error { border-left-color: #a4161a; color: #a4161a; }
-.approval { background: #fff8e1; border: 1px solid #f0c36d; padding: .4rem; margin-top: .4rem; }
+.approval, .question { background: #fff8e1; border: 1px solid #f0c36d; padding: .4rem; margin-top: .4rem; }
+.question label { display: block; margin: .2rem 0; }
 .note { color: #68727d; font-size: 13px; } .answer { border: 2px solid #176f2c; }
 #bar { position: sticky; top: 0; background: #fafbfc; padding: .4rem 0; display: flex;
        gap: 1rem; align-items: center; border-bottom: 1px solid #e3e6ea; }
@@ -138,6 +139,57 @@ function decide(box, approvalId, argsHash, approved) {
        ? {approval_id: approvalId, args_hash: argsHash}
        : {approval_id: approvalId, reason: 'denied in the web page'});
 }
+function answer(form, questionId, body) {
+  const buttons = form.querySelectorAll('button'); buttons.forEach(b => b.disabled = true);
+  post('/answer', Object.assign({question_id: questionId}, body)).then(async (r) => {
+    if (r.ok) return;
+    form.querySelector('.error').textContent = (await r.json()).error;
+    buttons.forEach(b => b.disabled = false);
+  });
+}
+// A question's form, built from the flat schema the server sent: a field a property, typed
+// as it says (a checkbox, a list of choices, a number, text), its default filled in.
+function questionForm(d) {
+  const form = el('form', 'question'); form.dataset.questionId = d.question_id;
+  form.appendChild(el('div', '', `${d.asker} asks: ${d.message}`));
+  if (d.url) {
+    const a = el('a', '', d.url); a.href = d.url; a.target = '_blank'; a.rel = 'noopener noreferrer';
+    form.appendChild(a);
+  }
+  for (const [name, spec] of Object.entries((d.schema && d.schema.properties) || {})) {
+    const label = el('label', '', (spec.title || name) + ' '); let input;
+    if (spec.type === 'boolean') {
+      input = el('input'); input.type = 'checkbox'; input.checked = spec.default === true;
+    } else if (Array.isArray(spec.enum)) {
+      input = el('select');
+      for (const v of spec.enum) { const o = el('option', '', String(v)); o.value = v; input.appendChild(o); }
+      if (spec.default !== undefined) input.value = spec.default;
+    } else {
+      input = el('input'); input.type = ['integer', 'number'].includes(spec.type) ? 'number' : 'text';
+      if (spec.type === 'number') input.step = 'any';
+      if (spec.default !== undefined) input.value = spec.default;
+    }
+    input.name = name; input.dataset.kind = spec.type || 'string';
+    label.appendChild(input); form.appendChild(label);
+  }
+  const yes = el('button', 'answer', 'Answer'); yes.type = 'submit';
+  const no = el('button', 'decline', 'Decline'); no.type = 'button';
+  form.append(yes, ' ', no, ' ', el('span', 'note error'));
+  form.onsubmit = (ev) => {
+    ev.preventDefault(); const content = {};
+    for (const i of form.querySelectorAll('[name]')) {
+      const kind = i.dataset.kind;
+      if (kind === 'boolean') content[i.name] = i.checked;
+      else if (i.value === '') continue;
+      else if (kind === 'integer') content[i.name] = parseInt(i.value, 10);
+      else if (kind === 'number') content[i.name] = Number(i.value);
+      else content[i.name] = i.value;
+    }
+    answer(form, d.question_id, {action: 'accept', content});
+  };
+  no.onclick = () => answer(form, d.question_id, {action: 'decline', reason: 'declined in the web page'});
+  return form;
+}
 // The timeline: each model call and tool call a bar from its start to its end (event times),
 // model calls on the top row, tool calls on the first row free at their start.
 const timeline = {t0: null, bars: [], open: {}};
@@ -219,6 +271,11 @@ const render = {
     no.onclick = () => decide(ask, d.approval_id, d.args_hash, false);
     ask.append(yes, ' ', no); box.appendChild(ask);
   },
+  question_asked(d) { (state.calls[d.id] || add(el('div', 'item tool'))).appendChild(questionForm(d)); },
+  question_answered(d) {
+    const form = document.querySelector(`[data-question-id="${CSS.escape(d.question_id)}"]`);
+    if (form) form.replaceChildren(el('span', 'decision', `Answered: ${d.action}` + (d.reason ? ` (${d.reason})` : '')));
+  },
   approval_decided(d) {
     const ask = document.querySelector(`[data-approval-id="${CSS.escape(d.approval_id)}"]`);
     if (ask) ask.replaceChildren(el('span', 'decision', (d.approved ? 'Approved' : 'Denied') + ': ' + d.reason));
@@ -244,7 +301,7 @@ const render = {
       else add(el('div', 'item answer', d.answer));
     }
     if (d.reason) add(el('div', 'note', d.reason));
-    document.querySelectorAll('.approval button').forEach(b => b.disabled = true);
+    document.querySelectorAll('.approval button, .question button').forEach(b => b.disabled = true);
   },
 };
 // an EventSource cannot send a header: the token goes in this request's own query

@@ -18,6 +18,7 @@ every request goes through the store: `store.RemoteRun`).
     POST /api/runs/{id}/messages             {text}
     POST /api/runs/{id}/approve              {approval_id, args_hash?}
     POST /api/runs/{id}/deny                 {approval_id, reason?}
+    POST /api/runs/{id}/answer               {question_id, action?, content?, reason?}
     POST /api/runs/{id}/cancel
 
 Security: every API request needs the access token, as `Authorization: Bearer TOKEN` (or, for a
@@ -47,7 +48,14 @@ import orjson
 from aiohttp import web
 
 from ..approvals import ApprovalError
-from ..errors import ConfigError, NoSuchRun, RunEnded, RunExists, StoreUnavailable
+from ..errors import (
+    ConfigError,
+    NoSuchRun,
+    QuestionError,
+    RunEnded,
+    RunExists,
+    StoreUnavailable,
+)
 from ..events import Event, Sink
 from ..journal import Journal
 from ..messages import Message, TextPart, ToolCall, ToolResult
@@ -129,6 +137,7 @@ class WebApp:
         app.router.add_post("/api/runs/{id}/messages", self.send_message)
         app.router.add_post("/api/runs/{id}/approve", self.approve)
         app.router.add_post("/api/runs/{id}/deny", self.deny)
+        app.router.add_post("/api/runs/{id}/answer", self.answer)
         app.router.add_post("/api/runs/{id}/cancel", self.cancel)
         app.on_startup.append(self.adopt)
         app.on_shutdown.append(self.shutdown)
@@ -324,6 +333,7 @@ class WebApp:
             transcript, waiting = await act(run, lambda: (run.transcript, run.waiting()))
             summary["transcript"] = [message_dict(m) for m in transcript]
             summary["approvals"] = [r.to_dict() for r in waiting]
+        summary["questions"] = [q.to_dict() for q in self.runtime.asked(run_id)]
         return web.json_response(summary, dumps=dumps)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
@@ -401,6 +411,29 @@ class WebApp:
         except StoreUnavailable as e:  # not taken: the call still waits, the page says so
             return json_error(503, str(e))
         return web.json_response({"approval_id": approval_id, "approved": approved})
+
+    async def answer(self, request: web.Request) -> web.Response:
+        """A question the run's tool asked (`question_asked`): answered with the fields
+        asked for (`content`), or declined."""
+        body = await json_body(request)
+        question_id, action = body.get("question_id"), body.get("action", "accept")
+        content = body.get("content")
+        if not isinstance(question_id, str):
+            return json_error(400, "question_id: a string is required")
+        if action not in ("accept", "decline", "cancel"):
+            return json_error(400, "action: accept, decline or cancel")
+        if content is not None and not isinstance(content, dict):
+            return json_error(400, "content: an object of the fields asked for")
+        run_id = request.match_info["id"]
+        try:
+            await self.runtime.answer(
+                run_id, question_id, content, action=action, reason=str(body.get("reason") or "")
+            )
+        except QuestionError as e:
+            return json_error(409, str(e))
+        except StoreUnavailable as e:
+            return json_error(503, str(e))
+        return web.json_response({"question_id": question_id, "action": action})
 
     async def cancel(self, request: web.Request) -> web.Response:
         run = await self.live(request)
