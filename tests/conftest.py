@@ -19,6 +19,28 @@ from wire_server import WireServer
 
 POSTGRES_SERVER = os.environ.get("TETHER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 
+HEAVY = {
+    "tests/test_entry.py::test_cold_runs_survive_random_kills",
+    "tests/test_harbor.py::test_the_tasks_fail_when_nothing_is_done_and_pass_with_their_solutions",
+    "tests/test_harbor.py::test_tether_solves_every_task_through_harbor_run",
+    "tests/test_package.py::test_the_wheel_installs_into_a_fresh_venv_and_runs",
+    "tests/test_docs.py::test_examples_run[docs/getting-started.md]",
+    "tests/test_durable.py::test_postgres_runs_survive_random_kills",
+    "tests/test_durable.py::test_sqlite_runs_survive_random_kills",
+    "tests/test_durable.py::test_a_batch_queued_before_any_worker_survives_a_dead_worker",
+}
+"""The tests that take 15 to 30 s alone: whole Harbor trials, a wheel built and installed, the
+offline model answering, hundreds of processes killed at random. Their work is CPU, so with a
+second suite beside them on two cores they took over 100 s (pyproject's limit for any test,
+under which a hang fails by name); their own limit is `HEAVY_LIMIT`."""
+HEAVY_LIMIT = 300
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid in HEAVY:
+            item.add_marker(pytest.mark.timeout(HEAVY_LIMIT))
+
 
 @pytest.fixture(autouse=True)
 def data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
