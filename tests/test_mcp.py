@@ -406,6 +406,13 @@ def test_a_durable_runs_question_waits_for_tether_answer_across_a_kill(
         proc.wait()
     question = asked["question_id"]
     assert f"tether answer q-1 {question} JSON" in said
+    listed = tether("runs", "--store", store).stdout
+    assert (
+        f"interrupted: its process died (tether resume q-1); waits for an answer ({question})"
+        in listed
+    )
+    shown = tether("show", "q-1", "--store", store).stdout
+    assert f"[waiting for an answer ({question})] tether answer q-1 {question} JSON" in shown
     answer = ("answer", "q-1", question)
     bad = tether(*answer, '{"quantity": "many"}', "--store", store)
     assert bad.returncode == 2 and "does not fit" in bad.stderr, bad.stderr

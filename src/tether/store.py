@@ -392,6 +392,10 @@ def waiting_state(store: Any, row: dict[str, Any]) -> dict[str, Any]:
     if waiting:
         row["state"] = "waiting"
         row["approvals"] = waiting
+    asked = [q.id for q in questions_waiting(store.ledger, row["id"])]
+    if asked:  # a tool's question for a person (`tether answer`)
+        row["state"] = "waiting"
+        row["questions"] = asked
     if not executor_alive(row["executor"] or ""):  # waiting or not, nothing executes it
         row["state"] = "interrupted"
         row["worker"] = None

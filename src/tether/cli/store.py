@@ -138,13 +138,18 @@ def runs_line(r: dict[str, Any]) -> str:
     it waits for, or the command that resumes it), steps, cost and task, a tab between each."""
     since = r["started_at"] or r["queued_at"] or 0
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+    waits = "; ".join(
+        f"{what} ({', '.join(r[key])})"
+        for key, what in (("approvals", "approval"), ("questions", "an answer"))
+        if r.get(key)
+    )
     states = {
         "running": f"running on {r['worker']}",
-        "waiting": f"waiting for approval ({', '.join(r.get('approvals') or [])})",
+        "waiting": f"waiting for {waits}",
         "interrupted": f"interrupted: its process died (tether resume {r['id']})",
     }
-    if r["state"] == "interrupted" and r.get("approvals"):
-        states["interrupted"] += f"; waits for approval ({', '.join(r['approvals'])})"
+    if r["state"] == "interrupted" and waits:
+        states["interrupted"] += f"; waits for {waits}"
     state = states.get(r["state"], r["state"])
     steps = "" if r["steps"] is None else f"{r['steps']} steps"
     cost = "" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
@@ -295,14 +300,18 @@ def where_it_stands(store: Any, run_id: str) -> str:
     from ..store import listing, status_of, waiting_state
 
     row = waiting_state(store, listing(status_of(store, run_id)))
-    if row["state"] in ("waiting", "interrupted") and row.get("approvals"):
-        lines = [
+    lines = []
+    if row["state"] in ("waiting", "interrupted"):
+        lines += [
             f"[waiting for approval ({a})] tether approve {run_id} {a}   "
             f"(or tether deny {run_id} {a})"
-            for a in row["approvals"]
+            for a in row.get("approvals") or []
         ]
-    else:
-        lines = []
+        lines += [
+            f"[waiting for an answer ({q})] tether answer {run_id} {q} JSON   "
+            f"(or tether answer {run_id} {q} --decline)"
+            for q in row.get("questions") or []
+        ]
     if row["state"] == "interrupted":
         lines.append(f"[interrupted: its process died] tether resume {run_id} goes on with it")
     return "".join(line + "\n" for line in lines)
