@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("loop and agent", {"loop", "context", "output", "guardrails", "agent"}),
     ("run options", {"options"}),
     ("runs in memory", {"run", "supervisor", "bus"}),
-    ("durable runs", {"durable", "ledger", "store", "outage", "sqlite", "migrate"}),
+    ("durable runs", {"durable", "ledger", "store", "outage", "sqlite", "migrate", "steps"}),
     ("the Runtime", {"runtime"}),
     ("the package's public names", {"tether"}),
     ("interfaces", {"cli", "web", "mcp_server", "harbor", "__main__"}),

@@ -355,3 +355,34 @@ def test_records_are_data_checked_as_they_are_read() -> None:
         loads(pickle.dumps(step))
     with pytest.raises(TypeError):
         dumps(object())
+
+
+GOLDEN_MODEL_STEP = (
+    b'tether-json-1\n{"$tuple":[{"$t":"ModelResponse","message":{"$t":"Message","role":"assistant",'
+    b'"parts":{"$tuple":[{"$t":"TextPart","text":"It is 3 \xc2\xb0C."},{"$t":"ToolCall","id":"c1",'
+    b'"name":"get_forecast","arguments":{"$d":{"city":"Oslo"}},"raw_arguments":"{\\"city\\": '
+    b'\\"Oslo\\"}"}]}},"stop_reason":"tool_use","usage":{"$t":"Usage","input_tokens":12,'
+    b'"cached_input_tokens":0,"output_tokens":5,"reasoning_tokens":0,"estimated":false},'
+    b'"model":"","served_by":""},1.5,2.5,[{"$tuple":[1,"hi"]}],[]]}'
+)
+"""A model step as the ledger has kept it since steps became records: its fields in order."""
+
+
+def test_a_step_is_typed_and_kept_as_the_same_bytes() -> None:
+    """Steps are typed values (`steps.py`), read by kind and used by name; on disk they are
+    what they were: a reply recorded before reads back the same, and is written the same."""
+    from tether.records import RecordError
+    from tether.steps import MODEL, TOOLS, InboxStep, ModelStep, read, record
+
+    call = m.ToolCall("c1", "get_forecast", {"city": "Oslo"}, '{"city": "Oslo"}')
+    reply = m.Message("assistant", (m.TextPart("It is 3 °C."), call))
+    step = ModelStep(
+        m.ModelResponse(reply, "tool_use", m.Usage(12, 0, 5)), 1.5, 2.5, [(1, "hi")], []
+    )
+    assert read(MODEL, GOLDEN_MODEL_STEP, "step 0") == step
+    assert record(step) == GOLDEN_MODEL_STEP
+    assert record(InboxStep(True)) == b"tether-json-1\ntrue"
+    with pytest.raises(RecordError, match=r"does not hold the fields of a tether\.tools_step"):
+        read(TOOLS, GOLDEN_MODEL_STEP, "step 0")
+    with pytest.raises(RecordError, match="unknown kind"):
+        read("tether.model", GOLDEN_MODEL_STEP, "step 0")

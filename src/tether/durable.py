@@ -75,7 +75,6 @@ from .messages import (
     ModelResponse,
     ToolCall,
     ToolResult,
-    Usage,
     filled,
     hollow,
     hollow_result,
@@ -90,10 +89,20 @@ from .outage import (
     unavailable,
 )
 from .records import RecordSerializer, refuse_pickles
-from .records import dumps as to_record
-from .records import loads as from_record
 from .run import RestartPolicy, after_attempt, forget_old
 from .sqlite import sqlite_engine_kwargs
+from .steps import (
+    KIND_OF,
+    ContextStep,
+    GuardStep,
+    InboxStep,
+    ModelStep,
+    Step,
+    ToolsStep,
+    kind_of,
+)
+from .steps import read as read_step
+from .steps import record as step_record
 from .store import (
     ENDED,
     MAIL,
@@ -114,6 +123,7 @@ from .tools.tool import RunContext, Spawn
 from .tree import Allowance
 
 T = TypeVar("T")
+S = TypeVar("S", bound=Step)
 
 APP = "tether"
 
@@ -985,24 +995,25 @@ class RecordedEffects:
         """Go through these recorded steps (the ledger's, in order) before doing any work."""
         self.recorded = {n: (kind, output) for n, kind, output, _ in steps}
 
-    async def step(self, kind: str, work: Callable[[], Awaitable[T]]) -> T:
-        """The run's next step: what was recorded of it, or `work` done and recorded (with
-        the steps of other runs that complete at the same moment: `ledger.Writer`). A step
-        recorded as another kind means that the agent's code no longer takes the same path:
-        the replay stops there instead of pairing answers with the wrong questions."""
+    async def step(self, kind: type[S], work: Callable[[], Awaitable[S]]) -> S:
+        """The run's next step (of the step type `kind`, `steps.py`): what was recorded of it, or
+        `work` done and recorded (with the steps of other runs that complete at the same
+        moment: `ledger.Writer`). A step recorded as another kind means that the agent's code
+        no longer takes the same path: the replay stops there instead of pairing answers with
+        the wrong questions."""
         n, self.n = self.n, self.n + 1
         found = self.recorded.pop(n, None)
         if found is not None:
-            if found[0] != kind:
+            recorded = read_step(found[0], found[1], f"run {self.run_id}'s step {n}")
+            if not isinstance(recorded, kind):
                 raise RuntimeError(
-                    f"run {self.run_id}: step {n} was recorded as {found[0]} and is now {kind}; "
-                    "the agent's code changed since the run started"
+                    f"run {self.run_id}: step {n} was recorded as {found[0]} and is now "
+                    f"{KIND_OF[kind]}; the agent's code changed since the run started"
                 )
-            recorded: T = from_record(found[1], f"run {self.run_id}'s step {n}")
             return recorded
         self.owner.stepped.add(self.run_id)  # live from here: its events are shown
         out = await work()
-        await self.owner.ledger.record_step(self.run_id, n, kind, to_record(out))
+        await self.owner.ledger.record_step(self.run_id, n, kind_of(out), step_record(out))
         return out
 
     def now(self) -> float:
@@ -1016,31 +1027,30 @@ class RecordedEffects:
             self.owner.emitter_for(self.run_id).emit("user_message", text=text, by="check")
 
     async def guard(self, kind: Kind, value: Any) -> list[Verdict]:
-        found = await self.step(GUARD, lambda: guard_step(self.owner, self.run_id, kind, value))
-        return [Verdict.from_dict(v) for v in found]
+        found = await self.step(GuardStep, lambda: guard_step(self.owner, self.run_id, kind, value))
+        return [Verdict.from_dict(v) for v in found.verdicts]
 
     async def fit(self, state: LoopState, force: bool) -> None:
         messages = list(state.messages)
         out = await self.step(
-            CONTEXT, lambda: context_step(self.owner, self.run_id, messages, force)
+            ContextStep, lambda: context_step(self.owner, self.run_id, messages, force)
         )
-        fitted, usage, _ = out
-        state.messages[:] = await self.owner.filled(fitted)
-        self.agent.charge(state, usage)
+        state.messages[:] = await self.owner.filled(out.messages)
+        self.agent.charge(state, out.usage)
 
     async def call_model(self, state: LoopState) -> ModelResponse:
         request = self.agent.request(state)
         out = await self.step(
-            MODEL, lambda: model_step(self.owner, self.run_id, request, self.seen)
+            ModelStep, lambda: model_step(self.owner, self.run_id, request, self.seen)
         )
-        response, began, self.clock, arrived, late = out
+        self.clock = out.ended
         if state.steps == 0:
-            state.started_at = began
+            state.started_at = out.began
         # the messages went in before the reply: the transcript says so too
-        state.messages.extend(Message.user(text) for _, text in arrived)
-        state.inbox.extend(text for _, text in late)  # after the answer
-        self.seen = max([self.seen, *(n for n, _ in arrived + late)])
-        return response
+        state.messages.extend(Message.user(text) for _, text in out.arrived)
+        state.inbox.extend(text for _, text in out.late)  # after the answer
+        self.seen = max([self.seen, *(n for n, _ in out.arrived + out.late)])
+        return out.response
 
     async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
         if self.run_id in self.owner.stepped:  # while the run replays, its watchers saw these
@@ -1049,9 +1059,10 @@ class RecordedEffects:
         # live since an earlier step (the reply, or the guardrails after it): a step is
         # recorded before the next begins, so no earlier attempt can have started these calls
         fresh = self.run_id in self.owner.stepped
-        results, self.clock = await self.step(
-            TOOLS, lambda: tools_step(self.owner, self.run_id, calls, decisions, fresh)
+        out = await self.step(
+            ToolsStep, lambda: tools_step(self.owner, self.run_id, calls, decisions, fresh)
         )
+        results, self.clock = out.results, out.ended
         if not any(r.images for r in results):
             return list(results)
         (message,) = await self.owner.filled([Message("tool", tuple(results))])
@@ -1065,7 +1076,9 @@ class RecordedEffects:
         from dbos import DBOS
 
         idle = False
-        while not await self.step(INBOX, lambda: inbox_step(self.owner, self.run_id, self.seen)):
+        while not (
+            await self.step(InboxStep, lambda: inbox_step(self.owner, self.run_id, self.seen))
+        ).unseen:
             if not idle:
                 self.owner.emitter_for(self.run_id).emit("idle")
                 idle = True
@@ -1147,19 +1160,9 @@ def decided(emitter: Emitter, approval_id: str, call: ToolCall, decision: Decisi
     )
 
 
-MODEL, CONTEXT, TOOLS, INBOX, GUARD = (
-    "tether.model_step",
-    "tether.context_step",
-    "tether.tools_step",
-    "tether.inbox_step",
-    "tether.guard_step",
-)
-"""The kinds of a run's steps, as the ledger records them (and `store.py` reads them)."""
-
-
 async def model_step(
     owner: DurableRuns, run_id: str, request: ModelRequest, seen: int
-) -> tuple[ModelResponse, float, float, list[tuple[int, str]], list[tuple[int, str]]]:
+) -> ModelStep:
     """One model call, with the user messages that arrived since message `seen`: the recorded
     output says which went in, so a replay delivers the same ones."""
     agent, ledger = owner.agents[run_id], owner.ledger
@@ -1190,12 +1193,12 @@ async def model_step(
         )
         for _, text in late:
             emitter.emit("user_message", text=text)
-    return response, began, time.time(), arrived, late
+    return ModelStep(response, began, time.time(), arrived, late)
 
 
 async def context_step(
     owner: DurableRuns, run_id: str, messages: list[Message], force: bool
-) -> tuple[list[Message], Usage, list[tuple[str, dict[str, Any]]]]:
+) -> ContextStep:
     """Fit the conversation to the model's window (`context.fit`): the new messages, the
     summary call's usage, and what was replaced, recorded as one step."""
     agent = owner.agents[run_id]
@@ -1210,7 +1213,7 @@ async def context_step(
     usage = await fit(
         agent.model, messages, agent.system, agent.context, Emitter(run_id, [keep]), force
     )
-    return [hollow(m) for m in messages], usage, happened
+    return ContextStep([hollow(m) for m in messages], usage, happened)
 
 
 async def tools_step(
@@ -1219,7 +1222,7 @@ async def tools_step(
     calls: list[ToolCall],
     decisions: list[Decision | None],
     fresh: bool,
-) -> tuple[list[ToolResult], float]:
+) -> ToolsStep:
     """The calls of one reply, at the same time, in one recorded step; each call is journaled
     on its own (see `ledger.py`), so a step made again repeats no finished call. `fresh`: the
     reply was made here, so no earlier attempt can have started its calls (none is read)."""
@@ -1237,21 +1240,19 @@ async def tools_step(
             for c, d in zip(calls, decisions, strict=True)
         )
     )
-    return list(results), time.time()
+    return ToolsStep(list(results), time.time())
 
 
-async def inbox_step(owner: DurableRuns, run_id: str, seen: int) -> bool:
+async def inbox_step(owner: DurableRuns, run_id: str, seen: int) -> InboxStep:
     """Whether the run's inbox has a message after message `seen`."""
     ledger = owner.ledger
-    return bool(await ledger.call(ledger.messages_after, run_id, seen))
+    return InboxStep(bool(await ledger.call(ledger.messages_after, run_id, seen)))
 
 
-async def guard_step(
-    owner: DurableRuns, run_id: str, kind: Kind, value: Any
-) -> list[dict[str, Any]]:
+async def guard_step(owner: DurableRuns, run_id: str, kind: Kind, value: Any) -> GuardStep:
     """The verdicts of the agent's guardrails of `kind`, recorded: a replay asks none."""
     found = await judge(owner.agents[run_id], kind, value, owner.emitter_for(run_id))
-    return [v.to_dict() for v in found]
+    return GuardStep([v.to_dict() for v in found])
 
 
 async def one_call(

@@ -33,8 +33,10 @@ from .outage import cannot_open, said_by_us
 from .pricing import Price, price_for
 from .questions import Answer, Question, fitted
 from .records import RecordSerializer, refuse_pickles
-from .records import loads as from_record
 from .sqlite import scoped_sqlite, sqlite_dbapi
+from .steps import KINDS, ContextStep, ModelStep, Step, ToolsStep
+from .steps import built as step_of
+from .steps import read as read_step
 
 T = TypeVar("T")
 
@@ -62,17 +64,15 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
     history = inputs[3] if len(inputs) > 3 and inputs[3] else []
     record = inputs[1] if isinstance(inputs[1], dict) else {}
     messages: list[Message] = [*history, Message.user(inputs[2], task_images(record))]
-    for s in store.steps(status):
-        output, name = s.get("output"), s.get("function_name", "")
-        if name.endswith("model_step") and isinstance(output, tuple):
-            response, _, _, arrived, late = output
-            messages.extend(Message.user(text) for _, text in arrived)
-            messages.append(response.message)
-            messages.extend(Message.user(text) for _, text in late)
-        elif name.endswith("tools_step") and isinstance(output, tuple):
-            messages.append(Message("tool", tuple(output[0])))
-        elif name.endswith("context_step") and isinstance(output, tuple):
-            messages = list(output[0])
+    for step, _ in store.steps(status):
+        if isinstance(step, ModelStep):
+            messages.extend(Message.user(text) for _, text in step.arrived)
+            messages.append(step.response.message)
+            messages.extend(Message.user(text) for _, text in step.late)
+        elif isinstance(step, ToolsStep):
+            messages.append(Message("tool", tuple(step.results)))
+        elif isinstance(step, ContextStep):
+            messages = list(step.messages)
     close_open_calls(messages, "Cancelled before the tool finished.")
     return messages
 
@@ -101,22 +101,23 @@ class Reader:
             self._ledger = ledger_for(self.url)
         return self._ledger
 
-    def steps(self, status: Any) -> list[dict[str, Any]]:
-        """The recorded steps of the run with this DBOS `status`, in order, each with its
-        `function_name` (its kind), `output` and `completed_at_epoch_ms`; a run that an
-        earlier version recorded (tether-3, before the ledger kept steps) has them among
-        DBOS's."""
+    def steps(self, status: Any) -> list[tuple[Step, float]]:
+        """The recorded steps of the run with this DBOS `status`, in order, each with when it
+        completed (Unix time); a run that an earlier version recorded (tether-3, before the
+        ledger kept steps) has them among DBOS's."""
         run_id = status.workflow_id
         if status.app_version not in (None, VERSION):
-            return list(self.client.list_workflow_steps(run_id))
-        rows = self.ledger.steps_of(run_id)
+            return [
+                (
+                    step_of(s["function_name"], s["output"], f"run {run_id}'s step"),
+                    (s.get("completed_at_epoch_ms") or 0) / 1000,
+                )
+                for s in self.client.list_workflow_steps(run_id)
+                if s.get("function_name") in KINDS
+            ]
         return [
-            {
-                "function_name": kind,
-                "output": from_record(out, f"run {run_id}'s step {n}"),
-                "completed_at_epoch_ms": at * 1000,
-            }
-            for n, kind, out, at in rows
+            (read_step(kind, out, f"run {run_id}'s step {n}"), at)
+            for n, kind, out, at in self.ledger.steps_of(run_id)
         ]
 
 
@@ -191,15 +192,7 @@ def events_of(store: Any, run_id: str) -> list[Event]:
     record = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else {}
     steps = store.steps(status)
     approvals = store._sys_db.get_all_events(run_id)
-    first = next(
-        (
-            s["output"][0]
-            for s in steps
-            if s.get("function_name", "").endswith("model_step")
-            and isinstance(s.get("output"), tuple)
-        ),
-        None,
-    )
+    first = next((s.response for s, _ in steps if isinstance(s, ModelStep)), None)
     add(
         "run_started",
         (status.created_at or 0) / 1000,
@@ -209,27 +202,25 @@ def events_of(store: Any, run_id: str) -> list[Event]:
         agent=record.get("agent") if isinstance(record, dict) else None,
         **images_data(task_images(record) if isinstance(record, dict) else ()),
     )
-    for s in steps:
-        output = s.get("output")
-        name = s.get("function_name", "")
-        if name.endswith("model_step") and isinstance(output, tuple):
-            response, _, ts, arrived, late = output
-            for _, text in arrived:
+    for step, at in steps:
+        if isinstance(step, ModelStep):
+            ts, calls = step.ended, step.response.message.tool_calls
+            for _, text in step.arrived:
                 add("user_message", ts, text=text)
-            add("model_response", ts, **model_response_data(response))
-            for c in response.message.tool_calls:
+            add("model_response", ts, **model_response_data(step.response))
+            for c in calls:
                 add("tool_call", ts, id=c.id, name=c.name, arguments=c.arguments or {})
-            for _, text in late:
+            for _, text in step.late:
                 add("user_message", ts, text=text)
-            for c in response.message.tool_calls:
+            for c in calls:
                 asked = approvals.get(approval_id(c.id))
                 if isinstance(asked, dict) and "args_hash" in asked:
                     add("approval_requested", ts, **requested(c.id, asked))
-        elif name.endswith("context_step") and isinstance(output, tuple):
-            for type_, data in output[2]:
-                add(type_, (s.get("completed_at_epoch_ms") or 0) / 1000, **data)
-        elif name.endswith("tools_step") and isinstance(output, tuple):
-            results, ts = output
+        elif isinstance(step, ContextStep):
+            for type_, data in step.happened:
+                add(type_, at, **data)
+        elif isinstance(step, ToolsStep):
+            results, ts = step.results, step.ended
             for result in results:
                 asked = approvals.get(approval_id(result.call_id))
                 if isinstance(asked, dict) and asked.get("state") == "decided":
