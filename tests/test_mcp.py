@@ -513,3 +513,35 @@ def test_mcp_sampling_off_refuses_the_server(wire: WireServer) -> None:
     assert result["is_error"] and "usage" not in result
     assert len(wire.requests) == 2  # the run's own calls, nothing sampled
     assert not any(e["type"] == "sampled" for e in events)
+
+
+async def test_a_program_answers_a_question_and_a_cancelled_call_takes_its_question_along() -> None:
+    """`Runtime.asked` lists what a run waits on, `Runtime.answer` answers it (an answer that
+    does not fit is refused, the question still waits); a run cancelled while its question
+    waits leaves none behind."""
+    from helpers import until, within
+    from tether import Agent, QuestionError, Runtime, ScriptedModel, reply
+
+    async with Runtime() as rt:
+        tools = await rt.mcp_tools([SERVER])
+        runs = []
+        for item in ("pears", "plums"):
+            script = [reply(tool_calls=[("reserve", {"item": item})]), reply("Done.")]
+            agent = Agent(ScriptedModel(script), tools, name=f"shop-{item}")
+            runs.append(await rt.start(agent, f"Reserve {item}."))
+            await until(lambda: rt.asked(runs[-1].id), "the server's question", 30)
+            if item == "pears":  # one run at a time: a question names the one run calling
+                (question,) = rt.asked(runs[0].id)
+                assert question.message == "How many pears should be reserved?"
+                with pytest.raises(QuestionError, match="quantity"):
+                    await rt.answer(runs[0].id, question.id, {"quantity": "many"})
+                await rt.answer(runs[0].id, question.id, {"quantity": 4})
+                done = await within(runs[0].wait(), "the answered run")
+                assert done is not None
+                assert done.messages[-2].tool_results[0].output == "reserved 4 pears"
+        assert rt.cancel(runs[1].id)
+        ended = await within(runs[1].wait(), "the cancelled run")
+        assert ended is not None and ended.outcome == "cancelled"
+        await until(lambda: not rt.asked(runs[1].id), "the cancelled call's question to go", 10)
+        with pytest.raises(QuestionError):
+            await rt.answer(runs[1].id, question.id.replace("_1", "_9"), {"quantity": 1})

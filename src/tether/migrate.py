@@ -27,7 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .errors import TetherError
+from .errors import ConfigError
 from .ledger import ledger_url
 from .records import FORMAT, TYPES, RecordSerializer, dumps
 
@@ -91,10 +91,6 @@ class Report:
         self.rewritten[table] = self.rewritten.get(table, 0) + 1
 
 
-class MigrationError(TetherError):
-    """The store could not be migrated (it is not there, or not a Tether store)."""
-
-
 def migrate(url: str) -> Report:
     """Rewrite the pickled records of the store at `url` (a SQLite or Postgres URL, as
     `journal.store_url` gives it)."""
@@ -104,7 +100,7 @@ def migrate(url: str) -> Report:
     try:
         with dbos.begin() as conn:
             if not sa.inspect(conn).has_table("workflow_status", schema=schema[:-1] or None):
-                raise MigrationError("this store has no runs (no DBOS tables)")
+                raise ConfigError("this store has no runs (no DBOS tables): nothing to migrate")
             dbos_rows(conn, schema, report)
     finally:
         dbos.dispose()

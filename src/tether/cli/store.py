@@ -87,13 +87,13 @@ def answer(store: Any, args: argparse.Namespace) -> str:
 
 def command_migrate(args: argparse.Namespace) -> int:
     """`tether migrate`: what was rewritten, a line for each record left as it was (exit 1)."""
-    from ..migrate import MigrationError, migrate
+    from ..migrate import migrate
 
     if args.store.startswith("sqlite") and not Path(args.store.removeprefix("sqlite:///")).exists():
         return error(f"no store at {args.store.removeprefix('sqlite:///')}")
     try:
         report = migrate(args.store)
-    except MigrationError as e:
+    except ConfigError as e:
         return error(str(e))
     if args.json:
         print(orjson.dumps(dataclasses.asdict(report)).decode())
