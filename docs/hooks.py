@@ -143,7 +143,8 @@ API_GROUPS = {
     ],
     "Errors": [
         "TetherError", "ConfigError", "MissingAPIKey", "RunError", "RunExists", "NoSuchRun",
-        "RunEnded", "QuestionError", "OutputInvalid", "ChildRunEnded", "StoreUnavailable",
+        "RunEnded", "ApprovalError", "QuestionError", "RecordError", "OutputInvalid",
+        "ChildRunEnded", "StoreUnavailable",
         "ProviderError", "ProviderConnectionError", "ProviderTimeout", "ProviderStatusError",
         "RateLimited", "ServerError", "ClientRequestError", "ProviderProtocolError",
         "ImagesUnsupported",

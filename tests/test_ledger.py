@@ -371,7 +371,7 @@ GOLDEN_MODEL_STEP = (
 def test_a_step_is_typed_and_kept_as_the_same_bytes() -> None:
     """Steps are typed values (`steps.py`), read by kind and used by name; on disk they are
     what they were: a reply recorded before reads back the same, and is written the same."""
-    from tether.records import RecordError
+    from tether.errors import RecordError
     from tether.steps import MODEL, TOOLS, InboxStep, ModelStep, read, record
 
     call = m.ToolCall("c1", "get_forecast", {"city": "Oslo"}, '{"city": "Oslo"}')

@@ -23,8 +23,8 @@ from tether import (
     reply,
     tool,
 )
-from tether.approvals import ApprovalError, approve_all, arguments_hash, deny_all
-from tether.errors import NoSuchRun, RunEnded, RunExists
+from tether.approvals import approve_all, arguments_hash, deny_all
+from tether.errors import ApprovalError, NoSuchRun, RunEnded, RunExists
 from tether.events import Event
 from tether.run import RestartPolicy, Run
 from tether.supervisor import Supervisor

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .agent import Agent, RunResult, run_child
 from .approvals import approve_all, deny_all
 from .errors import (
+    ApprovalError,
     ChildRunEnded,
     ClientRequestError,
     ConfigError,
@@ -19,6 +20,7 @@ from .errors import (
     ProviderTimeout,
     QuestionError,
     RateLimited,
+    RecordError,
     RunEnded,
     RunError,
     RunExists,
@@ -62,6 +64,7 @@ __all__ = [
     "BUILTINS",
     "Agent",
     "AnthropicModel",
+    "ApprovalError",
     "Budget",
     "ChildRunEnded",
     "ClientRequestError",
@@ -90,6 +93,7 @@ __all__ = [
     "QuestionError",
     "RateLimited",
     "ReasoningPart",
+    "RecordError",
     "RestartPolicy",
     "RunContext",
     "RunEnded",

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import orjson
 
+from .errors import ApprovalError
 from .messages import ToolCall
 
 Policy = Literal["never", "always"] | Callable[[dict[str, Any]], bool]
@@ -85,10 +86,6 @@ async def deny_all(request: ApprovalRequest) -> Decision:
     """An approver that denies every call (`--approve deny`); the model reads the reason."""
 
     return Decision(False, "denied by policy (--approve deny): no one is here to approve it")
-
-
-class ApprovalError(Exception):
-    """An approval that cannot be given: unknown, already decided, or for other arguments."""
 
 
 @dataclass

@@ -51,10 +51,12 @@ from typing import Any, TypeVar
 
 from .admission import Limiter
 from .agent import Agent, RunResult, execute, judge, respond
-from .approvals import ApprovalError, ApprovalRequest, Decision, arguments_hash, needs_approval
+from .approvals import ApprovalRequest, Decision, arguments_hash, needs_approval
 from .bus import Bus, EventLog
 from .context import fit
+from .dbos_private import cancelled_errors, id_in_use_error, listen_to, refuse_pickles
 from .errors import (
+    ApprovalError,
     ConfigError,
     NoSuchRun,
     ProviderError,
@@ -88,7 +90,7 @@ from .outage import (
     said_by_us,
     unavailable,
 )
-from .records import RecordSerializer, refuse_pickles
+from .records import RecordSerializer
 from .run import RestartPolicy, after_attempt, forget_old
 from .sqlite import sqlite_engine_kwargs
 from .steps import (
@@ -374,7 +376,6 @@ class DurableRuns:
         output (JSON) the agent's output type again. The task's `images` are kept once,
         beside the record, which names them."""
         from dbos import DBOS, SetWorkflowID
-        from dbos._error import DBOSWorkflowIDInUseError
 
         if images:
             await self.ledger.call(self.ledger.keep_images, list(images))
@@ -388,7 +389,7 @@ class DurableRuns:
             with SetWorkflowID(run_id, workflow_id_reuse_policy="reject" if chosen else None):
                 started = DBOS.start_workflow_async(workflow(), run_id, record, task, history)
                 handle = await self.in_time(started)
-        except (StoreUnavailable, DBOSWorkflowIDInUseError) as e:
+        except (StoreUnavailable, id_in_use_error()) as e:
             self.forget_start(run_id)
             if isinstance(e, StoreUnavailable):
                 raise
@@ -433,7 +434,7 @@ class DurableRuns:
                 raise  # the runtime closes; the run stays recorded
             data = {"outcome": "cancelled", "reason": "cancelled"}
         except Exception as e:  # cancelled in the store, or failed inside DBOS
-            cancelled = "cancel" in type(e).__name__.lower()
+            cancelled = isinstance(e, cancelled_errors())
             outcome = "cancelled" if cancelled else "failed"
             data = {"outcome": outcome, "reason": str(e) or outcome}
         if run.summary is not None:  # it ended here, and said how
@@ -757,7 +758,7 @@ class DurableRuns:
 
         await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
         self.working = True
-        listen_to_queue()
+        listen_to(QUEUE)
         name = self.executor_id
         while True:
             try:
@@ -844,16 +845,6 @@ def cancelled_among(run_ids: list[str]) -> asyncio.Future[list[str]]:
 
     threading.Thread(target=ask, name="tether-store-watch", daemon=True).start()
     return answer
-
-
-def listen_to_queue() -> None:
-    """Make this process take runs from the queue (see `open`). DBOS reads the queues a
-    process listens to every second and has no public call to add one after launch."""
-    from dbos._dbos import _get_dbos_instance
-
-    listening = _get_dbos_instance()._listening_queues
-    if listening is not None and QUEUE not in listening:
-        listening.append(QUEUE)
 
 
 def say(line: str) -> None:

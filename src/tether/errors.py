@@ -7,7 +7,10 @@
      │    ├── RunExists              a live run already has this id
      │    ├── NoSuchRun              no run has this id
      │    ├── RunEnded               the run is over: it takes no more messages
+     │    ├── ApprovalError          no such approval waits, or it was shown other arguments
      │    └── QuestionError          no such question waits, or an answer does not fit it
+     ├── RecordError                 a store's record Tether did not write (a pickle, a row
+     │                               rewritten by hand): refused, nothing of it run
      ├── OutputInvalid               the model's answers never matched the agent's output type
      ├── ChildRunEnded               a child run (an agent used as a tool) ended other than done
      │                               (`run_child`; as a tool's error, its parent model reads it)
@@ -69,6 +72,15 @@ class NoSuchRun(RunError, KeyError):
 
 class RunEnded(RunError):
     """The run is over: it takes no more messages, approvals or cancels."""
+
+
+class ApprovalError(RunError):
+    """An approval that cannot be given: unknown, already decided, or for other arguments."""
+
+
+class RecordError(TetherError):
+    """A store's record that is not one Tether wrote: another format, or values that are not
+    what its type holds. Nothing of it was run or used."""
 
 
 class QuestionError(RunError):

@@ -17,8 +17,9 @@ written before 0.1.0, reading its pickles with an unpickler that builds our type
 
 What DBOS keeps of a run (its inputs, its result, the messages and events that carry
 approvals) goes through the same codec (`RecordSerializer`), and DBOS's own pickle reader is
-replaced by one that refuses (`refuse_pickles`): a row's `serialization` column is data too,
-and one rewritten to say `py_pickle` must not make DBOS unpickle it.
+replaced by one that refuses (`PicklesRefused`, put in place by `dbos_private.refuse_pickles`):
+a row's `serialization` column is data too, and one rewritten to say `py_pickle` must not make
+DBOS unpickle it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any, cast
 
 import orjson
 
-from .errors import TetherError
+from .errors import RecordError, TetherError
 from .messages import (
     ImagePart,
     Message,
@@ -57,11 +58,6 @@ NOT_OURS = (
     "refused, never unpickled (a store written before 0.1.0 is rewritten as records, once, by "
     "`tether migrate --store STORE`; a row written by someone else stays refused)"
 )
-
-
-class RecordError(TetherError):
-    """A store's record that is not one Tether wrote: another format, or values that are not
-    what its type holds. Nothing of it was run or used."""
 
 
 class RecordedFailure(TetherError):
@@ -197,12 +193,3 @@ class PicklesRefused:
 
     def deserialize(self, serialized_data: str) -> Any:
         raise RecordError(f"a run's record in the store is a pickle: {NOT_OURS}")
-
-
-def refuse_pickles() -> None:
-    """Replace DBOS's pickle reader in this process (see the module docstring). DBOS reads a
-    row by the serializer its `serialization` column names, so configuring ours is not
-    enough; this is the one change Tether makes to DBOS, made where Tether opens a store."""
-    from dbos import _serialization
-
-    _serialization.DBOSDefaultSerializer = PicklesRefused()  # type: ignore[assignment]

@@ -21,8 +21,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import RecordError
 from .messages import Message, ModelResponse, ToolResult, Usage
-from .records import RecordError, dumps, loads
+from .records import dumps, loads
 
 Inbox = list[tuple[int, str]]
 """Inbox messages as (number, text)."""

@@ -21,9 +21,16 @@ from typing import Any, TypeVar
 import orjson
 
 from .agent import RunResult
-from .approvals import ApprovalError, ApprovalRequest
+from .approvals import ApprovalRequest
 from .bus import EventLog
-from .errors import ConfigError, NoSuchRun, QuestionError, RunEnded
+from .dbos_private import (
+    all_events,
+    engine,
+    make_schema,
+    no_such_workflow_error,
+    refuse_pickles,
+)
+from .errors import ApprovalError, ConfigError, NoSuchRun, QuestionError, RunEnded
 from .events import Event, images_data, model_response_data, tool_result_data
 from .journal import private_file
 from .ledger import Ledger
@@ -32,7 +39,7 @@ from .messages import ImagePart, Message, ToolCall, Usage
 from .outage import cannot_open, said_by_us
 from .pricing import Price, price_for
 from .questions import Answer, Question, fitted
-from .records import RecordSerializer, refuse_pickles
+from .records import RecordSerializer
 from .sqlite import scoped_sqlite, sqlite_dbapi
 from .steps import KINDS, ContextStep, ModelStep, Step, ToolsStep
 from .steps import built as step_of
@@ -154,7 +161,7 @@ def client(url: str, create: bool = False, ledger: Ledger | None = None) -> Any:
             # DBOS's client never creates its schema; a fresh database gets it here, so runs
             # can be queued before any worker has started (one query when it is there
             # already; concurrent migrations are serialised by DBOS under an advisory lock)
-            store._sys_db.run_migrations()
+            make_schema(store)
     except Exception as e:
         if store is not None:
             store.destroy()
@@ -164,11 +171,9 @@ def client(url: str, create: bool = False, ledger: Ledger | None = None) -> Any:
 
 def status_of(store: Any, run_id: str) -> Any:
     """A run's DBOS status, read through a client; an unknown id is a ConfigError."""
-    from dbos._error import DBOSNonExistentWorkflowError
-
     try:
         return store.retrieve_workflow(run_id).get_status()
-    except DBOSNonExistentWorkflowError:
+    except no_such_workflow_error():
         raise ConfigError(f"no run {run_id} in the store") from None
 
 
@@ -191,7 +196,7 @@ def events_of(store: Any, run_id: str) -> list[Event]:
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
     record = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else {}
     steps = store.steps(status)
-    approvals = store._sys_db.get_all_events(run_id)
+    approvals = all_events(store, run_id)
     first = next((s.response for s, _ in steps if isinstance(s, ModelStep)), None)
     add(
         "run_started",
@@ -395,7 +400,7 @@ def waiting_state(store: Any, row: dict[str, Any]) -> dict[str, Any]:
 
 def approvals_waiting(store: Any, run_id: str) -> list[str]:
     """The approvals a running run waits for (their requests are on the store)."""
-    events = store._sys_db.get_all_events(run_id)
+    events = all_events(store, run_id)
     return sorted(
         k for k, v in events.items() if isinstance(v, dict) and v.get("state") == "waiting"
     )
@@ -449,7 +454,7 @@ def enqueue(url: str, runs: list[tuple[str, str]], record: dict[str, Any]) -> No
         shown = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
         raise ConfigError(f"the store has runs with these ids already: {shown}; nothing queued")
     queue = {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": VERSION}
-    with store._sys_db.engine.begin() as conn:
+    with engine(store).begin() as conn:
         for run_id, task in runs:
             options: Any = {**queue, "workflow_id": run_id}
             store.enqueue_in_transaction(conn, options, run_id, record, task)
@@ -639,7 +644,7 @@ class RemoteRun:
             raise ApprovalError(str(e)) from None
 
     def waiting(self) -> list[ApprovalRequest]:
-        found = self.view.client._sys_db.get_all_events(self.id)
+        found = all_events(self.view.client, self.id)
         return [
             ApprovalRequest(
                 key,

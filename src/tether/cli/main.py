@@ -19,12 +19,11 @@ import signal
 import sys
 import threading
 
-from ..errors import ConfigError, StoreUnavailable
+from ..errors import ConfigError, RecordError, StoreUnavailable
 from ..journal import STORE_FORMS, store_url
 from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS, RunOptions
 from ..outage import STORE_PATIENCE_S
 from ..providers import PROVIDERS
-from ..records import RecordError
 from ..tools import BUILTINS
 from ..version import __version__
 from .common import STORE_HELP, data_dir, default_store, error, leave

@@ -47,11 +47,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..approvals import ApprovalError
 from ..errors import (
+    ApprovalError,
     ConfigError,
     NoSuchRun,
     QuestionError,
+    RecordError,
     RunEnded,
     RunExists,
     StoreUnavailable,
@@ -60,7 +61,6 @@ from ..events import Event, Sink
 from ..journal import Journal
 from ..messages import Message, TextPart, ToolCall, ToolResult
 from ..options import CLI_AGENT
-from ..records import RecordError
 from ..runtime import RunHandle, Runtime
 from ..store import RemoteRun
 from ..tools.tool import RunContext

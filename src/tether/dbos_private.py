@@ -1,0 +1,71 @@
+"""The one place Tether reaches into DBOS's private API.
+
+DBOS's public API runs workflows and reads their status, but some of what a store needs has no
+public call: a client's events of a run, its schema made before any worker starts, a queue
+listened to after launch, its pickle reader replaced (`refuse_pickles`), the errors it
+raises. Each is reached here, by one function, so a DBOS upgrade that moves one breaks one
+function, found by the tests that use it. DBOS is imported inside each (it takes a second).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .records import PicklesRefused
+
+
+def all_events(client: Any, run_id: str) -> dict[str, Any]:
+    """The events a run set (its approval requests), read through a `DBOSClient`."""
+    events: dict[str, Any] = client._sys_db.get_all_events(run_id)
+    return events
+
+
+def make_schema(client: Any) -> None:
+    """Create the store's schema through a client (DBOS's client never does): runs can be
+    queued before any worker starts. One query when it is there already."""
+    client._sys_db.run_migrations()
+
+
+def engine(client: Any) -> Any:
+    """The client's SQLAlchemy engine, for queuing many runs in one transaction."""
+    return client._sys_db.engine
+
+
+def listen_to(queue: str) -> None:
+    """Make this launched process take runs from `queue` too (DBOS reads the queues a process
+    listens to every second, and has no public call to add one after launch)."""
+    from dbos._dbos import _get_dbos_instance
+
+    listening = _get_dbos_instance()._listening_queues
+    if listening is not None and queue not in listening:
+        listening.append(queue)
+
+
+def refuse_pickles() -> None:
+    """Replace DBOS's pickle reader in this process by one that refuses (`records`): DBOS
+    reads a row by the serializer its `serialization` column names, so configuring ours is
+    not enough, and a row rewritten to say `py_pickle` must not make it unpickle. The one
+    change Tether makes to DBOS, made where Tether opens a store."""
+    from dbos import _serialization
+
+    _serialization.DBOSDefaultSerializer = PicklesRefused()  # type: ignore[assignment]
+
+
+def id_in_use_error() -> type[Exception]:
+    """What DBOS raises when a workflow id is taken (the `reject` policy)."""
+    from dbos._error import DBOSWorkflowIDInUseError
+
+    return DBOSWorkflowIDInUseError
+
+
+def no_such_workflow_error() -> type[Exception]:
+    from dbos._error import DBOSNonExistentWorkflowError
+
+    return DBOSNonExistentWorkflowError
+
+
+def cancelled_errors() -> tuple[type[BaseException], ...]:
+    """What DBOS raises to whoever awaits a workflow cancelled in the store."""
+    from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSWorkflowCancelledError
+
+    return (DBOSAwaitedWorkflowCancelledError, DBOSWorkflowCancelledError)
