@@ -183,7 +183,9 @@ class Questions:
 
     def __init__(self, recorder: Recorder | None = None) -> None:
         self.recorder = recorder
-        self.waiting: dict[str, tuple[Question, asyncio.Future[Answer]]] = {}
+        self.waiting: dict[tuple[str, str], tuple[Question, asyncio.Future[Answer]]] = {}
+        """By run id and question id (two runs' calls may have the same id, and so their
+        questions)."""
 
     async def ask(self, question: Question) -> Answer:
         """The `Asker` of runs with no one at a terminal: wait for the answer."""
@@ -194,7 +196,7 @@ class Questions:
             if found is not None:
                 return found
         answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self.waiting[question.id] = (question, answered)
+        self.waiting[question.run_id, question.id] = (question, answered)
         try:
             while True:
                 poll = self.POLL if self.recorder is not None else None
@@ -206,7 +208,10 @@ class Questions:
                     if found is not None:
                         return found
         finally:
-            self.waiting.pop(question.id, None)
+            self.waiting.pop((question.run_id, question.id), None)
+
+    def waits(self, run_id: str, question_id: str) -> bool:
+        return (run_id, question_id) in self.waiting
 
     def of_run(self, run_id: str) -> list[Question]:
         return [q for q, _ in self.waiting.values() if q.run_id == run_id]
@@ -214,8 +219,8 @@ class Questions:
     async def answer(self, run_id: str, question_id: str, answer: Answer) -> None:
         """Answer a question a run of this process waits on (QuestionError if none does, or
         the answer does not fit it)."""
-        found = self.waiting.get(question_id)
-        if found is None or found[0].run_id != run_id:
+        found = self.waiting.get((run_id, question_id))
+        if found is None:
             raise QuestionError(f"run {run_id} waits for no question {question_id} here")
         question, answered = found
         checked = fitted(question, answer)

@@ -506,7 +506,7 @@ class Runtime:
         process (or in none: a resumed run takes it when the question is asked again).
         QuestionError if no such question waits, or the answer does not fit it."""
         given = Answer(action, content, reason)
-        if question_id in self.questions.waiting:
+        if self.questions.waits(run_id, question_id):
             await self.questions.answer(run_id, question_id, given)
         elif self.durable is not None:
             from .store import answer_question
