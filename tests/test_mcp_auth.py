@@ -113,6 +113,14 @@ def test_a_sign_in_at_the_browser_is_kept_and_the_next_run_is_silent(
     assert "sign in" not in second.stderr
     assert server.stats()["authorize"] == 1
 
+    # another data directory keeps its own tokens: a sign-in of its own, kept there
+    elsewhere = tmp_path / "elsewhere"
+    third = run(tmp_path, server.url, "--data-dir", str(elsewhere))
+    assert third.returncode == 0, third.stderr
+    assert server.stats()["authorize"] == 2
+    assert len(list((elsewhere / "mcp-tokens").iterdir())) == 1
+    assert len(list(folder.iterdir())) == 1
+
 
 @pytest.mark.parametrize("server", [("--expires-in", "1")], indirect=True)
 def test_an_expired_token_is_refreshed_not_signed_in_again(server: Server, tmp_path: Path) -> None:

@@ -66,13 +66,16 @@ def cli_runtime(
     store: str | None,
     overrides: dict[str, Any] | None = None,
     asker: Asker | None = None,
+    data: str | None = None,
     **settings: Any,
 ) -> Runtime:
     """A runtime whose factory builds agents from `RunOptions` (with their MCP servers'
     tools, connected once per runtime): the CLI's, the page's, and a worker's, whose own tool
     options (`overrides`) take the place of what each run recorded. `asker` answers the MCP
     servers' questions (None: they wait for `tether answer` or the page, see
-    `Runtime.answer`); their sign-in tokens are kept in the data directory."""
+    `Runtime.answer`); their sign-in tokens are kept in the data directory (`data`, the
+    command's `--data-dir`)."""
+    tokens = Path(data) if data else data_dir()
 
     async def factory(name: str, recorded: dict[str, Any]) -> Any:
         if name != CLI_AGENT:
@@ -84,7 +87,7 @@ def cli_runtime(
                 options.mcp,
                 options.connect_timeout,
                 auth=AuthSettings.load(options.mcp_auth) if options.mcp_auth else None,
-                token_dir=data_dir() / "mcp-tokens",
+                token_dir=tokens / "mcp-tokens",
                 asker=asker,
                 sampling=options.mcp_sampling != "off",
             )

@@ -82,7 +82,13 @@ async def run_task(
 ) -> RunResult:
     stop_on_signals()
     asker = asker_for(options.approve, sys.stdin.isatty(), args.store is not None)
-    rt = cli_runtime(args.store, asker=asker, take_over=False, store_patience=args.store_patience)
+    rt = cli_runtime(
+        args.store,
+        asker=asker,
+        data=args.data_dir,
+        take_over=False,
+        store_patience=args.store_patience,
+    )
     try:
         await ready(rt, options)
         return await one_run(rt, args, options, args.task, run_id, sinks, [], images=images)
@@ -146,7 +152,13 @@ def command_ask(args: argparse.Namespace, options: RunOptions) -> int:
     interactive = sys.stdin.isatty()
     status = 0
     asker = asker_for(options.approve, interactive, args.store is not None)
-    rt = cli_runtime(args.store, asker=asker, take_over=False, store_patience=args.store_patience)
+    rt = cli_runtime(
+        args.store,
+        asker=asker,
+        data=args.data_dir,
+        take_over=False,
+        store_patience=args.store_patience,
+    )
     with asyncio.Runner() as runner:
         try:
             runner.run(ready(rt, options))

@@ -76,6 +76,7 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
         return error("--max-runs must be at least 1")
     runtime = cli_runtime(
         args.store,
+        data=args.data_dir,
         take_over=False,
         max_runs=args.max_runs,
         store_connections=args.store_connections,

@@ -165,7 +165,7 @@ def command_resume(args: argparse.Namespace) -> int:
     async def go() -> RunResult:
         stop_on_signals()
         async with cli_runtime(
-            args.store, take_over=False, store_patience=args.store_patience
+            args.store, data=args.data_dir, take_over=False, store_patience=args.store_patience
         ) as rt:
             run = await rt.resume(args.run_id, sinks=sinks, force=args.force)
             return await until_end(run)
@@ -228,7 +228,9 @@ def command_worker(args: argparse.Namespace) -> int:
             "store_patience": args.store_patience,
         }
         stop_on_signals()
-        async with cli_runtime(args.store, overrides, take_over=False, **settings) as rt:
+        async with cli_runtime(
+            args.store, overrides, data=args.data_dir, take_over=False, **settings
+        ) as rt:
             await rt.work(args.concurrency, args.beat, args.dead_after)
 
     try:
