@@ -13,6 +13,8 @@ import pytest
 
 from helpers import until
 from tether import (
+    Agent,
+    FallbackModel,
     HTTPSettings,
     Message,
     Model,
@@ -463,3 +465,50 @@ def test_model_classes_read_the_providers_usual_variables(
     assert claude.http.headers["x-api-key"] == "sk-ant-from-env"
     given = OpenAIChatModel("m", api_key="sk-given", base_url="http://127.0.0.1:8/v1")
     assert given.http.headers["Authorization"] == "Bearer sk-given"
+
+
+NEVER_CLOSED = """
+import asyncio, sys
+from tether import Agent, AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
+
+kind = {"chat": OpenAIChatModel, "responses": OpenAIResponsesModel, "anthropic": AnthropicModel}
+model = kind[sys.argv[1]]("m", base_url=sys.argv[2], api_key="k")
+agent = Agent(model, [])
+print(asyncio.run(agent.run("hi")).answer)
+print(asyncio.run(agent.run("hi again")).answer)  # another loop: the model works there too
+"""
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_program_that_never_closes_its_model_exits_without_a_warning(
+    wire: WireServer, protocol: str
+) -> None:
+    """A model's connections close with the event loop that made them (`asyncio.run`): no
+    "Unclosed client session" at exit, and the model works on the next loop."""
+    import sys
+
+    import warm
+
+    wire.add(text="one").add(text="two")
+    done = warm.run(
+        [sys.executable, "-X", "dev", "-c", NEVER_CLOSED, protocol, wire.url],
+        capture_output=True, text=True, timeout=60, env=warm.cli_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["one", "two"]
+    assert "Unclosed" not in done.stderr and "Warning" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_model_closes_at_the_end_of_its_with_block(wire: WireServer, protocol: str) -> None:
+
+    wire.add(text="one").add(text="two")
+    async with CLIENTS[protocol]("m", base_url=wire.url, api_key="k") as model:
+        assert (await Agent(model, []).run("hi")).answer == "one"
+        session = model.http.session()
+    assert session.closed
+    first, second = (CLIENTS[protocol](n, base_url=wire.url, api_key="k") for n in "ab")
+    async with FallbackModel(first, second) as both:
+        assert (await Agent(both, []).run("hi")).answer == "two"
+        sessions = [m.http.session() for m in (first, second)]
+    assert all(s.closed for s in sessions)

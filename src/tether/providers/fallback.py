@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Self
 
 from ..errors import (
     ConfigError,
@@ -78,3 +79,9 @@ class FallbackModel:
     async def aclose(self) -> None:
         for model in self.models:
             await model.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

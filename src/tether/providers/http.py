@@ -15,13 +15,14 @@ that says what came: its content type and how it begins.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import orjson
 
@@ -90,12 +91,34 @@ if TYPE_CHECKING:  # imported when the first request is made: `tether --help` ne
 Parser = Callable[["aiohttp.ClientResponse", Progress], Awaitable[Any]]
 
 
+def closes_with_its_loop(session: aiohttp.ClientSession) -> AsyncGenerator[None]:
+    """Close `session` when its event loop is shut down (`asyncio.run`, a `Runner`), if no one
+    closed it before: a program that ran an agent and exited without `await model.aclose()`
+    printed aiohttp's "Unclosed client session" (users of the OpenAI SDK never see that). A
+    loop closes the async generators still open as it shuts down (`shutdown_asyncgens`), so
+    a generator that holds the session, started and left at its `yield`, closes it then. The
+    caller keeps the generator (the loop holds it weakly)."""
+
+    async def holder() -> AsyncGenerator[None]:
+        try:
+            yield
+        finally:
+            if not session.closed:
+                await session.close()
+
+    started = holder()
+    with contextlib.suppress(StopIteration):  # run to its `yield` now, known to the loop
+        started.__anext__().send(None)
+    return started
+
+
 class HTTPClient:
     def __init__(self, base_url: str, headers: dict[str, str], settings: HTTPSettings) -> None:
         self.base_url = base_url.rstrip("/")
         self.headers = headers
         self.settings = settings
         self._session: aiohttp.ClientSession | None = None
+        self._closer: AsyncGenerator[None] | None = None
 
     def session(self) -> aiohttp.ClientSession:
         import aiohttp
@@ -109,6 +132,7 @@ class HTTPClient:
                     total=None, sock_connect=s.connect_timeout, sock_read=s.read_timeout
                 ),
             )
+            self._closer = closes_with_its_loop(self._session)
         return self._session
 
     async def aclose(self) -> None:
@@ -433,7 +457,14 @@ class HTTPModel:
         self.http = HTTPClient(base_url, headers, settings or HTTPSettings())
 
     async def aclose(self) -> None:
+        """Close its connections now (they close with their event loop anyway)."""
         await self.http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def credentials(
