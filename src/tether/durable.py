@@ -881,7 +881,7 @@ class StoredRun:
             return list(self.result.messages)
         try:
             return messages_of(self.owner.reader, self.id)
-        except ConfigError:
+        except NoSuchRun:
             return []
 
     def track(self, event: Event) -> None:

@@ -170,11 +170,11 @@ def client(url: str, create: bool = False, ledger: Ledger | None = None) -> Any:
 
 
 def status_of(store: Any, run_id: str) -> Any:
-    """A run's DBOS status, read through a client; an unknown id is a ConfigError."""
+    """A run's DBOS status, read through a client; an unknown id is NoSuchRun."""
     try:
         return store.retrieve_workflow(run_id).get_status()
     except no_such_workflow_error():
-        raise ConfigError(f"no run {run_id} in the store") from None
+        raise NoSuchRun(f"no run {run_id} in the store") from None
 
 
 def events_of(store: Any, run_id: str) -> list[Event]:
@@ -535,7 +535,7 @@ class StoreView:
     def has(self, run_id: str) -> bool:
         try:
             status_of(self.client, run_id)
-        except ConfigError:
+        except NoSuchRun:
             return False
         return True
 
@@ -581,7 +581,7 @@ class StoreView:
     def row(self, run_id: str) -> dict[str, Any] | None:
         try:
             found = listing(status_of(self.client, run_id))
-        except ConfigError:
+        except NoSuchRun:
             return None
         return waiting_state(self.client, found)
 

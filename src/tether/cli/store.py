@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from ..agent import RunResult
-from ..errors import ConfigError, QuestionError, RunEnded, RunError, StoreUnavailable
+from ..errors import ConfigError, NoSuchRun, RunError, StoreUnavailable
 from ..options import RunOptions, absolute, select_tools
 from ..redact import scrub
 from .common import (
@@ -50,7 +50,7 @@ def command_store(args: argparse.Namespace) -> int:
                 print(orjson.dumps(line).decode() if args.json else runs_line(line))
             return 0
         said = control(store, args)
-    except (ConfigError, RunEnded, QuestionError) as e:
+    except (ConfigError, RunError) as e:  # RunEnded, NoSuchRun, QuestionError ...
         return error(str(e))
     print(said)
     return 0
@@ -266,7 +266,7 @@ def command_show(args: argparse.Namespace) -> int:
         try:
             opened = client(store)
             events = events_of(opened, args.run_id)
-        except ConfigError as e:
+        except (ConfigError, NoSuchRun) as e:
             return error(
                 f"no run {args.run_id} in {journal.directory} or {store}" if default else str(e)
             )
@@ -274,7 +274,7 @@ def command_show(args: argparse.Namespace) -> int:
         def load(run_id: str) -> list[Event] | None:
             try:
                 return events_of(opened, run_id)
-            except ConfigError:  # no such run: the call started none
+            except NoSuchRun:  # the call started none
                 return None
 
     else:
