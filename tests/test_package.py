@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email.parser
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,6 +15,7 @@ from pathlib import Path
 import tether
 
 ROOT = Path(__file__).resolve().parent.parent
+SCRATCH = ("__pycache__", "*.egg-info", "*.pyc")
 
 
 def run(*argv: str | Path, cwd: Path | None = None, **env: str) -> str:
@@ -32,9 +34,16 @@ def run(*argv: str | Path, cwd: Path | None = None, **env: str) -> str:
 
 def test_the_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
+    # built from a copy of what the sdist takes: a build writes its scratch (egg-info, the
+    # sdist's folder) beside the source, where another build of this checkout (a second
+    # suite) would take it away mid-way
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns(*SCRATCH))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
     # the build backend is this environment's (the dev extra has it): an isolated one for
     # each of the sdist and the wheel cost 10 s of the test
-    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, ROOT)
+    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, source)
     wheel = next(dist.glob("tether_runtime-*.whl"))
     sdist = next(dist.glob("tether_runtime-*.tar.gz"))
     assert "PASSED" in run(sys.executable, "-m", "twine", "check", "--strict", wheel, sdist)
