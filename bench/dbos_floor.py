@@ -53,7 +53,7 @@ def main() -> None:
     assert url is not None, "memory has no workflows"
     from dbos import DBOS
 
-    from tether.sqlite import sqlite_engine_kwargs
+    from tether.durable.sqlite import sqlite_engine_kwargs
 
     config: dict[str, Any] = {
         "name": "tether-floor",

@@ -154,7 +154,7 @@ def by_workers(
     is made twice; a call the kill left started but unrecorded reaches the model as "outcome
     unknown" instead of running again (counted: calls of the runs whose key is not there)."""
     from tether import Runtime
-    from tether.store import ENDED, WORKFLOW, client
+    from tether.durable.view import ENDED, WORKFLOW, client
 
     agent = load_agent(base_url)
     effects = Path(tempfile.mkdtemp()) / "effects"

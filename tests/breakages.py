@@ -51,21 +51,21 @@ BREAKAGES = (
     ),
     Breakage(
         "a durable run's end leaves its shell session's jobs running",
-        "src/tether/durable.py",
+        "src/tether/durable/process.py",
         "        if ctx is not None and ctx.kept:",
         "        if ctx is not None and ctx.kept and False:",
         ("tests/test_terminal.py::test_a_durable_run_s_end_stops_the_jobs_it_left_running",),
     ),
     Breakage(
         "the tool journal records a result by call id alone",
-        "src/tether/ledger.py",
+        "src/tether/durable/ledger.py",
         "SET result = :x WHERE run_id = :r AND call_id = :c",
         "SET result = :x WHERE call_id = :c AND :r = :r",
         ("tests/test_durable.py::test_one_run_s_recorded_call_is_never_taken_for_another_s",),
     ),
     Breakage(
         "enqueue_many with a repeated run id queues one and reports two",
-        "src/tether/store.py",
+        "src/tether/durable/view.py",
         '    if len(set(ids)) != len(ids):\n        raise ConfigError("two runs to queue have '
         'the same id")\n',
         "",
@@ -73,7 +73,7 @@ BREAKAGES = (
     ),
     Breakage(
         "a worker ignores --concurrency",
-        "src/tether/durable.py",
+        "src/tether/durable/workers.py",
         "register_queue_async(QUEUE, worker_concurrency=concurrency)",
         "register_queue_async(QUEUE, worker_concurrency=None)",
         ("tests/test_cli.py::test_a_worker_takes_no_more_runs_than_its_concurrency",),
@@ -105,7 +105,7 @@ BREAKAGES = (
     ),
     Breakage(
         "the store's error text said without redaction",
-        "src/tether/outage.py",
+        "src/tether/durable/outage.py",
         "    return scrub(line.strip())[:200]",
         "    return line.strip()[:200]",
         ("tests/test_store_outage.py::test_a_secret_in_what_the_driver_says_is_never_repeated",),

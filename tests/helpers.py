@@ -257,7 +257,7 @@ def store_runs(url: str) -> Iterator[Callable[..., dict[str, dict[str, Any]]]]:
     """`runs(*states)`: the runs of the store at `url` (those in `states`, if given), by id, as
     `tether runs --json` lists them, read in this process: a wait that polled `tether runs`
     started a process every poll (half a second of CPU, taken from the runs it waited for)."""
-    from tether.store import client, list_runs
+    from tether.durable.view import client, list_runs
 
     reader = client(url)
     try:

@@ -70,7 +70,7 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_web.py::test_requests_come_from_where_they_should",
         "tests/test_web.py::test_binding_beyond_loopback_needs_a_flag",
     ],
-    "src/tether/ledger.py": [
+    "src/tether/durable/ledger.py": [
         "tests/test_ledger.py",
         "tests/test_durable_python.py",
         "tests/test_one_driver.py",
@@ -78,7 +78,7 @@ TARGETS: dict[str, list[str]] = {
     ],
     "src/tether/output.py": ["tests/test_output.py"],
     "src/tether/providers/fallback.py": ["tests/test_fallback.py"],
-    "src/tether/outage.py": ["tests/test_store_outage.py"],
+    "src/tether/durable/outage.py": ["tests/test_store_outage.py"],
     "src/tether/tree.py": ["tests/test_tree.py"],
 }
 

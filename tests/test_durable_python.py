@@ -154,7 +154,7 @@ QUEUE_TWICE = """
 import asyncio, json, sys
 from tether import Agent, Runtime, ScriptedModel, reply
 from tether.errors import ConfigError
-from tether.store import client, list_runs
+from tether.durable.view import client, list_runs
 
 async def main(store):
     agent = Agent(ScriptedModel([reply("Done.")]), name="worker-agent")

@@ -13,7 +13,6 @@ LAYERS: list[tuple[str, set[str]]] = [
         "values",
         {
             "messages",
-            "records",
             "events",
             "errors",
             "pricing",
@@ -33,10 +32,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("loop and agent", {"loop", "context", "output", "guardrails", "agent"}),
     ("run options", {"options"}),
     ("runs in memory", {"run", "supervisor", "bus"}),
-    (
-        "durable runs",
-        {"durable", "ledger", "store", "outage", "sqlite", "migrate", "steps", "dbos_private"},
-    ),
+    ("durable runs", {"durable"}),
     ("the Runtime", {"runtime"}),
     ("the package's public names", {"tether"}),
     ("interfaces", {"cli", "web", "mcp_server", "harbor", "__main__"}),

@@ -16,9 +16,9 @@ import pytest
 
 from helpers import tether
 from tether import messages as m
-from tether.ledger import Ledger
+from tether.durable.ledger import Ledger
+from tether.durable.sqlite import sqlite_dbapi
 from tether.messages import ToolResult
-from tether.sqlite import sqlite_dbapi
 from wire_server import WireServer
 
 
@@ -326,8 +326,8 @@ def test_records_are_data_checked_as_they_are_read() -> None:
 
     import pytest
 
+    from tether.durable.records import FORMAT, RecordError, dumps, loads
     from tether.messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
-    from tether.records import FORMAT, RecordError, dumps, loads
 
     reply = ModelResponse(
         Message("assistant", (TextPart("hi"), ToolCall("c1", "add", {"a": 1}, '{"a":1}'))),
@@ -371,8 +371,8 @@ GOLDEN_MODEL_STEP = (
 def test_a_step_is_typed_and_kept_as_the_same_bytes() -> None:
     """Steps are typed values (`steps.py`), read by kind and used by name; on disk they are
     what they were: a reply recorded before reads back the same, and is written the same."""
+    from tether.durable.steps import MODEL, TOOLS, InboxStep, ModelStep, read, record
     from tether.errors import RecordError
-    from tether.steps import MODEL, TOOLS, InboxStep, ModelStep, read, record
 
     call = m.ToolCall("c1", "get_forecast", {"city": "Oslo"}, '{"city": "Oslo"}')
     reply = m.Message("assistant", (m.TextPart("It is 3 °C."), call))

@@ -118,7 +118,7 @@ def test_a_planted_pickle_is_left_named_and_never_run(tmp_path: Path) -> None:
 def test_pickled_records_in_a_postgres_store_are_migrated(postgres: str, tmp_path: Path) -> None:
     """A run waiting for approval, its records then rewritten as pickles as a version before
     0.1.0 wrote them (DBOS's py_pickle serializer for its values, pickled steps)."""
-    from tether.records import RecordSerializer, loads
+    from tether.durable.records import RecordSerializer, loads
 
     script = tmp_path / "say_it.json"
     script.write_text(json.dumps(SAY_IT))

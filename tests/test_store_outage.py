@@ -144,7 +144,7 @@ async def test_a_ledger_call_waits_for_its_store_to_answer_again(postgres: str) 
     read the inbox ended the run `failed`)."""
     import asyncio
 
-    from tether.ledger import Ledger
+    from tether.durable.ledger import Ledger
 
     proxy, through = TcpProxy.to_url(postgres)
     ledger = Ledger(through)
@@ -166,7 +166,7 @@ def test_the_store_trouble_dbos_logs_is_said_in_one_line_a_while() -> None:
     once in a while, in one line, that its store does not answer, and keeps the cause."""
     import logging
 
-    from tether.outage import QuietStoreLog
+    from tether.durable.outage import QuietStoreLog
 
     records: list[logging.LogRecord] = []
 
@@ -217,7 +217,7 @@ def test_processes_that_open_a_fresh_store_at_once_all_open_it(postgres: str) ->
     """Workers started together on a new database each create the ledger's tables if they are
     missing; on Postgres that raced (a duplicate key in its catalog killed one of two workers
     of bench/load.py)."""
-    from tether.ledger import Ledger
+    from tether.durable.ledger import Ledger
 
     at_once = threading.Barrier(8)
     errors: list[BaseException] = []
@@ -244,7 +244,7 @@ def test_what_dbos_says_of_the_store_is_kept_short_and_its_own_cancels_unsaid() 
     of its warnings pass."""
     import logging
 
-    from tether.outage import QuietStoreLog, cause_of, said_by_us
+    from tether.durable.outage import QuietStoreLog, cause_of, said_by_us
 
     assert cause_of("the pool is closed\n(Background on this error ...)") == "the pool is closed"
     quiet = QuietStoreLog()
@@ -277,7 +277,7 @@ def test_a_postgres_connection_notices_a_silent_peer_within_30_s(postgres: str) 
     """Each connection to a Postgres store carries libpq's keep-alives as the README says: a
     peer gone silent is found after 10 s idle and 3 probes 5 s apart, data never acknowledged
     fails after 30 s, and a connection attempt gives up after 10 s."""
-    from tether.ledger import Ledger
+    from tether.durable.ledger import Ledger
 
     ledger = Ledger(postgres)
     try:
@@ -297,7 +297,7 @@ def test_a_postgres_connection_notices_a_silent_peer_within_30_s(postgres: str) 
 
 
 def test_the_cause_kept_is_one_line_of_at_most_200_characters() -> None:
-    from tether.outage import cause_of
+    from tether.durable.outage import cause_of
 
     text = "".join(chr(ord("a") + i % 26) for i in range(300))
     assert cause_of(text + "\nmore") == text[:200]
@@ -310,7 +310,7 @@ def test_a_secret_in_what_the_driver_says_is_never_repeated() -> None:
     line of an outage) is redacted."""
     import logging
 
-    from tether.outage import QuietStoreLog, cannot_open, cause_of
+    from tether.durable.outage import QuietStoreLog, cannot_open, cause_of
 
     secret = "s3cret-Pa55word-of-the-store"
     said = (

@@ -292,7 +292,7 @@ def preload() -> None:
     import tether.cli.run
     import tether.cli.serve
     import tether.cli.store
-    import tether.durable  # noqa: F401
+    import tether.durable.process  # noqa: F401
 
     gc.freeze()
     if threading.active_count() != 1:

@@ -1,4 +1,5 @@
-"""A Run: one asyncio task that owns a conversation and reads a mailbox.
+"""A Run: one asyncio task that owns a conversation and reads a mailbox; and `supervise`, the
+one supervision loop of a run in memory and of a run on a store.
 
 The mailbox takes user messages (queued while the model or tools are busy, delivered together
 before the next model call, never lost), approvals and denials, and cancel, which takes effect
@@ -9,9 +10,13 @@ log, numbered from 0, which any number of subscribers follow (see `bus`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from .admission import Limiter
 from .agent import Agent, RunResult
@@ -19,7 +24,7 @@ from .approvals import ApprovalDesk, ApprovalRequest, Approver
 from .bus import EventLog
 from .errors import RunEnded
 from .events import Emitter
-from .messages import ImagePart, Message
+from .messages import ImagePart, Message, Usage
 from .tools.tool import RunContext
 
 Status = Literal["queued", "running", "idle", "done", "halted", "cancelled", "failed"]
@@ -58,6 +63,86 @@ def after_attempt(policy: RestartPolicy, outcome: str, restarts: deque[float], n
         return "give_up"
     restarts.append(now)
     return "restart"
+
+
+class Attempts(Protocol):
+    """A run's side of `supervise`: how it makes an attempt, idles, and reads its clock."""
+
+    @property
+    def emitter(self) -> Emitter: ...
+
+    async def attempt(self, task: str | None) -> RunResult:
+        """One go of the agent loop; `task` on the first attempt only (later attempts go on
+        with the conversation so far)."""
+        ...
+
+    async def idle(self) -> None:
+        """Wait for the next message (a permanent run between answers)."""
+        ...
+
+    def cancelled_idle(self, last: RunResult) -> None:
+        """Cancelled while idle: no attempt reports it, so this does (`last`: the last one)."""
+        ...
+
+    def now(self) -> float:
+        """The run's clock, which the restart intensity is measured on."""
+        ...
+
+
+async def supervise(
+    run: Attempts, policy: RestartPolicy, task: str | None, slots: Limiter | None
+) -> RunResult:
+    """A run's life, as an OTP supervisor keeps a child's: wait for a slot among `slots` (the
+    runs a process executes at once), then one attempt after another as `policy` says
+    (`after_attempt`), idling between answers for a permanent run, until it ends or the
+    supervisor gives up. The same for a run in memory (`Supervisor`) and on a store
+    (`durable.execute`). Returns the last attempt's result."""
+    async with admitted(slots, run):
+        restarts: deque[float] = deque()
+        attempt = 1
+        while True:
+            result = await run.attempt(task)
+            task = None
+            after = after_attempt(policy, result.outcome, restarts, run.now())
+            if after == "end":
+                return result
+            if after == "give_up":
+                run.emitter.emit(
+                    "gave_up", restarts=len(restarts), within=policy.within, reason=result.reason
+                )
+                return result
+            if after == "restart":
+                attempt += 1
+                run.emitter.emit("restarting", attempt=attempt, reason=result.reason)
+                continue
+            try:
+                await run.idle()
+            except asyncio.CancelledError:
+                run.cancelled_idle(result)
+                raise
+
+
+@contextlib.asynccontextmanager
+async def admitted(slots: Limiter | None, run: Attempts) -> AsyncIterator[None]:
+    """Hold one of `slots` (if any) for the run's life; a run that waits for one says so
+    (`queued`, then `admitted`)."""
+    if slots is None:
+        yield
+        return
+
+    def queued(position: int) -> None:
+        run.emitter.emit("queued", what="run", position=position)
+
+    async with slots.slot(queued) as waited:
+        if waited:
+            run.emitter.emit("admitted", what="run")
+        yield
+
+
+def cancelled_summary(last: RunResult | None, run_id: str) -> dict[str, Any]:
+    """The `run_finished` of a run cancelled where no attempt reports it (queued or idle)."""
+    last = last or RunResult(run_id, "cancelled", "", "", Usage(), 0.0, 0, [])
+    return dataclasses.replace(last, outcome="cancelled", reason="cancelled").summary()
 
 
 def forget_old(
@@ -114,6 +199,7 @@ class Run:
         self.result: RunResult | None = None
         self.attempts = 0
         self.task_handle: asyncio.Task[None] | None = None
+        self.limiter: Limiter | None = None  # the bound on its model's calls (the supervisor's)
 
     @property
     def alive(self) -> bool:
@@ -150,7 +236,7 @@ class Run:
             await asyncio.shield(self.task_handle)
         return self.result
 
-    async def attempt(self, task: str | None, limiter: Limiter | None = None) -> RunResult:
+    async def attempt(self, task: str | None) -> RunResult:
         """One go of the agent loop on this run's transcript."""
         self.status = "running"
         self.attempts += 1
@@ -164,17 +250,24 @@ class Run:
             emitter=self.emitter,
             approver=self.approver,
             inbox=self.inbox,
-            limiter=limiter,
+            limiter=self.limiter,
             reraise_cancel=False,
         )
         self.result = result
         self.status = result.outcome
         return result
 
-    async def next_message(self) -> None:
+    async def idle(self) -> None:
         """Idle until a message arrives (permanent runs, between answers)."""
         self.status = "idle"
         self.emitter.emit("idle")
         while not self.inbox:
             self.mail.clear()
             await self.mail.wait()
+
+    def cancelled_idle(self, last: RunResult) -> None:
+        self.status = "cancelled"
+        self.emitter.emit("run_finished", **cancelled_summary(last, self.id))
+
+    def now(self) -> float:
+        return time.monotonic()

@@ -45,8 +45,8 @@ from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
 from .tools.tool import RunContext, Spawn, Tool
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
-    from .durable import DurableRuns
-    from .store import StoreView
+    from .durable.process import DurableRuns
+    from .durable.view import StoreView
     from .tools.mcp_auth import AuthSettings
 
 Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
@@ -55,7 +55,7 @@ Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
 
 class RunHandle(Protocol):
     """What a runtime gives back for a run, in memory (`run.Run`) or on a store
-    (`durable.StoredRun`): the same surface either way."""
+    (`durable.run.DurableRun`): the same surface either way."""
 
     id: str
 
@@ -115,7 +115,7 @@ class Runtime:
         `executor_id` names this process to the store (default: host and pid). `take_over`:
         on entering, execute the runs that dead processes on this machine left.
         `store_connections`: how many connections to the store the runs use (default 20, see
-        `durable.CONNECTIONS`). `store_patience`: how many seconds runs wait for a store that
+        `durable.process.CONNECTIONS`). `store_patience`: how many seconds runs wait for a store that
         stops answering before they end `failed` with StoreUnavailable (default 30; they stay
         in the store, to resume; see `outage`). `gc_tuning`: set the process's garbage
         collector for thousands of live runs (`supervisor.tune_gc`; off by default, as the
@@ -162,8 +162,8 @@ class Runtime:
         if self.entered:
             return
         if self.store is not None:
-            from .durable import CONNECTIONS, DurableRuns
-            from .outage import STORE_PATIENCE_S
+            from .durable.outage import STORE_PATIENCE_S
+            from .durable.process import CONNECTIONS, DurableRuns
 
             sup = self.supervisor
             self.durable = DurableRuns(
@@ -178,7 +178,7 @@ class Runtime:
             )
             self.durable.spawner = self.spawner_of_store
             self.durable.open()
-            from .ledger import KeptQuestions
+            from .durable.ledger import KeptQuestions
 
             self.questions.recorder = KeptQuestions(self.durable.ledger)
             if self.take_over_on_enter:
@@ -347,7 +347,7 @@ class Runtime:
                 transcript=list(history or []),
                 images=tuple(images),
             )
-        from .durable import record_of
+        from .durable.run import record_of
 
         record = record_of(found, options, context, approvals_of(approver), restart)
         typed = None if found.output is None else found.output.typed
@@ -432,8 +432,8 @@ class Runtime:
         """Queue one run per task, all with the same agent, options and context, in one
         transaction (all are queued, or none); returns their ids. `run_ids` names them (one
         per task, none the store has); by default they are generated."""
-        from .durable import record_of
-        from .store import enqueue
+        from .durable.run import record_of
+        from .durable.view import enqueue
 
         if self.store is None:
             raise ConfigError("a queue needs a store (the store whose workers take the run)")
@@ -509,7 +509,7 @@ class Runtime:
         if self.questions.waits(run_id, question_id):
             await self.questions.answer(run_id, question_id, given)
         elif self.durable is not None:
-            from .store import answer_question
+            from .durable.view import answer_question
 
             ledger = self.durable.ledger
             await ledger.call(answer_question, ledger, run_id, question_id, given)
@@ -528,7 +528,9 @@ class Runtime:
         self.check_open()
         if self.durable is None:
             raise ConfigError("a worker needs a store")
-        await self.durable.work(concurrency, beat, dead_after)
+        from .durable.workers import work
+
+        await work(self.durable, concurrency, beat, dead_after)
 
     @property
     def bus(self) -> Bus:

@@ -16,20 +16,18 @@ key wait likewise (both emit `queued` and `admitted`).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
-import time
 import uuid
 from collections import deque
 
 from .admission import Limiter
-from .agent import Agent, RunResult
+from .agent import Agent
 from .approvals import Approver
 from .bus import Bus
 from .errors import NoSuchRun, RunError, RunExists
 from .events import Sink
-from .messages import ImagePart, Message, Usage
-from .run import RestartPolicy, Run, after_attempt, forget_old
+from .messages import ImagePart, Message
+from .run import RestartPolicy, Run, cancelled_summary, forget_old, supervise
 from .tools.tool import RunContext
 
 DEFAULT_MAX_MODEL_CALLS = 256
@@ -153,25 +151,13 @@ class Supervisor:
         return cancelled
 
     async def _supervise(self, run: Run) -> None:
+        run.limiter = self.limiter_for(run.agent)
         try:
-            if self.run_slots is None:
-                await self._attempts(run)
-            else:
-
-                def queued(position: int) -> None:
-                    run.emitter.emit("queued", what="run", position=position)
-
-                async with self.run_slots.slot(queued) as waited:
-                    if waited:
-                        run.emitter.emit("admitted", what="run")
-                    await self._attempts(run)
+            await supervise(run, run.restart, run.task, self.run_slots)
         except asyncio.CancelledError:
-            # cancelled while queued or idle: no attempt was running to report it
-            if run.status in ("queued", "idle"):
+            if run.status == "queued":  # cancelled waiting for a slot: no attempt reports it
                 run.status = "cancelled"
-                last = run.result or RunResult(run.id, "cancelled", "", "", Usage(), 0.0, 0, [])
-                ended = dataclasses.replace(last, outcome="cancelled", reason="cancelled")
-                run.emitter.emit("run_finished", **ended.summary())
+                run.emitter.emit("run_finished", **cancelled_summary(run.result, run.id))
         except Exception as e:  # a bug in the runtime itself: this run fails, no other
             run.status = "failed"
             run.emitter.emit("run_crashed", error=f"{type(e).__name__}: {e}")
@@ -179,26 +165,3 @@ class Supervisor:
             if not run.alive:
                 run.log.close()
                 self.forget_old(run.id)
-
-    async def _attempts(self, run: Run) -> None:
-        restarts: deque[float] = deque()
-        task: str | None = run.task
-        limiter = self.limiter_for(run.agent)
-        while True:
-            result = await run.attempt(task, limiter)
-            task = None  # later attempts continue the transcript
-            after = after_attempt(run.restart, result.outcome, restarts, time.monotonic())
-            if after == "end":
-                return
-            if after == "idle":
-                await run.next_message()
-            elif after == "give_up":
-                run.emitter.emit(
-                    "gave_up",
-                    restarts=len(restarts),
-                    within=run.restart.within,
-                    reason=result.reason,
-                )
-                return
-            else:
-                run.emitter.emit("restarting", attempt=run.attempts + 1, reason=result.reason)

@@ -19,10 +19,10 @@ import signal
 import sys
 import threading
 
+from ..durable.outage import STORE_PATIENCE_S
 from ..errors import ConfigError, RecordError, StoreUnavailable
 from ..journal import STORE_FORMS, store_url
 from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS, RunOptions
-from ..outage import STORE_PATIENCE_S
 from ..providers import PROVIDERS
 from ..tools import BUILTINS
 from ..version import __version__

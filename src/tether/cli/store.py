@@ -40,7 +40,7 @@ def command_store(args: argparse.Namespace) -> int:
         return command_migrate(args)
     if args.command == "worker":
         return command_worker(args)
-    from ..store import client, list_runs
+    from ..durable.view import client, list_runs
 
     try:
         store = client(args.store)
@@ -59,8 +59,8 @@ def command_store(args: argparse.Namespace) -> int:
 def answer(store: Any, args: argparse.Namespace) -> str:
     """`tether answer RUN QUESTION JSON` (or `--decline`): kept in the store, checked against
     the question, for a run that has not ended."""
+    from ..durable.view import ENDED, answer_question, ledger_for, status_of
     from ..questions import Answer
-    from ..store import ENDED, answer_question, ledger_for, status_of
 
     if args.decline == (args.content is not None):
         raise ConfigError("give the answer as JSON, or --decline (not both)")
@@ -87,7 +87,7 @@ def answer(store: Any, args: argparse.Namespace) -> str:
 
 def command_migrate(args: argparse.Namespace) -> int:
     """`tether migrate`: what was rewritten, a line for each record left as it was (exit 1)."""
-    from ..migrate import migrate
+    from ..durable.migrate import migrate
 
     if args.store.startswith("sqlite") and not Path(args.store.removeprefix("sqlite:///")).exists():
         return error(f"no store at {args.store.removeprefix('sqlite:///')}")
@@ -111,7 +111,7 @@ def control(store: Any, args: argparse.Namespace) -> str:
     """`cancel`, `send`, `approve` or `deny` a run of the store: what was done, in one line. A
     run that cannot take it (ended, unknown, not waiting for that approval) is a ConfigError
     naming why; `cancel` of an ended run said nothing and exited 0, while `send` exited 2."""
-    from ..store import ENDED, answer_approval, ledger_for, send_message, status_of
+    from ..durable.view import ENDED, answer_approval, ledger_for, send_message, status_of
 
     run_id = args.run_id
     if args.command == "cancel":
@@ -261,7 +261,7 @@ def command_show(args: argparse.Namespace) -> int:
     if default and not path.exists():  # not journaled: a durable run, in the store
         store = default_store(args.data_dir)
     if store:
-        from ..store import client, events_of
+        from ..durable.view import client, events_of
 
         try:
             opened = client(store)
@@ -299,7 +299,7 @@ def command_show(args: argparse.Namespace) -> int:
 def where_it_stands(store: Any, run_id: str) -> str:
     """A line under a durable run's transcript when it waits for someone: for a person's
     approval (with the commands that decide it), or for a process to resume it."""
-    from ..store import listing, status_of, waiting_state
+    from ..durable.view import listing, status_of, waiting_state
 
     row = waiting_state(store, listing(status_of(store, run_id)))
     lines = []

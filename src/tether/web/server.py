@@ -47,6 +47,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..durable.view import RemoteRun
 from ..errors import (
     ApprovalError,
     ConfigError,
@@ -62,7 +63,6 @@ from ..journal import Journal
 from ..messages import Message, TextPart, ToolCall, ToolResult
 from ..options import CLI_AGENT
 from ..runtime import RunHandle, Runtime
-from ..store import RemoteRun
 from ..tools.tool import RunContext
 from .pages import INDEX_PAGE, RUN_PAGE, fill
 

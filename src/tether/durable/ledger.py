@@ -38,10 +38,10 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 
-from .journal import private_file
-from .messages import ImagePart, ToolResult, Usage
+from ..journal import private_file
+from ..messages import ImagePart, ToolResult, Usage
+from ..questions import Answer, Question
 from .outage import POSTGRES_CONNECT_ARGS
-from .questions import Answer, Question
 from .sqlite import sqlite_dbapi, tuned
 
 TABLES = (

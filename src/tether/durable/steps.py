@@ -21,8 +21,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import RecordError
-from .messages import Message, ModelResponse, ToolResult, Usage
+from ..errors import RecordError
+from ..messages import Message, ModelResponse, ToolResult, Usage
 from .records import dumps, loads
 
 Inbox = list[tuple[int, str]]

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def sqlite_dbapi() -> Any:

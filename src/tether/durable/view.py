@@ -20,9 +20,16 @@ from typing import Any, TypeVar
 
 import orjson
 
-from .agent import RunResult
-from .approvals import ApprovalRequest
-from .bus import EventLog
+from ..agent import RunResult
+from ..approvals import ApprovalRequest
+from ..bus import EventLog
+from ..errors import ApprovalError, ConfigError, NoSuchRun, QuestionError, RunEnded
+from ..events import Event, images_data, model_response_data, tool_result_data
+from ..journal import private_file
+from ..loop import close_open_calls
+from ..messages import ImagePart, Message, ToolCall, Usage
+from ..pricing import Price, price_for
+from ..questions import Answer, Question, fitted
 from .dbos_private import (
     all_events,
     engine,
@@ -30,15 +37,8 @@ from .dbos_private import (
     no_such_workflow_error,
     refuse_pickles,
 )
-from .errors import ApprovalError, ConfigError, NoSuchRun, QuestionError, RunEnded
-from .events import Event, images_data, model_response_data, tool_result_data
-from .journal import private_file
 from .ledger import Ledger
-from .loop import close_open_calls
-from .messages import ImagePart, Message, ToolCall, Usage
 from .outage import cannot_open, said_by_us
-from .pricing import Price, price_for
-from .questions import Answer, Question, fitted
 from .records import RecordSerializer
 from .sqlite import scoped_sqlite, sqlite_dbapi
 from .steps import KINDS, ContextStep, ModelStep, Step, ToolsStep

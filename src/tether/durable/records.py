@@ -32,8 +32,8 @@ from typing import Any, cast
 
 import orjson
 
-from .errors import RecordError, TetherError
-from .messages import (
+from ..errors import RecordError, TetherError
+from ..messages import (
     ImagePart,
     Message,
     ModelResponse,

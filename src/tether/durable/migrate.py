@@ -27,7 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .ledger import ledger_url
 from .records import FORMAT, TYPES, RecordSerializer, dumps
 

@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .errors import StoreUnavailable
-from .redact import scrub
+from ..errors import StoreUnavailable
+from ..redact import scrub
 
 STORE_PATIENCE_S = 30.0
 """How long the runs a process executes wait for a store that stopped answering."""

@@ -1,0 +1,366 @@
+"""The driver's effects in a durable run (see `agent.Effects`): each effect is a recorded step.
+
+The workflow runs the same driver as a run in memory (`agent.execute`) over `RecordedEffects`:
+a model call, fitting the context, the guardrails' verdicts, the tool calls of one reply and a
+look at the inbox are each a step, numbered in the order the run takes them and recorded in the
+ledger (`ledger.py`, group commit) as typed values (`steps.py`). A replay after a crash gets the
+recorded answers without the work; the first unfinished step runs again. Inside a tool step each
+call is journaled on its own: a call the journal shows finished gives back its result, one that
+started and never finished runs again only if its tool is idempotent, and otherwise gives the
+model an "outcome unknown" error, so a payment is never made twice silently.
+
+Approvals are decided in the workflow (`decide`), as DBOS messages, so a waiting call survives
+restarts; the clock is the recorded time of the last step, so reading it costs no step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ..admission import Limiter
+from ..agent import Agent, judge, respond
+from ..approvals import Decision, arguments_hash, needs_approval
+from ..context import fit
+from ..errors import ProviderError, StoreUnavailable
+from ..events import Emitter, Event, model_response_data, tool_result_data
+from ..guardrails import Kind, Verdict
+from ..loop import LoopState, unique_calls
+from ..messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolResult,
+    filled,
+    hollow,
+    hollow_result,
+)
+from .ledger import CallState, Ledger
+from .run import DurableRun
+from .steps import KIND_OF, ContextStep, GuardStep, InboxStep, ModelStep, Step, ToolsStep, kind_of
+from .steps import read as read_step
+from .steps import record as step_record
+from .view import MAIL, approval_id
+
+S = TypeVar("S", bound=Step)
+
+IDLE_WAIT_S = 24 * 3600.0
+"""How long a permanent run idles for its next message before it looks again (a wake-up is a
+durable message, so the wait survives restarts either way)."""
+APPROVAL_WAIT_S = 24 * 3600.0
+"""How long a call waits for its approval before it is denied as expired."""
+
+UNKNOWN_OUTCOME = (
+    "Outcome unknown: this call started before a crash and may or may not have taken effect. "
+    "It was not run again; check its effect before retrying."
+)
+
+
+async def filled_in(ledger: Ledger, messages: list[Message]) -> list[Message]:
+    """`messages` with the bytes of their images read back (records hold them hollow)."""
+    wanted = sorted({i.sha256 for m in messages for i in m.images if i.data is None})
+    if not wanted:
+        return messages
+    found = await ledger.call(ledger.images, wanted)
+    lost = [h[:12] for h in wanted if h not in found]
+    if lost:
+        raise RuntimeError(f"the store has lost the bytes of image(s) {', '.join(lost)}")
+    return [filled(m, found) for m in messages]
+
+
+class RecordedEffects:
+    """A durable run's effects, each a recorded step (see `step`)."""
+
+    def __init__(self, run: DurableRun, record: dict[str, Any], limiter: Limiter | None) -> None:
+        assert run.agent is not None and run.context is not None, "the run executes here"
+        self.run, self.record, self.limiter = run, record, limiter
+        self.agent: Agent = run.agent
+        self.ledger: Ledger = run.host.ledger
+        self.clock = 0.0  # until the first model call (its recorded start), no time has passed
+        self.seen = 0  # the last inbox message delivered
+        self.n = 0  # the number of the next step
+        self.recorded: dict[int, tuple[str, bytes]] = {}  # what a replay has yet to go through
+
+    guard_beside_model = False  # its steps must keep one order: the guardrails ask first
+
+    def replay(self, steps: list[tuple[int, str, bytes, float]]) -> None:
+        """Go through these recorded steps (the ledger's, in order) before doing any work."""
+        self.recorded = {n: (kind, output) for n, kind, output, _ in steps}
+
+    async def step(self, kind: type[S], work: Callable[[], Awaitable[S]]) -> S:
+        """The run's next step (of the step type `kind`, `steps.py`): what was recorded of it, or
+        `work` done and recorded (with the steps of other runs that complete at the same
+        moment: `ledger.Writer`). A step recorded as another kind means that the agent's code
+        no longer takes the same path: the replay stops there instead of pairing answers with
+        the wrong questions."""
+        n, self.n = self.n, self.n + 1
+        found = self.recorded.pop(n, None)
+        if found is not None:
+            recorded = read_step(found[0], found[1], f"run {self.run.id}'s step {n}")
+            if not isinstance(recorded, kind):
+                raise RuntimeError(
+                    f"run {self.run.id}: step {n} was recorded as {found[0]} and is now "
+                    f"{KIND_OF[kind]}; the agent's code changed since the run started"
+                )
+            return recorded
+        self.run.stepped = True  # live from here: its events are shown
+        out = await work()
+        await self.ledger.record_step(self.run.id, n, kind_of(out), step_record(out))
+        return out
+
+    def now(self) -> float:
+        return self.clock
+
+    def stopped(self) -> StoreUnavailable | None:
+        return self.run.lost
+
+    def told(self, text: str) -> None:
+        if self.run.stepped:  # live: a replay's watchers saw it already
+            self.run.emitter.emit("user_message", text=text, by="check")
+
+    async def filled(self, messages: list[Message]) -> list[Message]:
+        return await filled_in(self.ledger, messages)
+
+    # -- the effects ------------------------------------------------------------------------
+
+    async def guard(self, kind: Kind, value: Any) -> list[Verdict]:
+        found = await self.step(GuardStep, lambda: self.guard_step(kind, value))
+        return [Verdict.from_dict(v) for v in found.verdicts]
+
+    async def fit(self, state: LoopState, force: bool) -> None:
+        messages = list(state.messages)
+        out = await self.step(ContextStep, lambda: self.context_step(messages, force))
+        state.messages[:] = await self.filled(out.messages)
+        self.agent.charge(state, out.usage)
+
+    async def call_model(self, state: LoopState) -> ModelResponse:
+        request = self.agent.request(state)
+        out = await self.step(ModelStep, lambda: self.model_step(request))
+        self.clock = out.ended
+        if state.steps == 0:
+            state.started_at = out.began
+        # the messages went in before the reply: the transcript says so too
+        state.messages.extend(Message.user(text) for _, text in out.arrived)
+        state.inbox.extend(text for _, text in out.late)  # after the answer
+        self.seen = max([self.seen, *(n for n, _ in out.arrived + out.late)])
+        return out.response
+
+    async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
+        if self.run.stepped:  # while the run replays, its watchers saw these
+            self.run.announce(calls)
+        decisions = await self.decide(calls)
+        # live since an earlier step (the reply, or the guardrails after it): a step is
+        # recorded before the next begins, so no earlier attempt can have started these calls
+        fresh = self.run.stepped
+        out = await self.step(ToolsStep, lambda: self.tools_step(calls, decisions, fresh))
+        results, self.clock = out.results, out.ended
+        if not any(r.images for r in results):
+            return list(results)
+        (message,) = await self.filled([Message("tool", tuple(results))])
+        return message.tool_results
+
+    async def next_message(self) -> None:
+        """Idle (a permanent run between answers; `idle` is announced) until the inbox has a
+        message the run has not seen; the next model call takes it. A wake-up is a DBOS
+        message, so the wait survives restarts; the inbox is read in a step, so a replay sees
+        what the run saw."""
+        from dbos import DBOS
+
+        idle = False
+        while not (await self.step(InboxStep, self.inbox_step)).unseen:
+            if not idle:
+                self.run.emitter.emit("idle")
+                idle = True
+            await DBOS.recv_async(MAIL, timeout_seconds=IDLE_WAIT_S)
+
+    async def decide(self, calls: list[ToolCall]) -> list[Decision | None]:
+        """Approvals are decided in the workflow, durably: a waiting call survives restarts.
+        Every call of the reply is put to the user at once and each is decided on its own; the
+        answers are taken in the order of the calls (they wait as messages until then)."""
+        from dbos import DBOS
+
+        emitter = self.run.emitter
+        policy = self.record.get("approvals", "wait")
+        decisions: list[Decision | None] = [None] * len(calls)
+        waiting: list[tuple[int, ToolCall, str]] = []
+        for i, call in enumerate(calls):
+            tool = self.agent.toolbox.tools.get(call.name)
+            if tool is None or not needs_approval(tool.approval, call.arguments):
+                continue
+            ap = approval_id(call.id)
+            shown = shown_of(call)
+            if policy == "wait":  # what `tether approve` checks an answer against
+                await DBOS.set_event_async(ap, {**shown, "state": "waiting"})
+            emitter.emit(
+                "approval_requested",
+                approval_id=ap,
+                id=call.id,
+                name=call.name,
+                arguments=call.arguments or {},
+                args_hash=shown["args_hash"],
+                expires_at=None,
+            )
+            if policy == "auto":
+                decisions[i] = Decision(True, "approved by policy (--approve auto)")
+            elif policy == "deny":
+                decisions[i] = Decision(False, "denied by policy (--approve deny)")
+            else:
+                waiting.append((i, call, ap))
+                continue
+            decided(emitter, ap, call, decisions[i])
+        for i, call, ap in waiting:
+            decisions[i] = await self.answer_to(call, ap)
+        return decisions
+
+    async def answer_to(self, call: ToolCall, ap: str) -> Decision:
+        """The person's answer to approval `ap` (denied as expired after a day); what it
+        showed stays in the store, with the answer: a page following the store shows both."""
+        from dbos import DBOS
+
+        answer = await DBOS.recv_async(ap, timeout_seconds=APPROVAL_WAIT_S)
+        if answer is None:
+            decision = Decision(False, "the approval expired")
+        else:
+            decision = Decision(bool(answer.get("approved")), str(answer.get("reason", "")))
+        state = {"state": "decided", "approved": decision.approved, "reason": decision.reason}
+        await DBOS.set_event_async(ap, {**shown_of(call), **state})
+        decided(self.run.emitter, ap, call, decision)
+        return decision
+
+    # -- the work each step does when it is not replayed -----------------------------------
+
+    async def model_step(self, request: ModelRequest) -> ModelStep:
+        """One model call, with the user messages that arrived since message `seen`: the
+        recorded output says which went in, so a replay delivers the same ones."""
+        emitter, ledger, run_id, seen = self.run.emitter, self.ledger, self.run.id, self.seen
+        arrived = await ledger.call(ledger.messages_after, run_id, seen)
+        if arrived:
+            extra = tuple(Message.user(text) for _, text in arrived)
+            request = dataclasses.replace(request, messages=request.messages + extra)
+            for _, text in arrived:
+                emitter.emit("user_message", text=text)
+        emitter.emit("model_request", messages=len(request.messages))
+
+        def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
+            emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
+
+        def on_text(text: str) -> None:
+            emitter.emit("text_delta", text=text)
+
+        began = time.time()
+        model = self.agent.model
+        response = await respond(model, request, emitter, self.limiter, on_text, on_retry)
+        response = unique_calls(response, request.messages)  # recorded so: a replay agrees
+        emitter.emit("model_response", **model_response_data(response))
+        late: list[tuple[int, str]] = []
+        if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
+            last = max([seen, *(n for n, _ in arrived)])
+            late = await ledger.call(ledger.messages_after, run_id, last)
+            for _, text in late:
+                emitter.emit("user_message", text=text)
+        return ModelStep(response, began, time.time(), arrived, late)
+
+    async def context_step(self, messages: list[Message], force: bool) -> ContextStep:
+        """Fit the conversation to the model's window (`context.fit`): the new messages, the
+        summary call's usage, and what was replaced, recorded as one step."""
+        agent, live = self.agent, self.run.emitter
+        assert agent.context is not None
+        happened: list[tuple[str, dict[str, Any]]] = []
+
+        def keep(event: Event) -> None:
+            happened.append((event.type, event.data))
+            live.emit(event.type, **event.data)
+
+        quiet = Emitter(self.run.id, [keep])
+        usage = await fit(agent.model, messages, agent.system, agent.context, quiet, force)
+        return ContextStep([hollow(m) for m in messages], usage, happened)
+
+    async def tools_step(
+        self, calls: list[ToolCall], decisions: list[Decision | None], fresh: bool
+    ) -> ToolsStep:
+        """The calls of one reply, at the same time, in one recorded step; each call is
+        journaled on its own (see `ledger.py`), so a step made again repeats no finished call.
+        `fresh`: the reply was made here, so no earlier attempt can have started its calls
+        (none is read)."""
+        self.run.announce(calls)  # those a replay passed over silently
+        ledger, run_id = self.ledger, self.run.id
+        ids = [c.id for c in calls]
+        started: dict[str, tuple[CallState, ToolResult | None]]
+        if fresh:
+            await ledger.start_fresh(run_id, ids)
+            started = {i: ("fresh", None) for i in ids}
+        else:
+            started = await ledger.call(ledger.start_calls, run_id, ids)
+        results = await asyncio.gather(
+            *(self.one_call(c, d, *started[c.id]) for c, d in zip(calls, decisions, strict=True))
+        )
+        return ToolsStep(list(results), time.time())
+
+    async def inbox_step(self) -> InboxStep:
+        """Whether the run's inbox has a message after message `seen`."""
+        ledger = self.ledger
+        return InboxStep(bool(await ledger.call(ledger.messages_after, self.run.id, self.seen)))
+
+    async def guard_step(self, kind: Kind, value: Any) -> GuardStep:
+        """The verdicts of the agent's guardrails of `kind`, recorded: a replay asks none."""
+        found = await judge(self.agent, kind, value, self.run.emitter)
+        return GuardStep([v.to_dict() for v in found])
+
+    async def one_call(
+        self, call: ToolCall, decision: Decision | None, state: str, recorded: ToolResult | None
+    ) -> ToolResult:
+        """One call of a tool step: its journaled result, "outcome unknown" for one that
+        started before a crash and may not run twice, or the call made and journaled."""
+        tool = self.agent.toolbox.tools.get(call.name)
+        if recorded is not None:
+            result = recorded
+        elif state == "interrupted" and tool is not None and not tool.idempotent:
+            result = ToolResult(call.id, call.name, UNKNOWN_OUTCOME, is_error=True)
+        else:
+            result = await self.call_tool(call, decision)
+        if recorded is None:
+            if result.images:  # kept once; the records name them
+                await self.ledger.call(self.ledger.keep_images, list(result.images))
+            await self.ledger.finish_call(self.run.id, result)
+        self.run.emitter.emit("tool_result", **tool_result_data(result))
+        return hollow_result(result)
+
+    async def call_tool(self, call: ToolCall, decision: Decision | None) -> ToolResult:
+        assert self.run.context is not None
+        ctx = dataclasses.replace(self.run.context)
+        ctx.idempotency_key = f"{self.run.id}:{call.id}"
+        ctx.emitter = self.run.emitter  # the call's progress and questions are the run's events
+        ctx.model = self.agent.model  # what an MCP server samples is the run's model
+        approver = None
+        if decision is not None:
+
+            async def given(request: Any) -> Decision:
+                return decision
+
+            approver = given
+        # decided in the workflow (`decide`), which told the watchers already
+        return await self.agent.toolbox.run(call, ctx, approver)
+
+
+def shown_of(call: ToolCall) -> dict[str, Any]:
+    """What a person is asked to approve, and what `tether approve` checks an answer against."""
+    return {
+        "name": call.name,
+        "arguments": call.arguments,
+        "args_hash": arguments_hash(call.name, call.arguments),
+    }
+
+
+def decided(emitter: Emitter, approval_id: str, call: ToolCall, decision: Decision | None) -> None:
+    assert decision is not None
+    emitter.emit(
+        "approval_decided",
+        approval_id=approval_id,
+        id=call.id,
+        approved=decision.approved,
+        reason=decision.reason,
+    )

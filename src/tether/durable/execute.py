@@ -1,0 +1,105 @@
+"""A durable run's execution: the workflow's body, in the process that executes it.
+
+The run's agent is found again from its record (by name, or built from its options), its tools'
+context is rebuilt, and its recorded steps are read for the replay; then the run lives as any
+run does, under the one supervision loop (`run.supervise`: slots, attempts, restarts, idling),
+over `RecordedEffects`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..admission import Limiter
+from ..agent import Agent, RunResult, execute
+from ..errors import ConfigError
+from ..events import Emitter
+from ..messages import Message
+from ..run import RestartPolicy, cancelled_summary, supervise
+from ..tools.tool import Spawn
+from ..tree import Allowance
+from .effects import RecordedEffects
+from .run import FORMAT, DurableRun, context_of, recorded
+from .view import task_images
+
+Resolver = Callable[[str, "dict[str, Any] | None"], Awaitable[Agent]]
+"""Finds a run's agent: by its name among the registered ones, or built from the run's options
+(`options.RunOptions`, as the CLI and the page record them) by the runtime's factory."""
+
+
+@dataclasses.dataclass
+class Executor:
+    """What executing a run here takes from its process (`process.DurableRuns` makes one)."""
+
+    resolve: Resolver
+    run_slots: Limiter | None
+    limiter_for: Callable[[Agent], Limiter | None]
+    spawner: Callable[[str], Spawn] | None
+    parent_of: Callable[[str], Allowance | None]
+
+
+async def execute_run(
+    how: Executor,
+    run: DurableRun,
+    record: dict[str, Any],
+    task: str,
+    history: list[Message] | None,
+) -> dict[str, Any]:
+    """Execute `run` here from its `record`, and return the workflow's output."""
+    if record.get("format") != FORMAT:
+        raise ConfigError(f"run {run.id} was recorded in another format")
+    agent = await how.resolve(record["agent"], record["options"])
+    ctx = context_of(run.id, record)
+    ctx.tree_sinks = run.sinks
+    ctx.parent = how.parent_of(run.id)
+    if how.spawner is not None:
+        ctx.spawn = how.spawner(record.get("approvals", "wait"))
+    run.executes(agent, ctx)
+    if "parent_run_id" in record:
+        run.emitter.lineage = {k: record[k] for k in ("parent_run_id", "root_run_id")}
+    effects = RecordedEffects(run, record, how.limiter_for(agent))
+    if not run.fresh:
+        effects.replay(await effects.ledger.call(effects.ledger.steps_of, run.id))
+    run.fresh = False
+    messages = [*(history or []), Message.user(task, task_images(record))]
+    attempts = Attempts(run, agent, effects, await effects.filled(messages))
+    policy = RestartPolicy(**(record.get("restart") or {}))
+    return recorded(await supervise(attempts, policy, task, how.run_slots))
+
+
+class Attempts:
+    """A durable run's side of `run.supervise`: an attempt is the driver over the recorded
+    effects, going on with the conversation so far; the clock is the recorded one."""
+
+    def __init__(
+        self, run: DurableRun, agent: Agent, effects: RecordedEffects, messages: list[Message]
+    ) -> None:
+        self.run, self.agent, self.effects, self.messages = run, agent, effects, messages
+
+    @property
+    def emitter(self) -> Emitter:
+        return self.run.emitter  # a follower that comes later gets a new one
+
+    async def attempt(self, task: str | None) -> RunResult:
+        state = self.agent.new_state(self.messages)
+        assert self.run.context is not None
+        parent = self.run.context.parent
+        state.allowance = self.run.context.allowance = self.agent.allowance(self.run.id, parent)
+        try:
+            return await execute(self.agent, state, task, self.run.emitter, self.effects)
+        except asyncio.CancelledError:
+            self.run.kept = list(self.messages)  # what it had completed, for its handle
+            raise
+
+    async def idle(self) -> None:
+        await self.effects.next_message()
+
+    def cancelled_idle(self, last: RunResult) -> None:
+        self.run.emitter.emit("run_finished", **cancelled_summary(last, self.run.id))
+        self.run.kept = list(self.messages)
+
+    def now(self) -> float:
+        return self.effects.now()
