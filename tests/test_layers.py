@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("run options", {"options"}),
     ("runs in memory", {"run", "supervisor", "bus"}),
     ("durable runs", {"durable"}),
-    ("the Runtime", {"runtime"}),
+    ("the Runtime", {"backends", "runtime"}),
     ("the package's public names", {"tether"}),
     ("interfaces", {"cli", "web", "mcp_server", "harbor", "__main__"}),
 ]

@@ -13,7 +13,7 @@ Python object), so any process that registers the same agents can execute, resum
 over the run. Agents built from options (the CLI's flags, the page's form) are recorded with
 their options, and `factory` rebuilds them in whichever process executes the run.
 
-What the runtime owns: the runs (a `Supervisor` in memory, `durable.DurableRuns` on a store),
+What the runtime owns: the runs (its backend: in memory or on a store, `backends.py`),
 the agents it built (their HTTP pools are closed when it closes) and the connections they
 hold (MCP servers, kept open by tasks of the runtime's own). Entering a runtime on a store
 also takes over the runs that dead processes on this machine had been executing.
@@ -28,57 +28,29 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .agent import Agent, RunResult
-from .approvals import ApprovalRequest, Approver, approve_all, deny_all
+from .agent import Agent
+from .approvals import Approver
+from .backends import Backend, InMemory, Needs, OnStore, RunHandle, Start, StoreSettings
 from .bus import Bus
-from .errors import ConfigError, NoSuchRun, QuestionError, RunExists
+from .errors import ConfigError, NoSuchRun
 from .events import Event, Sink
 from .journal import store_url
 from .messages import ImagePart, Message
 from .questions import Action, Answer, Asker, Question, Questions
-from .run import RestartPolicy, Status
+from .run import RestartPolicy
 from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
 from .tools.tool import RunContext, Spawn, Tool
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
-    from .durable.process import DurableRuns
     from .durable.view import StoreView
     from .tools.mcp_auth import AuthSettings
 
 Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
 """Builds the agent a run was recorded with from its name and options (see `Runtime`)."""
-
-
-class RunHandle(Protocol):
-    """What a runtime gives back for a run, in memory (`run.Run`) or on a store
-    (`durable.run.DurableRun`): the same surface either way."""
-
-    id: str
-
-    @property
-    def status(self) -> Status | str: ...
-
-    @property
-    def alive(self) -> bool: ...
-
-    @property
-    def transcript(self) -> list[Message]: ...
-
-    def send(self, text: str) -> None: ...
-
-    def cancel(self) -> bool: ...
-
-    def approve(self, approval_id: str, args_hash: str | None = None) -> None: ...
-
-    def deny(self, approval_id: str, reason: str = "denied by the user") -> None: ...
-
-    def waiting(self) -> list[ApprovalRequest]: ...
-
-    async def wait(self) -> RunResult | None: ...
 
 
 def context_for(options: dict[str, Any] | None) -> RunContext:
@@ -115,21 +87,13 @@ class Runtime:
         `executor_id` names this process to the store (default: host and pid). `take_over`:
         on entering, execute the runs that dead processes on this machine left.
         `store_connections`: how many connections to the store the runs use (default 20, see
-        `durable.process.CONNECTIONS`). `store_patience`: how many seconds runs wait for a store that
-        stops answering before they end `failed` with StoreUnavailable (default 30; they stay
-        in the store, to resume; see `outage`). `gc_tuning`: set the process's garbage
-        collector for thousands of live runs (`supervisor.tune_gc`; off by default, as the
-        host application may own it; the `tether` commands turn it on). The rest bounds the
-        runs in memory (see `Supervisor`)."""
+        `durable.process.CONNECTIONS`). `store_patience`: how many seconds runs wait for a
+        store that stops answering before they end `failed` with StoreUnavailable (default 30;
+        they stay in the store, to resume; see `durable.outage`). `gc_tuning`: set the
+        process's garbage collector for thousands of live runs (`supervisor.tune_gc`; off by
+        default, as the host application may own it; the `tether` commands turn it on). The
+        rest bounds the runs in memory (see `Supervisor`)."""
         self.store = None if store in (None, "", "memory") else store_url(store)
-        self.agents: dict[str, Agent] = {}
-        for agent in agents:
-            self.register(agent)
-        self.factory = factory
-        self.executor_id = executor_id
-        self.take_over_on_enter = take_over
-        self.store_connections = store_connections
-        self.store_patience = store_patience
         self.supervisor = Supervisor(
             max_runs=max_runs,
             max_model_calls=max_model_calls,
@@ -137,10 +101,23 @@ class Runtime:
             gc_tuning=gc_tuning,
             keep_finished=keep_finished,
         )
+        self.backend: Backend = (
+            InMemory(self.supervisor)
+            if self.store is None
+            else OnStore(
+                StoreSettings(
+                    self.store, executor_id, take_over, store_connections, store_patience
+                ),
+                self.supervisor,
+            )
+        )
+        self.agents: dict[str, Agent] = {}
+        for agent in agents:
+            self.register(agent)
+        self.factory = factory
         self.built: dict[str, asyncio.Future[Agent]] = {}  # by name and options
         self.held: dict[str, asyncio.Future[list[Tool]]] = {}  # MCP tools by server list
         self.background: set[asyncio.Task[Any]] = set()
-        self.durable: DurableRuns | None = None  # once entered with a store
         self.questions = Questions()  # what runs' tools asked, waiting for `answer`
         self.entered = False
 
@@ -161,36 +138,13 @@ class Runtime:
     async def open(self) -> None:
         if self.entered:
             return
-        if self.store is not None:
-            from .durable.outage import STORE_PATIENCE_S
-            from .durable.process import CONNECTIONS, DurableRuns
-
-            sup = self.supervisor
-            self.durable = DurableRuns(
-                self.store,
-                self.agent_for,
-                self.executor_id,
-                run_slots=sup.run_slots,
-                limiter_for=sup.limiter_for,
-                keep_finished=sup.keep_finished,
-                connections=self.store_connections or CONNECTIONS,
-                patience=STORE_PATIENCE_S if self.store_patience is None else self.store_patience,
-            )
-            self.durable.spawner = self.spawner_of_store
-            self.durable.open()
-            from .durable.ledger import KeptQuestions
-
-            self.questions.recorder = KeptQuestions(self.durable.ledger)
-            if self.take_over_on_enter:
-                await self.durable.take_over(sinks=[])
+        await self.backend.open(Needs(self.agent_for, self.spawner, self.questions))
         self.entered = True
 
     async def close(self, deadline: float = 10.0) -> None:
         """In memory: give live runs `deadline` seconds, then cancel them. On a store: stop
         following runs (they stay recorded). Then close what the runtime built."""
-        if self.durable is not None:
-            await self.durable.close()
-        await self.supervisor.shutdown(deadline=deadline)
+        await self.backend.close(deadline)
         for task in list(self.background):
             task.cancel()
         if self.background:
@@ -335,25 +289,20 @@ class Runtime:
             context.spawn = self.spawner(approver)
         if context.parent is None and sinks and not context.tree_sinks:
             context.tree_sinks = list(sinks)  # the root's watchers see its children too
-        if self.durable is None:
-            return self.supervisor.start(
-                found,
-                task,
-                run_id=run_id,
-                context=context,
-                restart=restart,
-                approver=approver,
-                sinks=sinks,
-                transcript=list(history or []),
-                images=tuple(images),
-            )
-        from .durable.run import record_of
-
-        record = record_of(found, options, context, approvals_of(approver), restart)
-        typed = None if found.output is None else found.output.typed
-        return await self.durable.start(
-            record, task, run_id, list(sinks or []), history, chosen, typed, tuple(images)
+        start = Start(
+            found,
+            task,
+            run_id,
+            chosen,
+            options,
+            context,
+            history,
+            restart,
+            approver,
+            list(sinks or []),
+            tuple(images),
         )
+        return await self.backend.start(start)
 
     def spawner(self, approver: Approver | None) -> Spawn:
         """How an agent used as a tool starts a child run (see `tree`): as a run of this
@@ -372,27 +321,9 @@ class Runtime:
                     agent, task, run_id=run_id, context=context, approver=approver, sinks=sinks
                 )
 
-            if self.durable is None:
-                return await begin()
-            durable = self.durable
-            if context.parent is not None:
-                durable.parents[run_id] = context.parent
-
-            async def start_or_find() -> RunHandle:
-                try:
-                    return await begin()
-                except RunExists:  # the call is repeated after a crash: the child goes on
-                    return await self.resume(run_id, sinks=sinks)
-
-            # started from inside the parent's step: a task of its own, outside that step
-            found: RunHandle = await durable.spawn(start_or_find())
-            return found
+            return await self.backend.start_child(run_id, context, sinks, begin)
 
         return start_child
-
-    def spawner_of_store(self, approvals: str) -> Spawn:
-        """`spawner` for a run on a store, by its recorded approvals policy."""
-        return self.spawner({"auto": approve_all, "deny": deny_all}.get(approvals))
 
     def enqueue(
         self,
@@ -432,11 +363,6 @@ class Runtime:
         """Queue one run per task, all with the same agent, options and context, in one
         transaction (all are queued, or none); returns their ids. `run_ids` names them (one
         per task, none the store has); by default they are generated."""
-        from .durable.run import record_of
-        from .durable.view import enqueue
-
-        if self.store is None:
-            raise ConfigError("a queue needs a store (the store whose workers take the run)")
         # an agent given itself is recorded by its name and not registered: this runtime
         # does not execute the runs (one built from options is its own, by the same name)
         found = agent if isinstance(agent, Agent) else self.agents.get(agent)
@@ -445,9 +371,9 @@ class Runtime:
         if run_ids is not None and len(run_ids) != len(tasks):
             raise ConfigError(f"{len(run_ids)} run ids for {len(tasks)} tasks")
         ids = [check_run_id(i) for i in run_ids or [uuid.uuid4().hex[:12] for _ in tasks]]
+        pairs = list(zip(ids, tasks, strict=True))
         context = context or context_for(options)
-        record = record_of(found, options, context, approvals_of(approver), restart)
-        enqueue(self.store, list(zip(ids, tasks, strict=True)), record)
+        self.backend.enqueue(found, pairs, options, context, restart, approver)
         return ids
 
     async def resume(
@@ -457,18 +383,12 @@ class Runtime:
         model or tool call repeats), one cancelled or failed goes on from where it stopped.
         A run whose process still runs it is refused (`force` takes it over regardless)."""
         self.check_open()
-        if self.durable is None:
-            raise ConfigError("resume needs a store: runs in memory end with their process")
-        return await self.durable.resume(run_id, list(sinks or []), force)
+        return await self.backend.resume(run_id, list(sinks or []), force)
 
     def get(self, run_id: str) -> RunHandle:
         """A run by id (NoSuchRun if there is none): one this runtime executes, or, on a
         store, any run of the store, wherever it executes (a worker elsewhere, or none yet)."""
-        if self.durable is not None and run_id in self.durable.runs:
-            return self.durable.get(run_id)
-        if self.view is not None and run_id not in self.supervisor.runs:
-            return self.view.get(run_id)
-        return self.supervisor.get(run_id)
+        return self.backend.get(run_id)
 
     def has(self, run_id: str) -> bool:
         """Whether `get(run_id)` finds a run."""
@@ -508,13 +428,8 @@ class Runtime:
         given = Answer(action, content, reason)
         if self.questions.waits(run_id, question_id):
             await self.questions.answer(run_id, question_id, given)
-        elif self.durable is not None:
-            from .durable.view import answer_question
-
-            ledger = self.durable.ledger
-            await ledger.call(answer_question, ledger, run_id, question_id, given)
         else:
-            raise QuestionError(f"run {run_id} waits for no question {question_id}")
+            await self.backend.answer(run_id, question_id, given)
 
     def asked(self, run_id: str) -> list[Question]:
         """The questions a run of this process waits on."""
@@ -526,28 +441,28 @@ class Runtime:
         """Execute the store's queued runs until cancelled (`tether worker`), beating every
         `beat` seconds and recovering the runs of workers silent for `dead_after` seconds."""
         self.check_open()
-        if self.durable is None:
-            raise ConfigError("a worker needs a store")
-        from .durable.workers import work
+        await self.backend.work(concurrency, beat, dead_after)
 
-        await work(self.durable, concurrency, beat, dead_after)
+    async def take_over(
+        self,
+        run_ids: list[str],
+        sinks: list[Sink] | None = None,
+        before: dict[str, list[Event]] | None = None,
+    ) -> list[str]:
+        """Execute here, among `run_ids`, the runs of the store that this machine's dead
+        processes were executing, their events going to `sinks` (`before`: the events shown of
+        each already, numbering goes on from there); the ids taken. None in memory."""
+        self.check_open()
+        return await self.backend.take_over(run_ids, list(sinks or []), dict(before or {}))
 
     @property
     def bus(self) -> Bus:
         """The event logs of this runtime's runs (a store's exist once it is entered)."""
-        if self.store is None:
-            return self.supervisor.bus
-        if self.durable is None:
-            raise ConfigError("enter the runtime first: async with Runtime(...) as rt")
-        return self.durable.bus
+        return self.backend.bus
 
     @property
     def runs(self) -> dict[str, Any]:
-        if self.store is None:
-            return self.supervisor.runs
-        if self.durable is None:
-            raise ConfigError("enter the runtime first: async with Runtime(...) as rt")
-        return self.durable.runs
+        return self.backend.runs
 
     def events(self, run_id: str, offset: int = 0) -> AsyncIterator[Event]:
         """The run's events from `offset`: replayed, then live, ending after `run_finished`.
@@ -563,7 +478,7 @@ class Runtime:
     @property
     def view(self) -> StoreView | None:
         """The store's runs wherever they execute (None in memory, or before entering)."""
-        return self.durable.view if self.durable is not None else None
+        return self.backend.view
 
     def stored_runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The runs of the store, wherever they execute, as `tether runs --json` lists them,
@@ -591,17 +506,3 @@ def check_run_id(run_id: Any) -> str:
             "letter or digit)"
         )
     return run_id
-
-
-def approvals_of(approver: Approver | None) -> str:
-    """How a durable run decides approvals: a store can keep a policy, not a Python callable."""
-    if approver is None:
-        return "wait"
-    if approver is approve_all:
-        return "auto"
-    if approver is deny_all:
-        return "deny"
-    raise ConfigError(
-        "a run on a store decides approvals by approve()/deny() (the default), approve_all or "
-        "deny_all; another approver cannot be recorded"
-    )

@@ -47,6 +47,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..backends import RunHandle
 from ..durable.view import RemoteRun
 from ..errors import (
     ApprovalError,
@@ -62,7 +63,7 @@ from ..events import Event, Sink
 from ..journal import Journal
 from ..messages import Message, TextPart, ToolCall, ToolResult
 from ..options import CLI_AGENT
-from ..runtime import RunHandle, Runtime
+from ..runtime import Runtime
 from ..tools.tool import RunContext
 from .pages import INDEX_PAGE, RUN_PAGE, fill
 
@@ -148,9 +149,9 @@ class WebApp:
         executing when it died, so that they end and their pages go on."""
         await self.runtime.open()
         self.load_journal()
-        if self.runtime.durable is not None and self.archived:
+        if self.runtime.store is not None and self.archived:
             sinks: list[Sink] = [self.journal.write] if self.journal else []
-            taken = await self.runtime.durable.take_over(list(self.archived), sinks, self.archived)
+            taken = await self.runtime.take_over(list(self.archived), sinks, self.archived)
             for run_id in taken:
                 self.archived.pop(run_id, None)
 

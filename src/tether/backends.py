@@ -1,0 +1,370 @@
+"""Where a Runtime's runs live: in this process's memory (`InMemory`, over a `Supervisor`) or on a
+store (`OnStore`, over `durable.process.DurableRuns`). The Runtime holds one and delegates to it,
+so what differs between the two is said here, once, and the Runtime's API is the same for both.
+
+A backend is given what it needs from the Runtime when it opens (`Needs`): how to find a run's
+agent, how a run's tools start child runs, where questions are kept. Starting a run takes the
+agent already found and the run's id already checked (`Start`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .agent import Agent, RunResult
+from .approvals import ApprovalRequest, Approver, approve_all, deny_all
+from .bus import Bus
+from .errors import ConfigError, QuestionError
+from .events import Event, Sink
+from .messages import ImagePart, Message
+from .questions import Answer, Questions
+from .run import RestartPolicy, Status
+from .supervisor import Supervisor
+from .tools.tool import RunContext, Spawn
+
+if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
+    from .durable.process import DurableRuns
+    from .durable.view import StoreView
+
+NOT_OPEN = "enter the runtime first: async with Runtime(...) as rt"
+
+
+class RunHandle(Protocol):
+    """What a runtime gives back for a run, in memory (`run.Run`) or on a store
+    (`durable.run.DurableRun`): the same surface either way."""
+
+    id: str
+
+    @property
+    def status(self) -> Status | str: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def transcript(self) -> list[Message]: ...
+
+    def send(self, text: str) -> None: ...
+
+    def cancel(self) -> bool: ...
+
+    def approve(self, approval_id: str, args_hash: str | None = None) -> None: ...
+
+    def deny(self, approval_id: str, reason: str = "denied by the user") -> None: ...
+
+    def waiting(self) -> list[ApprovalRequest]: ...
+
+    async def wait(self) -> RunResult | None: ...
+
+
+@dataclasses.dataclass
+class Start:
+    """One run to start: its agent (found), task, id (checked) and the rest of `Runtime.start`."""
+
+    agent: Agent
+    task: str
+    run_id: str
+    chosen: bool  # the caller named the id (a generated one cannot be in the store)
+    options: dict[str, Any] | None
+    context: RunContext
+    history: list[Message] | None
+    restart: RestartPolicy | None
+    approver: Approver | None
+    sinks: list[Sink]
+    images: tuple[ImagePart, ...]
+
+
+@dataclasses.dataclass
+class Needs:
+    """What a backend takes from its Runtime when it opens."""
+
+    resolve: Callable[[str, dict[str, Any] | None], Awaitable[Agent]]
+    spawner: Callable[[Approver | None], Spawn]
+    questions: Questions
+
+
+class Backend(Protocol):
+    """The Runtime's runs, wherever they live."""
+
+    async def open(self, needs: Needs) -> None: ...
+
+    async def close(self, deadline: float) -> None: ...
+
+    @property
+    def bus(self) -> Bus: ...
+
+    @property
+    def runs(self) -> dict[str, Any]: ...
+
+    @property
+    def view(self) -> StoreView | None: ...
+
+    async def start(self, s: Start) -> RunHandle: ...
+
+    async def start_child(
+        self,
+        run_id: str,
+        context: RunContext,
+        sinks: list[Sink],
+        begin: Callable[[], Awaitable[RunHandle]],
+    ) -> RunHandle: ...
+
+    async def resume(self, run_id: str, sinks: list[Sink], force: bool) -> RunHandle: ...
+
+    def get(self, run_id: str) -> RunHandle: ...
+
+    def enqueue(
+        self,
+        agent: Agent,
+        pairs: list[tuple[str, str]],
+        options: dict[str, Any] | None,
+        context: RunContext,
+        restart: RestartPolicy | None,
+        approver: Approver | None,
+    ) -> None:
+        """Queue runs (`pairs`: run id, task) in one transaction, for the store's workers."""
+        ...
+
+    async def answer(self, run_id: str, question_id: str, given: Answer) -> None: ...
+
+    async def work(self, concurrency: int, beat: float, dead_after: float) -> None: ...
+
+    async def take_over(
+        self, run_ids: list[str], sinks: list[Sink], before: dict[str, list[Event]]
+    ) -> list[str]: ...
+
+
+class InMemory:
+    """Runs as tasks of this process (`Supervisor`); they end with it."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+
+    async def open(self, needs: Needs) -> None:
+        pass
+
+    async def close(self, deadline: float) -> None:
+        await self.supervisor.shutdown(deadline=deadline)
+
+    @property
+    def bus(self) -> Bus:
+        return self.supervisor.bus
+
+    @property
+    def runs(self) -> dict[str, Any]:
+        return self.supervisor.runs
+
+    @property
+    def view(self) -> StoreView | None:
+        return None
+
+    async def start(self, s: Start) -> RunHandle:
+        return self.supervisor.start(
+            s.agent,
+            s.task,
+            run_id=s.run_id,
+            context=s.context,
+            restart=s.restart,
+            approver=s.approver,
+            sinks=s.sinks,
+            transcript=list(s.history or []),
+            images=s.images,
+        )
+
+    async def start_child(
+        self,
+        run_id: str,
+        context: RunContext,
+        sinks: list[Sink],
+        begin: Callable[[], Awaitable[RunHandle]],
+    ) -> RunHandle:
+        return await begin()
+
+    async def resume(self, run_id: str, sinks: list[Sink], force: bool) -> RunHandle:
+        raise ConfigError("resume needs a store: runs in memory end with their process")
+
+    def get(self, run_id: str) -> RunHandle:
+        return self.supervisor.get(run_id)
+
+    def enqueue(
+        self,
+        agent: Agent,
+        pairs: list[tuple[str, str]],
+        options: dict[str, Any] | None,
+        context: RunContext,
+        restart: RestartPolicy | None,
+        approver: Approver | None,
+    ) -> None:
+        raise ConfigError("a queue needs a store (the store whose workers take the run)")
+
+    async def answer(self, run_id: str, question_id: str, given: Answer) -> None:
+        raise QuestionError(f"run {run_id} waits for no question {question_id}")
+
+    async def work(self, concurrency: int, beat: float, dead_after: float) -> None:
+        raise ConfigError("a worker needs a store")
+
+    async def take_over(
+        self, run_ids: list[str], sinks: list[Sink], before: dict[str, list[Event]]
+    ) -> list[str]:
+        return []
+
+
+@dataclasses.dataclass
+class StoreSettings:
+    """How a Runtime uses its store (see `Runtime`'s arguments)."""
+
+    url: str
+    executor_id: str | None = None
+    take_over: bool = True
+    connections: int | None = None
+    patience: float | None = None
+
+
+class OnStore:
+    """Runs recorded in a store (`durable/`): any process on it can execute, resume or take
+    over a run, and the store's runs are seen wherever they execute (`view`)."""
+
+    def __init__(self, settings: StoreSettings, supervisor: Supervisor) -> None:
+        self.settings = settings
+        self.supervisor = supervisor  # its bounds on runs and model calls hold here too
+        self.durable: DurableRuns | None = None  # once open
+
+    async def open(self, needs: Needs) -> None:
+        from .durable.ledger import KeptQuestions
+        from .durable.outage import STORE_PATIENCE_S
+        from .durable.process import CONNECTIONS, DurableRuns
+
+        sup, s = self.supervisor, self.settings
+        durable = DurableRuns(
+            s.url,
+            needs.resolve,
+            s.executor_id,
+            run_slots=sup.run_slots,
+            limiter_for=sup.limiter_for,
+            keep_finished=sup.keep_finished,
+            connections=s.connections or CONNECTIONS,
+            patience=STORE_PATIENCE_S if s.patience is None else s.patience,
+        )
+        durable.spawner = lambda approvals: needs.spawner(
+            {"auto": approve_all, "deny": deny_all}.get(approvals)
+        )
+        durable.open()
+        self.durable = durable
+        needs.questions.recorder = KeptQuestions(durable.ledger)
+        if s.take_over:
+            await durable.take_over(sinks=[])
+
+    async def close(self, deadline: float) -> None:
+        if self.durable is not None:
+            await self.durable.close()
+
+    @property
+    def opened(self) -> DurableRuns:
+        if self.durable is None:
+            raise ConfigError(NOT_OPEN)
+        return self.durable
+
+    @property
+    def bus(self) -> Bus:
+        return self.opened.bus
+
+    @property
+    def runs(self) -> dict[str, Any]:
+        return self.opened.runs
+
+    @property
+    def view(self) -> StoreView | None:
+        return self.durable.view if self.durable is not None else None
+
+    async def start(self, s: Start) -> RunHandle:
+        from .durable.run import record_of
+
+        record = record_of(s.agent, s.options, s.context, approvals_of(s.approver), s.restart)
+        typed = None if s.agent.output is None else s.agent.output.typed
+        return await self.opened.start(
+            record, s.task, s.run_id, s.sinks, s.history, s.chosen, typed, s.images
+        )
+
+    async def start_child(
+        self,
+        run_id: str,
+        context: RunContext,
+        sinks: list[Sink],
+        begin: Callable[[], Awaitable[RunHandle]],
+    ) -> RunHandle:
+        """A child is a durable run of its own, and a repeat of the call that starts it (after
+        a crash) finds it again; it is started from inside the parent's step, so in a task of
+        its own, outside that step."""
+        from .errors import RunExists
+
+        durable = self.opened
+        if context.parent is not None:
+            durable.parents[run_id] = context.parent
+
+        async def start_or_find() -> RunHandle:
+            try:
+                return await begin()
+            except RunExists:  # the call is repeated after a crash: the child goes on
+                return await self.resume(run_id, sinks, False)
+
+        found: RunHandle = await durable.spawn(start_or_find())
+        return found
+
+    async def resume(self, run_id: str, sinks: list[Sink], force: bool) -> RunHandle:
+        return await self.opened.resume(run_id, sinks, force)
+
+    def get(self, run_id: str) -> RunHandle:
+        durable = self.opened
+        if run_id in durable.runs:
+            return durable.get(run_id)
+        assert durable.view is not None
+        return durable.view.get(run_id)
+
+    def enqueue(
+        self,
+        agent: Agent,
+        pairs: list[tuple[str, str]],
+        options: dict[str, Any] | None,
+        context: RunContext,
+        restart: RestartPolicy | None,
+        approver: Approver | None,
+    ) -> None:
+        from .durable.run import record_of
+        from .durable.view import enqueue
+
+        record = record_of(agent, options, context, approvals_of(approver), restart)
+        enqueue(self.settings.url, pairs, record)
+
+    async def answer(self, run_id: str, question_id: str, given: Answer) -> None:
+        """Kept in the store, for a run waiting in any process (or in none: a resumed run
+        takes it when the question is asked again)."""
+        from .durable.view import answer_question
+
+        ledger = self.opened.ledger
+        await ledger.call(answer_question, ledger, run_id, question_id, given)
+
+    async def work(self, concurrency: int, beat: float, dead_after: float) -> None:
+        from .durable.workers import work
+
+        await work(self.opened, concurrency, beat, dead_after)
+
+    async def take_over(
+        self, run_ids: list[str], sinks: list[Sink], before: dict[str, list[Event]]
+    ) -> list[str]:
+        return await self.opened.take_over(run_ids, sinks, before)
+
+
+def approvals_of(approver: Approver | None) -> str:
+    """How a durable run decides approvals: a store can keep a policy, not a Python callable."""
+    if approver is None:
+        return "wait"
+    if approver is approve_all:
+        return "auto"
+    if approver is deny_all:
+        return "deny"
+    raise ConfigError(
+        "a run on a store decides approvals by approve()/deny() (the default), approve_all or "
+        "deny_all; another approver cannot be recorded"
+    )
