@@ -2,7 +2,7 @@
 
 A page holds a marker where a reference goes, and this hook writes it at build time:
 
-    <!-- generated: cli -->      every `tether` command and flag, from `cli.main.build_parser`
+    <!-- generated: cli -->      every `tether` command and flag, from `cli.parser.build_parser`
     <!-- generated: events -->   every event type and field, from `tether.events.SCHEMA`
     <!-- generated: api -->      a mkdocstrings entry for every name in `tether.__all__`
 
@@ -19,7 +19,7 @@ from typing import Any
 from mkdocs.exceptions import PluginError
 
 import tether
-from tether.cli.main import build_parser
+from tether.cli.parser import build_parser
 from tether.events import COMMON, SCHEMA
 
 MARKERS = {"cli", "events", "api"}

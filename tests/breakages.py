@@ -65,7 +65,7 @@ BREAKAGES = (
     ),
     Breakage(
         "enqueue_many with a repeated run id queues one and reports two",
-        "src/tether/durable/view.py",
+        "src/tether/durable/remote.py",
         '    if len(set(ids)) != len(ids):\n        raise ConfigError("two runs to queue have '
         'the same id")\n',
         "",

@@ -23,11 +23,11 @@ from tether import (
     reply,
     tool,
 )
-from tether.agent import RunResult
 from tether.approvals import ApprovalRequest, Decision
 from tether.events import Event
 from tether.loop import CallModel, Finish, LoopState, ModelReplied, RunTools, Started, step
 from tether.messages import ImagePart
+from tether.result import RunResult
 
 
 @tool

@@ -167,7 +167,7 @@ def test_the_site_builds_strict_with_every_command_name_and_event(tmp_path: Path
     import argparse
 
     import tether
-    from tether.cli.main import build_parser
+    from tether.cli.parser import build_parser
     from tether.events import SCHEMA
 
     site = tmp_path / "site"

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     ("providers and tools", {"providers", "tools"}),
-    ("loop and agent", {"loop", "context", "output", "guardrails", "agent"}),
+    ("loop and agent", {"loop", "context", "output", "result", "calls", "guardrails", "agent"}),
     ("run options", {"options"}),
     ("runs in memory", {"run", "supervisor", "bus"}),
     ("durable runs", {"durable"}),

@@ -545,3 +545,23 @@ async def test_a_program_answers_a_question_and_a_cancelled_call_takes_its_quest
         await until(lambda: not rt.asked(runs[1].id), "the cancelled call's question to go", 10)
         with pytest.raises(QuestionError):
             await rt.answer(runs[1].id, question.id.replace("_1", "_9"), {"quantity": 1})
+
+
+async def test_a_runtime_closed_while_mcp_servers_connect_tells_whoever_waits() -> None:
+    """A runtime closed while an MCP server is still connecting (a page shut down as a run
+    starts) ends the wait for its tools with an error, instead of leaving the caller (the
+    page's request, and so the page's shutdown) waiting for ever."""
+    import asyncio
+
+    from tether import Runtime
+    from tether.errors import RunError
+
+    silent = f"{sys.executable} -c 'import time; time.sleep(120)'"  # never answers
+    rt = Runtime()
+    await rt.open()
+    waiting = asyncio.create_task(rt.mcp_tools([silent], connect_timeout=60))
+    while not rt.held:  # the runtime has taken the servers on
+        await asyncio.sleep(0)
+    await rt.close()
+    with pytest.raises(RunError, match="closed before the MCP servers' tools were listed"):
+        await asyncio.wait_for(waiting, 30)

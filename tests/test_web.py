@@ -165,7 +165,8 @@ class Server:
             data=json.dumps(body).encode() if body else None,
             headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=10) as r:
+        # a run's start connects its MCP servers first (up to their 30 s connect timeout)
+        with urllib.request.urlopen(request, timeout=30) as r:
             return json.loads(r.read())
 
 

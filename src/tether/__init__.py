@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .agent import Agent, RunResult, run_child
+from .agent import Agent, run_child
 from .approvals import approve_all, deny_all
 from .errors import (
     ApprovalError,
@@ -55,6 +55,7 @@ from .providers import (
     make_model,
     reply,
 )
+from .result import RunResult
 from .run import RestartPolicy
 from .runtime import Runtime
 from .tools import BUILTINS, RunContext, Tool, Toolbox, tool

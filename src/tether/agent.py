@@ -25,6 +25,7 @@ import orjson
 
 from .admission import Limiter
 from .approvals import Approver, Policy
+from .calls import respond
 from .context import ContextPolicy, estimate, fit, is_context_error
 from .errors import ChildRunEnded, OutputInvalid, ProviderError, StoreUnavailable
 from .events import Emitter, Sink, images_data, model_response_data, tool_result_data
@@ -37,7 +38,6 @@ from .loop import (
     Happening,
     LoopState,
     ModelReplied,
-    Outcome,
     RunTools,
     Started,
     ToolsDone,
@@ -48,81 +48,16 @@ from .loop import (
     output_room,
     step,
     unique_calls,
-    with_usage,
 )
 from .messages import ImagePart, Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .output import OUTPUT_TRIES, Output, jsonable, retry_message
 from .pricing import Price, price_for
 from .providers.base import Model, TextHook
-from .providers.fallback import FallbackModel
-from .providers.http import RetryHook
+from .result import RunResult
 from .tools.session import close_kept
 from .tools.tool import RunContext, Tool, tool_from_function
 from .tools.toolbox import Toolbox
 from .tree import Allowance, child_run_id
-
-
-@dataclass
-class RunResult:
-    """How a run ended: `outcome` (done, halted, cancelled, failed), the `answer`, why it
-    ended (`reason`), tokens (`usage`), `cost_usd`, model calls made (`steps`), the transcript
-    (`messages`), a failure's `error` and, with an output type, the typed `output`."""
-
-    run_id: str
-    outcome: Outcome
-    answer: str
-    reason: str
-    usage: Usage
-    cost_usd: float
-    steps: int
-    messages: list[Message]
-    error: dict[str, Any] | None = None
-    output: Any = None
-    """The typed answer of an agent with an `output_type` (on a store, where the agent is not
-    known, its JSON)."""
-
-    @property
-    def exit_status(self) -> int:
-        return EXIT_STATUS[self.outcome]
-
-    def summary(self) -> dict[str, Any]:
-        """The `run_finished` event's data: everything but the transcript. Built here only, so
-        every path (memory, durable, a cancel, a failure) reports every documented field."""
-        data: dict[str, Any] = {
-            "outcome": self.outcome,
-            "answer": self.answer,
-            "reason": self.reason,
-            "usage": self.usage.to_dict(),
-            "cost_usd": round(self.cost_usd, 6),
-            "steps": self.steps,
-        }
-        if self.error is not None:
-            data["error"] = self.error
-        if self.output is not None:
-            data["output"] = jsonable(self.output)
-        return data
-
-    def to_dict(self) -> dict[str, Any]:
-        """The summary and the transcript: what a durable run records as its result."""
-        return {**self.summary(), "messages": self.messages}
-
-    @classmethod
-    def from_dict(cls, run_id: str, d: dict[str, Any]) -> RunResult:
-        return cls(
-            run_id,
-            d["outcome"],
-            d.get("answer", ""),
-            d.get("reason", ""),
-            Usage.from_dict(d.get("usage") or {}),
-            float(d.get("cost_usd") or 0.0),
-            int(d.get("steps") or 0),
-            list(d.get("messages") or []),
-            d.get("error"),
-            d.get("output"),
-        )
-
-
-EXIT_STATUS: dict[str, int] = {"done": 0, "failed": 1, "halted": 3, "cancelled": 130}
 
 CHILD_TIMEOUT = 3600.0
 """How long an agent used as a tool may take by default (its own budget and its parent's time
@@ -619,45 +554,6 @@ class LocalEffects:
     async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
         toolbox, ctx = self.agent.toolbox, dataclasses.replace(self.ctx, model=self.agent.model)
         return await toolbox.run_all(calls, ctx, self.emitter, self.approver, state.finished)
-
-
-async def respond(
-    model: Model,
-    request: ModelRequest,
-    emitter: Emitter,
-    limiter: Limiter | None,
-    on_text: TextHook | None,
-    on_retry: RetryHook,
-) -> ModelResponse:
-    """A model call in a slot of the endpoint's limiter (a wait for one shows as `queued`,
-    then `admitted`); what the server left out of its usage is estimated."""
-    if limiter is None:
-        return with_usage(request, await call(model, request, emitter, on_text, on_retry))
-
-    def on_queued(position: int) -> None:
-        emitter.emit("queued", what="model_call", position=position)
-
-    async with limiter.slot(on_queued) as waited:
-        if waited:
-            emitter.emit("admitted", what="model_call")
-        return with_usage(request, await call(model, request, emitter, on_text, on_retry))
-
-
-async def call(
-    model: Model,
-    request: ModelRequest,
-    emitter: Emitter,
-    on_text: TextHook | None,
-    on_retry: RetryHook,
-) -> ModelResponse:
-    """`model.respond`; a `FallbackModel` also says each fallback, as a `fallback` event."""
-    if not isinstance(model, FallbackModel):
-        return await model.respond(request, on_text, on_retry)
-
-    def on_fallback(failed: Model, after: Model, e: ProviderError) -> None:
-        emitter.emit("fallback", failed=failed.name, to=after.name, error=e.to_dict())
-
-    return await model.respond(request, on_text, on_retry, on_fallback)
 
 
 # -- children ----------------------------------------------------------------------------------

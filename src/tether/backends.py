@@ -13,20 +13,21 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .agent import Agent, RunResult
+from .agent import Agent
 from .approvals import ApprovalRequest, Approver, approve_all, deny_all
 from .bus import Bus
 from .errors import ConfigError, QuestionError
 from .events import Event, Sink
 from .messages import ImagePart, Message
 from .questions import Answer, Questions
+from .result import RunResult
 from .run import RestartPolicy, Status
 from .supervisor import Supervisor
 from .tools.tool import RunContext, Spawn
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
     from .durable.process import DurableRuns
-    from .durable.view import StoreView
+    from .durable.remote import StoreView
 
 NOT_OPEN = "enter the runtime first: async with Runtime(...) as rt"
 
@@ -331,8 +332,8 @@ class OnStore:
         restart: RestartPolicy | None,
         approver: Approver | None,
     ) -> None:
+        from .durable.remote import enqueue
         from .durable.run import record_of
-        from .durable.view import enqueue
 
         record = record_of(agent, options, context, approvals_of(approver), restart)
         enqueue(self.settings.url, pairs, record)
@@ -340,7 +341,7 @@ class OnStore:
     async def answer(self, run_id: str, question_id: str, given: Answer) -> None:
         """Kept in the store, for a run waiting in any process (or in none: a resumed run
         takes it when the question is asked again)."""
-        from .durable.view import answer_question
+        from .durable.remote import answer_question
 
         ledger = self.opened.ledger
         await ledger.call(answer_question, ledger, run_id, question_id, given)

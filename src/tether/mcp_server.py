@@ -19,10 +19,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .agent import RunResult
 from .approvals import Approver
 from .messages import ToolCall
 from .options import CLI_AGENT
+from .result import RunResult
 from .runtime import Runtime
 from .tools.tool import RunContext, Tool, tool
 from .tools.toolbox import Toolbox

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from .admission import Limiter
-from .agent import Agent, RunResult
+from .agent import Agent
 from .approvals import ApprovalDesk, ApprovalRequest, Approver
 from .bus import EventLog
 from .errors import RunEnded
 from .events import Emitter
 from .messages import ImagePart, Message, Usage
+from .result import RunResult
 from .tools.tool import RunContext
 
 Status = Literal["queued", "running", "idle", "done", "halted", "cancelled", "failed"]

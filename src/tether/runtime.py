@@ -36,7 +36,7 @@ from .agent import Agent
 from .approvals import Approver
 from .backends import Backend, InMemory, Needs, OnStore, RunHandle, Start, StoreSettings
 from .bus import Bus
-from .errors import ConfigError, NoSuchRun
+from .errors import ConfigError, NoSuchRun, RunError
 from .events import Event, Sink
 from .journal import store_url
 from .messages import ImagePart, Message
@@ -46,7 +46,7 @@ from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
 from .tools.tool import RunContext, Spawn, Tool
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
-    from .durable.view import StoreView
+    from .durable.remote import StoreView
     from .tools.mcp_auth import AuthSettings
 
 Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
@@ -149,6 +149,12 @@ class Runtime:
             task.cancel()
         if self.background:
             await asyncio.wait(self.background, timeout=5.0)
+        for held in self.held.values():  # still connecting: whoever waits is told, not left
+            if not held.done():
+                closed = "the runtime closed before the MCP servers' tools were listed"
+                held.set_exception(RunError(closed))
+                held.exception()  # retrieved: nobody may be waiting
+        self.held.clear()
         for future in self.built.values():
             if future.done() and future.exception() is None:
                 await future.result().model.aclose()

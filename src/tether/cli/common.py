@@ -16,7 +16,6 @@ from typing import Any, NoReturn, TextIO
 
 import orjson
 
-from ..agent import RunResult
 from ..approvals import ApprovalRequest, Decision
 from ..errors import ConfigError, StoreUnavailable
 from ..events import Event, Sink
@@ -33,6 +32,7 @@ from ..questions import (
     problems,
 )
 from ..redact import redactor, scrub
+from ..result import RunResult
 from ..runtime import Runtime
 from ..tools.mcp_auth import AuthSettings
 

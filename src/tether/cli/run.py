@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..agent import RunResult
 from ..approvals import Approver, approve_all, deny_all
 from ..errors import ConfigError, RunError
 from ..events import Sink
 from ..messages import ImagePart, Message
 from ..options import CLI_AGENT, RunOptions
+from ..result import RunResult
 from ..runtime import Runtime
 from ..tools import RunContext
 from .common import (

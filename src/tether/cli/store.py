@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from ..agent import RunResult
 from ..errors import ConfigError, NoSuchRun, RunError, StoreUnavailable
 from ..options import RunOptions, absolute, select_tools
 from ..redact import scrub
+from ..result import RunResult
 from .common import (
     cli_runtime,
     default_store,
@@ -59,7 +59,8 @@ def command_store(args: argparse.Namespace) -> int:
 def answer(store: Any, args: argparse.Namespace) -> str:
     """`tether answer RUN QUESTION JSON` (or `--decline`): kept in the store, checked against
     the question, for a run that has not ended."""
-    from ..durable.view import ENDED, answer_question, ledger_for, status_of
+    from ..durable.remote import answer_question
+    from ..durable.view import ENDED, ledger_for, status_of
     from ..questions import Answer
 
     if args.decline == (args.content is not None):
@@ -111,7 +112,8 @@ def control(store: Any, args: argparse.Namespace) -> str:
     """`cancel`, `send`, `approve` or `deny` a run of the store: what was done, in one line. A
     run that cannot take it (ended, unknown, not waiting for that approval) is a ConfigError
     naming why; `cancel` of an ended run said nothing and exited 0, while `send` exited 2."""
-    from ..durable.view import ENDED, answer_approval, ledger_for, send_message, status_of
+    from ..durable.remote import answer_approval, send_message
+    from ..durable.view import ENDED, ledger_for, status_of
 
     run_id = args.run_id
     if args.command == "cancel":

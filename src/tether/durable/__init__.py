@@ -20,7 +20,9 @@ The package, from the bottom:
     outage.py        a store that stops answering: patience, and what is said of it
     dbos_private.py  every use of DBOS's private API, in one place
     ledger.py        the steps, the journal of tool calls, the inbox, images, workers' beats
-    view.py          a store seen from outside: runs listed, queued, read as events, controlled
+    view.py          a store read from outside: runs listed, their status, events, transcripts
+    remote.py        a store acted on from outside: approvals, messages, answers, the queue;
+                     a run executed elsewhere followed as a handle
     run.py           one run here: its record, its handle, what its execution keeps
     effects.py       the driver's effects as recorded steps (a replay gets the same answers)
     execute.py       the workflow's body: the run's agent found again, then `supervise`

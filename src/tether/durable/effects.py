@@ -22,8 +22,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..admission import Limiter
-from ..agent import Agent, judge, respond
+from ..agent import Agent, judge
 from ..approvals import Decision, arguments_hash, needs_approval
+from ..calls import respond
 from ..context import fit
 from ..errors import ProviderError, StoreUnavailable
 from ..events import Emitter, Event, model_response_data, tool_result_data

@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..admission import Limiter
-from ..agent import Agent, RunResult, execute
+from ..agent import Agent, execute
 from ..errors import ConfigError
 from ..events import Emitter
 from ..messages import Message
+from ..result import RunResult
 from ..run import RestartPolicy, cancelled_summary, supervise
 from ..tools.tool import Spawn
 from ..tree import Allowance

@@ -23,12 +23,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..admission import Limiter
-from ..agent import Agent, RunResult
+from ..agent import Agent
 from ..bus import Bus
 from ..errors import ConfigError, NoSuchRun, RunExists, StoreUnavailable, TetherError
 from ..events import Event, Sink
 from ..journal import private_file
 from ..messages import ImagePart, Message
+from ..result import RunResult
 from ..run import forget_old
 from ..tools.session import close_kept
 from ..tools.tool import Spawn
@@ -38,9 +39,10 @@ from .execute import Executor, Resolver, execute_run
 from .ledger import Ledger
 from .outage import POSTGRES_CONNECT_ARGS, STORE_PATIENCE_S, QuietStoreLog, cannot_open, unavailable
 from .records import RecordSerializer
+from .remote import StoreView
 from .run import DurableRun
 from .sqlite import sqlite_engine_kwargs
-from .view import ENDED, VERSION, WORKFLOW, StoreView, check_url, executor_alive, status_of
+from .view import ENDED, VERSION, WORKFLOW, check_url, executor_alive, status_of
 
 T = TypeVar("T")
 

@@ -20,12 +20,13 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..agent import Agent, RunResult
+from ..agent import Agent
 from ..approvals import ApprovalRequest, arguments_hash
 from ..bus import Bus, EventLog
 from ..errors import ApprovalError, ConfigError, NoSuchRun, RunEnded, StoreUnavailable
 from ..events import Emitter, Event, Sink
 from ..messages import Message, ToolCall, hollow
+from ..result import RunResult
 from ..run import RestartPolicy
 from ..tools.tool import RunContext
 from .ledger import Ledger

@@ -48,7 +48,7 @@ import orjson
 from aiohttp import web
 
 from ..backends import RunHandle
-from ..durable.view import RemoteRun
+from ..durable.remote import RemoteRun
 from ..errors import (
     ApprovalError,
     ConfigError,
@@ -61,11 +61,11 @@ from ..errors import (
 )
 from ..events import Event, Sink
 from ..journal import Journal
-from ..messages import Message, TextPart, ToolCall, ToolResult
 from ..options import CLI_AGENT
 from ..runtime import Runtime
 from ..tools.tool import RunContext
 from .pages import INDEX_PAGE, RUN_PAGE, fill
+from .summaries import message_dict, row_summary, summarize
 
 
 def shell(path: str) -> bool:
@@ -480,79 +480,6 @@ async def act[T](run: RunHandle, request: Callable[[], T]) -> T:
     if isinstance(run, RemoteRun):
         return await asyncio.to_thread(request)
     return request()
-
-
-def row_summary(row: dict[str, Any]) -> dict[str, Any]:
-    """A store's listing of a run (`store.listing`) in the shape of `summary`."""
-    usage = row.get("usage") or {}
-    return {
-        "id": row["id"],
-        "task": row["task"],
-        "status": row["state"],
-        "steps": row.get("steps") or 0,
-        "tokens": usage.get("input_tokens", 0) + usage.get("output_tokens", 0),
-        "cost_usd": row.get("cost_usd") or 0.0,
-        "answer": row.get("answer") or "",
-        "started": row.get("started_at"),
-        "usage": row.get("usage"),
-        "model": "",
-        "worker": row.get("worker"),
-    }
-
-
-def summarize(events: list[Event]) -> dict[str, Any]:
-    s: dict[str, Any] = {
-        "task": "",
-        "status": "queued",
-        "steps": 0,
-        "tokens": 0,
-        "cost_usd": 0.0,
-        "answer": "",
-        "started": None,
-        "usage": None,
-        "model": "",
-        "parent_run_id": None,
-    }
-    for e in events:
-        d = e.data
-        if e.type == "run_started":
-            s["parent_run_id"] = d.get("parent_run_id")  # a child run (an agent as a tool)
-            s["task"] = s["task"] or (d.get("task") or "")
-            s["model"] = d.get("model", "")
-            s["started"] = s["started"] or e.ts
-            s["status"] = "running"
-        elif e.type == "model_response":
-            s["steps"] += 1
-            u = d.get("usage") or {}
-            s["tokens"] += u.get("input_tokens", 0) + u.get("output_tokens", 0)
-        elif e.type == "run_finished":
-            s["status"] = d.get("outcome", "done")
-            s["answer"] = d.get("answer", "")
-            s["cost_usd"] += d.get("cost_usd", 0.0)
-            s["usage"] = d.get("usage")
-    return s
-
-
-def message_dict(m: Message) -> dict[str, Any]:
-    parts: list[dict[str, Any]] = []
-    for p in m.parts:
-        if isinstance(p, TextPart):
-            parts.append({"type": "text", "text": p.text})
-        elif isinstance(p, ToolCall):
-            parts.append(
-                {"type": "tool_call", "id": p.id, "name": p.name, "arguments": p.arguments}
-            )
-        elif isinstance(p, ToolResult):
-            parts.append(
-                {
-                    "type": "tool_result",
-                    "id": p.call_id,
-                    "name": p.name,
-                    "output": p.output,
-                    "is_error": p.is_error,
-                }
-            )
-    return {"role": m.role, "parts": parts}
 
 
 def same(given: str, expected: str) -> bool:

@@ -1,0 +1,53 @@
+"""A model call as a run makes it: in a slot of its endpoint's limiter (a wait for one is an
+event), its fallbacks said, and the usage a server left out estimated. The same for a run in
+memory and a durable run's model step."""
+
+from __future__ import annotations
+
+from .admission import Limiter
+from .errors import ProviderError
+from .events import Emitter
+from .loop import with_usage
+from .messages import ModelRequest, ModelResponse
+from .providers.base import Model, TextHook
+from .providers.fallback import FallbackModel
+from .providers.http import RetryHook
+
+
+async def respond(
+    model: Model,
+    request: ModelRequest,
+    emitter: Emitter,
+    limiter: Limiter | None,
+    on_text: TextHook | None,
+    on_retry: RetryHook,
+) -> ModelResponse:
+    """A model call in a slot of the endpoint's limiter (a wait for one shows as `queued`,
+    then `admitted`); what the server left out of its usage is estimated."""
+    if limiter is None:
+        return with_usage(request, await call(model, request, emitter, on_text, on_retry))
+
+    def on_queued(position: int) -> None:
+        emitter.emit("queued", what="model_call", position=position)
+
+    async with limiter.slot(on_queued) as waited:
+        if waited:
+            emitter.emit("admitted", what="model_call")
+        return with_usage(request, await call(model, request, emitter, on_text, on_retry))
+
+
+async def call(
+    model: Model,
+    request: ModelRequest,
+    emitter: Emitter,
+    on_text: TextHook | None,
+    on_retry: RetryHook,
+) -> ModelResponse:
+    """`model.respond`; a `FallbackModel` also says each fallback, as a `fallback` event."""
+    if not isinstance(model, FallbackModel):
+        return await model.respond(request, on_text, on_retry)
+
+    def on_fallback(failed: Model, after: Model, e: ProviderError) -> None:
+        emitter.emit("fallback", failed=failed.name, to=after.name, error=e.to_dict())
+
+    return await model.respond(request, on_text, on_retry, on_fallback)

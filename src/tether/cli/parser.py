@@ -1,0 +1,530 @@
+"""The `tether` command line, declared once: its commands and their options (`main` turns what
+they parse into typed options, `options.RunOptions`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from ..durable.outage import STORE_PATIENCE_S
+from ..journal import STORE_FORMS
+from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS
+from ..providers import PROVIDERS
+from ..tools import BUILTINS
+from ..version import __version__
+from .common import STORE_HELP, data_dir
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tether",
+        description="Tether: a supervised runtime for LLM agents.",
+        epilog="Exit status: 0 done, 1 failed, 2 bad usage, 3 halted by a budget, 130 cancelled.",
+    )
+    parser.add_argument("--version", action="version", version=f"tether {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run_commands(sub)
+    store_commands(sub)
+    show_command(sub)
+    return parser
+
+
+if TYPE_CHECKING:  # not subscriptable at run time
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def run_commands(sub: Subparsers) -> None:
+    """The commands that run agents: run, ask, serve, mcp-serve (each with the run options)."""
+    run = sub.add_parser("run", help="run one task to its end", description="Run one task.")
+    run.add_argument("task", metavar="TASK", nargs="?", help="what the agent should do")
+    run.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="an image (PNG, JPEG, GIF, WebP) for the model to see with the task; repeatable",
+    )
+    run.add_argument(
+        "--tasks",
+        metavar="FILE",
+        help="with --queue: queue one run per line of FILE (- for standard input), all at "
+        "once, and print their ids (with --run-id ID they are ID-1, ID-2, ...)",
+    )
+    ask = sub.add_parser(
+        "ask",
+        help="an interactive conversation",
+        description="An interactive conversation. Ctrl-C cancels the current turn; "
+        "Ctrl-D or /exit ends the session.",
+    )
+    serve = serve_command(sub)
+    mcp = mcp_serve_command(sub)
+    for p in (run, ask, serve, mcp):
+        add_run_options(p)
+
+
+def serve_command(sub: Subparsers) -> argparse.ArgumentParser:
+    serve = sub.add_parser(
+        "serve",
+        help="the live web page: watch, approve, cancel",
+        description="Serve the web page and its JSON API. The model and tool options are the "
+        "defaults for runs started from the page.",
+    )
+    w = serve.add_argument_group("server")
+    w.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    port_and_token(w, 8765, "access token")
+    w.add_argument(
+        "--max-runs",
+        type=int,
+        default=64,
+        metavar="N",
+        help="runs of the page executed at once; more wait in a queue, shown (default: 64)",
+    )
+    connections_option(w)
+    w.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a connection has to send its first request's headers (default: 10)",
+    )
+    w.add_argument(
+        "--max-connections",
+        type=int,
+        default=512,
+        metavar="N",
+        help="connections open at once; more are closed as they arrive (default: 512)",
+    )
+    w.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow binding to an address other than loopback",
+    )
+    w.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name the page is reached by, beyond the bound address and localhost; other "
+        "Host headers are refused (repeatable; with --host 0.0.0.0 and none given, any is taken)",
+    )
+    return serve
+
+
+def mcp_serve_command(sub: Subparsers) -> argparse.ArgumentParser:
+    mcp = sub.add_parser(
+        "mcp-serve",
+        help="serve Tether's tools, and an agent as a tool, to MCP clients (stdio or HTTP)",
+        description="An MCP server over stdio (or streamable HTTP with --http): the selected "
+        "tools, and run_agent, which gives a task to a Tether agent built from the model options "
+        "(left out without a model key).",
+    )
+    h = mcp.add_argument_group("over HTTP")
+    h.add_argument(
+        "--http",
+        action="store_true",
+        help="serve streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio",
+    )
+    port_and_token(h, 8766, "the bearer token clients must send")
+    h.add_argument(
+        "--no-token",
+        action="store_true",
+        help="take requests without a token (for a local client that cannot send one; the "
+        "Host and Origin checks still hold)",
+    )
+    return mcp
+
+
+def store_commands(sub: Subparsers) -> None:
+    """The commands on a store's runs, wherever they execute."""
+    resume = sub.add_parser(
+        "resume",
+        help="resume a durable run after a crash (no completed step repeats)",
+        description="Resume a durable run from its store and follow it to its end.",
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    resume.add_argument(
+        "--force",
+        action="store_true",
+        help="take the run over even though its process may still run it (on another machine, "
+        "where Tether cannot see whether it died)",
+    )
+    worker = worker_command(sub)
+    runs = sub.add_parser("runs", help="list the runs of a durable store")
+    runs.add_argument(
+        "--state",
+        metavar="STATES",
+        help="only runs in these states, comma-separated: queued, running, waiting (for "
+        "approval), done, halted, failed, cancelled",
+    )
+    send = sub.add_parser("send", help="send a message to a durable run (kept until it is read)")
+    send.add_argument("run_id", metavar="RUN_ID")
+    send.add_argument("text", metavar="TEXT")
+    cancel = sub.add_parser("cancel", help="cancel a durable run")
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    approve = sub.add_parser("approve", help="approve a durable run's waiting tool call")
+    deny = sub.add_parser("deny", help="deny a durable run's waiting tool call")
+    for p in (approve, deny):
+        p.add_argument("run_id", metavar="RUN_ID")
+        p.add_argument("approval_id", metavar="APPROVAL_ID")
+    deny.add_argument("--reason", default="denied by the user")
+    approve.add_argument(
+        "--args-hash",
+        metavar="SHA256",
+        help="approve only if the call waiting is for these arguments (the args_hash of its "
+        "approval_requested event)",
+    )
+    answer = sub.add_parser(
+        "answer",
+        help="answer a question a durable run's tool asked (an MCP server's elicitation)",
+        description="Answer a question a run waits on (its question_asked event, or the line "
+        "the run printed): JSON of the fields asked for, or --decline. The answer is kept in "
+        "the store: the process running the run takes it at once, a resumed run when the "
+        "question is asked again.",
+    )
+    answer.add_argument("run_id", metavar="RUN_ID")
+    answer.add_argument("question_id", metavar="QUESTION_ID")
+    answer.add_argument("content", metavar="JSON", nargs="?", help="e.g. '{\"quantity\": 2}'")
+    answer.add_argument("--decline", action="store_true", help="refuse to answer")
+    migrate = sub.add_parser(
+        "migrate",
+        help="rewrite a store written before 0.1.0 (pickled records) as records, once",
+        description="Rewrite a store's pickled records (Tether before 0.1.0) as records. Each "
+        "is read by an unpickler that builds Tether's own types only: one that names anything "
+        "else is left as it was, named, and the command exits 1. Stop the store's workers "
+        "first; running it again changes nothing more.",
+    )
+    for p in (resume, runs, send, cancel, approve, deny, worker, migrate, answer):
+        p.add_argument(
+            "--store",
+            metavar="URL",
+            help=f"{STORE_FORMS} (default: $TETHER_STORE, else {STORE_HELP})",
+        )
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p.add_argument(
+            "--data-dir", default=str(data_dir()), help="where the default store is kept"
+        )
+    for p in (resume, worker):
+        patience_option(p)
+
+
+def worker_command(sub: Subparsers) -> argparse.ArgumentParser:
+    worker = sub.add_parser(
+        "worker",
+        help="execute queued durable runs (several workers can share one Postgres store)",
+        description="Execute the runs queued with tether run --store URL --queue. Workers beat "
+        "every --beat seconds; a worker silent for --dead-after seconds has its runs resumed "
+        "by a live one.",
+    )
+    worker.add_argument("--executor-id", help="this worker's name (default: host-pid)")
+    worker.add_argument("--concurrency", type=int, default=16, help="runs at once (default 16)")
+    connections_option(worker)
+    worker.add_argument("--beat", type=float, default=2.0, help="seconds between heartbeats")
+    worker.add_argument(
+        "--dead-after",
+        type=float,
+        default=10.0,
+        help="seconds of silence after which a worker counts as dead",
+    )
+    worker_tool_options(worker)
+    return worker
+
+
+def show_command(sub: Subparsers) -> None:
+    show = sub.add_parser(
+        "show",
+        help="a past run: its transcript, events or ATIF trajectory",
+        description="Show a run from its journal (tether run, ask and serve keep one).",
+    )
+    show.add_argument("run_id", metavar="RUN_ID")
+    form = show.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="the events, one JSON object a line")
+    form.add_argument("--atif", action="store_true", help="the ATIF trajectory (Harbor)")
+    show.add_argument("--data-dir", default=str(data_dir()), help="where the journals are")
+    show.add_argument("--store", metavar="URL", help="read a durable run from its store")
+
+
+def worker_tool_options(p: argparse.ArgumentParser) -> None:
+    """A worker's tool options: given, they take the place of what each run it executes
+    recorded (this machine's copy of the tools, its workspace and the variables bash may see
+    here; and a store's rows then cannot name the files or commands a worker loads);
+    `--sandbox` makes every run's bash sandboxed here. Not given, a run's own are used."""
+    t = p.add_argument_group(
+        "tools of the runs this worker executes (given, they replace what each run recorded)"
+    )
+    t.add_argument("--tools", metavar="NAME,NAME|none", help="built-in tools")
+    t.add_argument("--tools-from", action="append", metavar="FILE_OR_MODULE", help="@tool "
+                   "functions from a Python file or module (repeatable)")  # fmt: skip
+    t.add_argument("--mcp", action="append", metavar="COMMAND_OR_URL", help="an MCP server's "
+                   "tools (repeatable)")  # fmt: skip
+    t.add_argument("--mcp-auth", metavar="FILE", help="how to sign in to the remote MCP "
+                   "servers (see tether run --help)")  # fmt: skip
+    t.add_argument("--tool-timeout", type=float, metavar="S", help="time limit of every call")
+    t.add_argument("--tool-env", action="append", metavar="NAME", help="an environment "
+                   "variable bash may see here (repeatable)")  # fmt: skip
+    t.add_argument("--workspace", metavar="DIR", help="the directory the tools work in here")
+    t.add_argument("--sandbox", action="store_true", help="run every run's bash in bubblewrap")
+    t.add_argument("--sandbox-net", action="store_true", help="with --sandbox: the network")
+
+
+def port_and_token(group: argparse._ActionsContainer, port: int, token: str) -> None:
+    """A server's port and the token its clients must send (the page's, `mcp-serve --http`'s)."""
+    group.add_argument(
+        "--port", type=int, default=port, help=f"port (default: {port}; 0: a free one)"
+    )
+    group.add_argument(
+        "--token",
+        default=os.environ.get("TETHER_TOKEN"),
+        help=f"{token} (default: $TETHER_TOKEN, else a new one, printed)",
+    )
+
+
+def connections_option(group: argparse._ActionsContainer) -> None:
+    group.add_argument(
+        "--store-connections",
+        type=int,
+        default=20,
+        metavar="N",
+        help="connections to the store for the runs this process executes; steps wait for "
+        "one in turn (default: 20; Postgres allows 100 in all by default)",
+    )
+
+
+def patience_option(group: argparse._ActionsContainer) -> None:
+    group.add_argument(
+        "--store-patience",
+        type=float,
+        default=STORE_PATIENCE_S,
+        metavar="SECONDS",
+        help="how long runs wait for a store that stops answering; then they end failed here "
+        f"and stay in the store, to resume (default: {STORE_PATIENCE_S:g})",
+    )
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of a command that runs agents, in groups (their order is --help's)."""
+    model_options(p.add_argument_group("model"))
+    tools = p.add_argument_group("tools")
+    tool_options(tools)
+    budget_options(p.add_argument_group("budgets (checked before every model call)"))
+    approval_options(tools)
+    run_options(p.add_argument_group("run"))
+
+
+Group = argparse._ArgumentGroup
+
+
+def model_options(m: Group) -> None:
+    m.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default=os.environ.get("TETHER_PROVIDER"),
+        help="wire protocol of the model (default: $TETHER_PROVIDER, else openai-chat; with no "
+        "API key and the local extra installed, the bundled offline model)",
+    )
+    m.add_argument("--model", help="model name (default depends on the provider)")
+    m.add_argument("--base-url", help="any compatible server, e.g. http://127.0.0.1:11434/v1")
+    m.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        help="a JSON Schema the final answer must match (an answer that does not is sent back "
+        "to the model, up to 3 answers); --json gives the value as run_finished.output",
+    )
+    m.add_argument(
+        "--fallback",
+        action="append",
+        default=[],
+        metavar="PROVIDER:MODEL[@URL]",
+        help="a model that answers when the one before cannot serve now (429, 5xx, overloaded, "
+        "unreachable, time-out), after its retries; repeat for more, tried in order",
+    )
+    m.add_argument(
+        "--guardrails",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        help="Python file or module whose input_guardrails, tool_guardrails and "
+        "output_guardrails lists check the run (a trip halts it, exit 3); repeatable",
+    )
+    m.add_argument("--script", metavar="FILE", help="replies for --provider scripted (JSON list)")
+    m.add_argument("--no-stream", action="store_true", help="ask for whole replies, not streams")
+    m.add_argument(
+        "--max-retries",
+        type=int,
+        default=2,
+        metavar="N",
+        help="retries of a failed model call (429, 5xx, connection) (default: 2)",
+    )
+    m.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
+    m.add_argument(
+        "--read-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="longest silence from the model server (default: 120)",
+    )
+
+
+def tool_options(t: Group) -> None:
+    t.add_argument(
+        "--tools",
+        metavar="NAME,NAME|none",
+        help=f"built-in tools to enable: {', '.join(BUILTINS)} "
+        f"(default: {DEFAULT_TOOLS}; none when --tools-from is given)",
+    )
+    t.add_argument(
+        "--tools-from",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        help="load @tool functions from a Python file or module (repeatable)",
+    )
+    t.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="COMMAND_OR_URL",
+        help="use the tools of an MCP server: a command (stdio) or a streamable HTTP URL "
+        "(repeatable)",
+    )
+    t.add_argument(
+        "--mcp-sampling",
+        choices=("on", "off"),
+        default="on",
+        help="whether an MCP server may have the run's model answer a request in the middle of "
+        "a call, on the run's budget (default: on)",
+    )
+    t.add_argument(
+        "--mcp-auth",
+        metavar="FILE",
+        help="how to sign in to the remote MCP servers: a JSON file of client_id, "
+        "client_secret, grant (authorization_code or client_credentials), scope (default: "
+        "register, and sign in at the browser when a server asks)",
+    )
+    t.add_argument(
+        "--tool-timeout",
+        type=float,
+        metavar="S",
+        help="time limit for every tool call (default: each tool's own, 60 s)",
+    )
+    t.add_argument(
+        "--tool-choice",
+        metavar="auto|required|none|NAME",
+        help="whether the model must call a tool: required, or the tool NAME, hold until it "
+        "has called one; none forbids tools (default: auto, the model decides)",
+    )
+    t.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run bash in bubblewrap: the file system read-only but the workspace, a private "
+        "/tmp, no network, every process ending with its call, memory and CPU time bounded",
+    )
+    t.add_argument(
+        "--sandbox-net",
+        action="store_true",
+        help="with --sandbox, let commands use the network",
+    )
+    t.add_argument(
+        "--tool-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass this environment variable to bash; it gets only PATH, HOME, USER, LANG, "
+        "LC_*, TERM, TZ, TMPDIR and SHELL otherwise, so no key reaches a command (repeatable)",
+    )
+    t.add_argument(
+        "--workspace",
+        default=".",
+        metavar="DIR",
+        help="directory the tools work in (default: the current one)",
+    )
+
+
+def budget_options(b: Group) -> None:
+    b.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        metavar="N",
+        help=f"at most N model calls (default: {DEFAULT_MAX_STEPS})",
+    )
+    b.add_argument("--max-tokens", type=int, metavar="N", help="input plus output tokens")
+    b.add_argument("--max-input-tokens", type=int, metavar="N")
+    b.add_argument("--max-output-tokens", type=int, metavar="N")
+    b.add_argument("--max-cost", type=float, metavar="USD", help="cost from the price table")
+    b.add_argument("--prices", metavar="FILE", help="JSON price table laid over the defaults")
+    b.add_argument("--timeout", type=float, metavar="SECONDS", help="wall-clock limit for a run")
+    b.add_argument(
+        "--context-window",
+        type=int,
+        metavar="TOKENS",
+        help="trim old tool outputs, then summarise older turns, to fit this window "
+        "(default: the model's, where it is known; 0 turns it off)",
+    )
+
+
+def approval_options(t: Group) -> None:
+    """Who decides the calls that need approval, and the terminal profile (in "tools")."""
+    t.add_argument(
+        "--approve",
+        choices=("ask", "auto", "deny"),
+        default="ask",
+        help="calls that need approval (bash, tools marked so): ask at the terminal, "
+        "approve all, or deny all (default: ask; with no terminal to ask on, deny)",
+    )
+    t.add_argument(
+        "--yolo",
+        dest="approve",
+        action="store_const",
+        const="auto",
+        help="run every tool call without asking (the same as --approve auto)",
+    )
+    t.add_argument(
+        "--profile",
+        choices=("default", "terminal"),
+        default="default",
+        help="terminal: a terminal agent (bash and the file tools, a system prompt for shell "
+        "work, a check before the answer); bash still asks for approval unless --yolo",
+    )
+    t.add_argument(
+        "--check",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ask the model once to check its work against the task before its answer is "
+        "taken (default: on with --profile terminal)",
+    )
+
+
+def run_options(o: Group) -> None:
+    o.add_argument("--system", metavar="TEXT", help="system prompt")
+    o.add_argument("--json", action="store_true", help="print events as JSON lines")
+    o.add_argument(
+        "--otel",
+        action="store_true",
+        help="emit OpenTelemetry spans (needs the otel extra; exporter from the "
+        "OTEL_* environment, else printed to stderr)",
+    )
+    o.add_argument("--run-id", metavar="ID", help="id of the run (default: generated)")
+    o.add_argument(
+        "--store",
+        metavar="URL",
+        help=f"where durable runs are recorded: {STORE_FORMS}; or memory for a run that is "
+        f"not recorded (default: $TETHER_STORE, else {STORE_HELP})",
+    )
+    patience_option(o)
+    o.add_argument(
+        "--queue",
+        action="store_true",
+        help="with --store: queue the run for tether worker instead of running it here",
+    )
+    o.add_argument(
+        "--data-dir",
+        default=str(data_dir()),
+        help="where run journals and the default store are kept, for tether show and runs "
+        f"(default: {data_dir()})",
+    )
+    o.add_argument(
+        "--log",
+        metavar="FILE",
+        help="append a structured log (JSON lines, secrets redacted) to FILE",
+    )

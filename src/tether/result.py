@@ -1,0 +1,74 @@
+"""How a run ended (`RunResult`): what `Agent.run` returns, what `run_finished` reports (its
+`summary`), what a store records as a run's output (`to_dict`), and the exit status of `tether`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .loop import Outcome
+from .messages import Message, Usage
+from .output import jsonable
+
+
+@dataclass
+class RunResult:
+    """How a run ended: `outcome` (done, halted, cancelled, failed), the `answer`, why it
+    ended (`reason`), tokens (`usage`), `cost_usd`, model calls made (`steps`), the transcript
+    (`messages`), a failure's `error` and, with an output type, the typed `output`."""
+
+    run_id: str
+    outcome: Outcome
+    answer: str
+    reason: str
+    usage: Usage
+    cost_usd: float
+    steps: int
+    messages: list[Message]
+    error: dict[str, Any] | None = None
+    output: Any = None
+    """The typed answer of an agent with an `output_type` (on a store, where the agent is not
+    known, its JSON)."""
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_STATUS[self.outcome]
+
+    def summary(self) -> dict[str, Any]:
+        """The `run_finished` event's data: everything but the transcript. Built here only, so
+        every path (memory, durable, a cancel, a failure) reports every documented field."""
+        data: dict[str, Any] = {
+            "outcome": self.outcome,
+            "answer": self.answer,
+            "reason": self.reason,
+            "usage": self.usage.to_dict(),
+            "cost_usd": round(self.cost_usd, 6),
+            "steps": self.steps,
+        }
+        if self.error is not None:
+            data["error"] = self.error
+        if self.output is not None:
+            data["output"] = jsonable(self.output)
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary and the transcript: what a durable run records as its result."""
+        return {**self.summary(), "messages": self.messages}
+
+    @classmethod
+    def from_dict(cls, run_id: str, d: dict[str, Any]) -> RunResult:
+        return cls(
+            run_id,
+            d["outcome"],
+            d.get("answer", ""),
+            d.get("reason", ""),
+            Usage.from_dict(d.get("usage") or {}),
+            float(d.get("cost_usd") or 0.0),
+            int(d.get("steps") or 0),
+            list(d.get("messages") or []),
+            d.get("error"),
+            d.get("output"),
+        )
+
+
+EXIT_STATUS: dict[str, int] = {"done": 0, "failed": 1, "halted": 3, "cancelled": 130}
