@@ -17,6 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "errors",
             "pricing",
             "redact",
+            "keys",
             "approvals",
             "questions",
             "admission",

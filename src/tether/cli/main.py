@@ -21,6 +21,7 @@ import threading
 
 from ..errors import ConfigError, RecordError, StoreUnavailable
 from ..journal import store_url
+from ..keys import protect_process
 from ..options import RunOptions
 from .common import default_store, error, leave
 from .parser import build_parser
@@ -54,6 +55,7 @@ def resolve_store(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The `tether` command: its exit status. The process ends when it returns."""
     interrupt_on_sigint()
+    protect_process()  # the keys it holds, out of its tools' reach (see `keys`)
     try:
         return command(build_parser().parse_args(argv))
     except StoreUnavailable as e:

@@ -45,7 +45,7 @@ from .outage import POSTGRES_CONNECT_ARGS
 from .sqlite import sqlite_dbapi, tuned
 
 TABLES = (
-    # a run's recorded steps: n counts from 0 in the order the run takes them (durable.py)
+    # a run's recorded steps: n counts from 0 in the order the run takes them (effects.py)
     "CREATE TABLE IF NOT EXISTS tether_steps (run_id TEXT NOT NULL, n INTEGER NOT NULL, "
     "kind TEXT NOT NULL, output BYTEA NOT NULL, at DOUBLE PRECISION NOT NULL, "
     "PRIMARY KEY (run_id, n))",

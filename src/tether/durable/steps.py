@@ -1,6 +1,6 @@
 """A durable run's steps as typed values: what each kind of step keeps, written and read here.
 
-A run on a store is a sequence of steps (`durable.py`), each a row of the ledger: its number,
+A run on a store is a sequence of steps (`effects.py`), each a row of the ledger: its number,
 its kind, and its output as a record (`records.py`). The output is kept as the list of its
 fields in order, the bytes it has had since steps were first kept as records (the golden
 record in `tests/test_ledger.py` says so); here it becomes a typed value. The executor's replay
