@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -492,6 +493,91 @@ def test_the_sandbox_never_runs_a_call_unsandboxed(wire: Any, tmp_path: Path) ->
     )  # fmt: skip
     assert p.returncode == 2 and "--sandbox needs bubblewrap" in p.stderr, p.stderr
     assert not (tmp_path / "ran.txt").exists() and wire.requests == []
+
+
+ESCAPES = """
+echo out > "$OUTSIDE" 2>/dev/null && echo wrote-outside
+python3 -c "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2)" \
+    "$PORT" 2>/dev/null && echo reached-host
+cat "$SECRET" 2>/dev/null
+echo kept > note.txt && echo wrote-workspace
+"""
+
+
+def escape_attempts(wire: Any, tmp_path: Path, *flags: str) -> str:
+    """What `ESCAPES` printed in a `tether run --tools bash` with `flags`: a write outside the
+    workspace, a connect to a host port on 127.0.0.1, a read of a secret in the home."""
+    outside, secret = tmp_path / "outside.txt", Path.home() / f".tether-secret-{os.getpid()}"
+    secret.write_text("planted-home-secret\n")
+    try:
+        command = ESCAPES.replace("$OUTSIDE", str(outside)).replace("$SECRET", str(secret))
+        command = command.replace("$PORT", wire.url.rsplit(":", 1)[1].split("/")[0])
+        wire.add(calls=[("bash", {"command": command})]).add(text="done")
+        (tmp_path / "ws").mkdir()
+        p = warm.run(
+            [sys.executable, "-m", "tether", "run", "go", "--base-url", wire.url, "--tools",
+             "bash", "--yolo", "--workspace", str(tmp_path / "ws"), "--store", "memory",
+             "--json", *flags],
+            capture_output=True, text=True, timeout=60, env=cli_env(OPENAI_API_KEY="k"),
+        )  # fmt: skip
+    finally:
+        secret.unlink(missing_ok=True)
+    assert p.returncode == 0, p.stderr
+    (out,) = [
+        e["output"] for e in map(json.loads, p.stdout.splitlines()) if e["type"] == "tool_result"
+    ]
+    assert "wrote-workspace" in out and (tmp_path / "ws" / "note.txt").exists(), out
+    if outside.exists():  # the host's file, not a private /tmp's
+        out += "\nhost-file-written"
+    return str(out)
+
+
+@needs_bwrap
+def test_bash_is_sandboxed_by_default_where_bubblewrap_works(wire: Any, tmp_path: Path) -> None:
+    """With no flag, bash cannot write outside its workspace, reach the host's 127.0.0.1 or
+    read a secret in the home; with --no-sandbox it can (as before: on purpose)."""
+    out = escape_attempts(wire, tmp_path)
+    assert not {"host-file-written", "reached-host", "planted-home-secret"} & set(out.split()), out
+
+
+def test_no_sandbox_runs_bash_with_the_users_power(wire: Any, tmp_path: Path) -> None:
+    out = escape_attempts(wire, tmp_path, "--no-sandbox")
+    assert {"host-file-written", "reached-host", "planted-home-secret"} <= set(out.split()), out
+
+
+FAILING_BWRAP = "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+
+
+@pytest.mark.parametrize("flag", [None, "--sandbox"])
+def test_where_bubblewrap_cannot_work_bash_runs_unsandboxed_and_says_so(
+    wire: Any, tmp_path: Path, flag: str | None
+) -> None:
+    """A bubblewrap that cannot make namespaces here (as in some containers): by default one
+    line says bash runs unsandboxed, and the run goes on; with --sandbox it is an error at
+    start and nothing ran."""
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text(FAILING_BWRAP)
+    fake.chmod(0o755)
+    wire.add(calls=[("bash", {"command": "touch ran.txt"})]).add(text="ran")
+    p = warm.run(
+        [sys.executable, "-m", "tether", "run", "go", "--base-url", wire.url, "--tools", "bash",
+         "--yolo", "--workspace", str(tmp_path), "--store", "memory", *([flag] if flag else [])],
+        capture_output=True, text=True, timeout=60,
+        env=cli_env(OPENAI_API_KEY="k", PATH=f"{fake.parent}:{os.environ['PATH']}"),
+    )  # fmt: skip
+    cannot = "bubblewrap cannot make a sandbox here: bwrap: No permissions to create new namespace"
+    if flag is None:
+        assert p.returncode == 0, p.stderr
+        said = [line for line in p.stderr.splitlines() if "unsandboxed" in line]
+        assert said == [
+            f"tether: bash runs unsandboxed: {cannot}; --sandbox makes this an error, "
+            "--no-sandbox says you mean it"
+        ], p.stderr
+        assert (tmp_path / "ran.txt").exists()
+    else:
+        assert p.returncode == 2 and f"--sandbox: {cannot}" in p.stderr, p.stderr
+        assert not (tmp_path / "ran.txt").exists() and wire.requests == []
 
 
 def test_a_secret_of_eight_characters_is_redacted_and_one_of_seven_is_not() -> None:

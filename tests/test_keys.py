@@ -95,7 +95,7 @@ def test_no_key_of_tethers_is_found_by_the_tools_it_runs(place: Path, sandbox: b
         *("--provider", "scripted", "--script", str(script), "--tools", "bash", "--yolo"),
         *("--json", "--workspace", str(place / "ws"), "--data-dir", str(place / "data")),
         *("--store", f"sqlite:///{store}", "--log", str(place / "data" / "log.jsonl")),
-        *(["--sandbox"] if sandbox else []),
+        "--sandbox" if sandbox else "--no-sandbox",
     ]
     env = cli_env(KEYS_FILE=str(place / "keys.txt"), HOME=str(place / "home"))
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=90, check=False)

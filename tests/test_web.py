@@ -655,7 +655,8 @@ class Fleet(Server):
 
     def __init__(self, wire: WireServer, tmp: Path, store: str) -> None:
         (tmp / "ws").mkdir()
-        super().__init__(wire, tmp / "data", tmp / "ws", "--store", store)
+        # unsandboxed: a test reads the host pid of a tool's child (a sandbox's are its own)
+        super().__init__(wire, tmp / "data", tmp / "ws", "--store", store, "--no-sandbox")
         self.store = store
         self.workers: list[subprocess.Popen[str]] = []
 

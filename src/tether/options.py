@@ -29,7 +29,7 @@ from .terminal import TERMINAL_CHECK, TERMINAL_SYSTEM, TERMINAL_TOOLS
 from .tools import BUILTINS, Tool
 from .tools.bash import bash_tool, session_tools
 from .tools.loading import load_module, load_tools
-from .tools.sandbox import Sandbox, check
+from .tools.sandbox import for_options
 
 DEFAULT_TOOLS = "read_file,write_file,edit_file,list_files"
 DEFAULT_MAX_STEPS = 50
@@ -68,7 +68,9 @@ class RunOptions:
     tool_timeout: float | None = None
     tool_env: list[str] = field(default_factory=list)
     tool_choice: str | None = None
-    sandbox: bool = False
+    sandbox: bool | None = None
+    """bash in bubblewrap: True requires it, False turns it off, None (the default) uses it
+    where it works (`tools.sandbox.for_options`)."""
     sandbox_net: bool = False
     workspace: str = "."
     max_steps: int | None = DEFAULT_MAX_STEPS
@@ -287,13 +289,10 @@ def select_tools(o: RunOptions) -> list[Tool]:
 
 
 def bash_of(o: RunOptions) -> list[Tool]:
-    """The bash tool these options describe: its environment, and its sandbox (checked here,
-    so a sandbox that cannot be made is an error at start, never an unsandboxed call). The
-    terminal profile's keeps a shell session, with `bash_job` for commands that go on."""
-    sandbox = None
-    if o.sandbox:
-        check(o.sandbox_net)
-        sandbox = Sandbox(net=o.sandbox_net)
+    """The bash tool these options describe: its environment, and its sandbox (decided here,
+    at start: one asked for that cannot be made is an error then, never an unsandboxed call).
+    The terminal profile's keeps a shell session, with `bash_job` for commands that go on."""
+    sandbox = for_options(o.sandbox, o.sandbox_net)
     if o.profile == "terminal":
         return session_tools(o.tool_env, sandbox)
     return [bash_tool(o.tool_env, sandbox)]

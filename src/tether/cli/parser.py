@@ -248,7 +248,8 @@ def worker_tool_options(p: argparse.ArgumentParser) -> None:
     """A worker's tool options: given, they take the place of what each run it executes
     recorded (this machine's copy of the tools, its workspace and the variables bash may see
     here; and a store's rows then cannot name the files or commands a worker loads);
-    `--sandbox` makes every run's bash sandboxed here. Not given, a run's own are used."""
+    `--sandbox`/`--no-sandbox` decide every run's sandbox here. Not given, a run's own are used
+    (a run that chose neither is sandboxed where bubblewrap works here)."""
     t = p.add_argument_group(
         "tools of the runs this worker executes (given, they replace what each run recorded)"
     )
@@ -263,7 +264,8 @@ def worker_tool_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--tool-env", action="append", metavar="NAME", help="an environment "
                    "variable bash may see here (repeatable)")  # fmt: skip
     t.add_argument("--workspace", metavar="DIR", help="the directory the tools work in here")
-    t.add_argument("--sandbox", action="store_true", help="run every run's bash in bubblewrap")
+    t.add_argument("--sandbox", action=argparse.BooleanOptionalAction, default=None,
+                   help="run every run's bash in bubblewrap, or in none")  # fmt: skip
     t.add_argument("--sandbox-net", action="store_true", help="with --sandbox: the network")
 
 
@@ -415,9 +417,12 @@ def tool_options(t: Group) -> None:
     )
     t.add_argument(
         "--sandbox",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="run bash in bubblewrap: the file system read-only but the workspace, a private "
-        "/tmp, no network, every process ending with its call, memory and CPU time bounded",
+        "/tmp, no network, every process ending with its call, memory and CPU time bounded "
+        "(default: where bubblewrap works, else unsandboxed with a warning; --sandbox makes "
+        "its absence an error, --no-sandbox runs bash with your user's full power)",
     )
     t.add_argument(
         "--sandbox-net",

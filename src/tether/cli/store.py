@@ -204,8 +204,8 @@ def worker_overrides(args: argparse.Namespace) -> dict[str, Any]:
         given["tools_from"] = [absolute(f) for f in given["tools_from"]]
         if "tools" not in given:
             given["tools"] = "none"  # as `tether run --tools-from` does
-    if args.sandbox:
-        given.update(sandbox=True, sandbox_net=args.sandbox_net)
+    if args.sandbox is not None:
+        given.update(sandbox=args.sandbox, sandbox_net=args.sandbox_net)
     options = RunOptions(**given).resolved()  # the tools load here, or a one-line error
     select_tools(options)
     return given

@@ -1,4 +1,5 @@
-"""`--sandbox`: bash inside bubblewrap, a boundary rather than a convention.
+"""bash inside bubblewrap, a boundary rather than a convention: on by default where bubblewrap
+works (`--sandbox` requires it, `--no-sandbox` turns it off; see `for_options`).
 
 A sandboxed call sees the system's directories read-only (`SYSTEM`, with `/etc`'s secrets
 hidden), its workspace read-write, and a private `/tmp` and home; nothing else of the host
@@ -8,7 +9,8 @@ process is bubblewrap's, and when it goes the kernel kills the rest, whatever th
 their session or environment); it holds no capability, for root too, and no host Unix socket
 (see `hardening`); its environment is bash's clean one (see `bash.py`); its address space and
 CPU time are bounded. Where bubblewrap is missing or cannot make namespaces here, asking for
-the sandbox is an error at start: a call never runs unsandboxed instead.
+the sandbox (`--sandbox`) is an error at start, and a call never runs unsandboxed instead; by
+default bash then runs unsandboxed, and a line at start says so.
 
 Not bounded: the number of processes (`RLIMIT_NPROC` counts a user's processes machine-wide,
 and a cgroup needs privileges the CLI should not ask for); the PID namespace still ends them
@@ -21,6 +23,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 
 from ..errors import ConfigError
@@ -128,3 +131,41 @@ def check(net: bool) -> None:
     if done.returncode != 0:
         why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no reason given"
         raise ConfigError(f"--sandbox: bubblewrap cannot make a sandbox here: {why}")
+
+
+def for_options(wanted: bool | None, net: bool) -> Sandbox | None:
+    """The sandbox bash runs in: with `wanted` True (`--sandbox`) bubblewrap, or an error now
+    if it cannot make one here; False (`--no-sandbox`) none; None (the default) bubblewrap
+    where it works, else none, said once a process in one line on stderr."""
+    if wanted is False:
+        return None
+    if wanted:
+        check(net)
+        return Sandbox(net=net)
+    why = unavailable(net)
+    if why is None:
+        return Sandbox(net=net)
+    say_unsandboxed(why)
+    return None
+
+
+@functools.cache
+def unavailable(net: bool) -> str | None:
+    """Why bubblewrap cannot make a sandbox here (None: it can); tried once a process."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed (apt-get install bubblewrap)"
+    try:
+        check(net)
+    except ConfigError as e:
+        return str(e).removeprefix("--sandbox: ")
+    return None
+
+
+@functools.cache
+def say_unsandboxed(why: str) -> None:
+    print(
+        f"tether: bash runs unsandboxed: {why}; --sandbox makes this an error, --no-sandbox "
+        "says you mean it",
+        file=sys.stderr,
+        flush=True,
+    )
