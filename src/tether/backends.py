@@ -77,6 +77,10 @@ class Start:
     images: tuple[ImagePart, ...]
 
 
+Begin = Callable[[], Awaitable[RunHandle]]
+"""Starts a run, as `Runtime.start` does (what a child's start is made of)."""
+
+
 @dataclasses.dataclass
 class Needs:
     """What a backend takes from its Runtime when it opens."""
@@ -86,65 +90,75 @@ class Needs:
     questions: Questions
 
 
-class Backend(Protocol):
-    """The Runtime's runs, wherever they live."""
+@dataclasses.dataclass
+class Recorded:
+    """How queued runs are recorded besides their agent and tasks (see `Runtime.enqueue_many`)."""
 
-    async def open(self, needs: Needs) -> None: ...
+    options: dict[str, Any] | None
+    context: RunContext
+    restart: RestartPolicy | None
+    approver: Approver | None
 
-    async def close(self, deadline: float) -> None: ...
+
+class Backend:
+    """The Runtime's runs, wherever they live (`InMemory`, `OnStore`). What only a store can do
+    is refused here, with the reason; `OnStore` does it."""
+
+    async def open(self, needs: Needs) -> None:
+        pass
+
+    async def close(self, deadline: float) -> None:
+        pass
 
     @property
-    def bus(self) -> Bus: ...
+    def bus(self) -> Bus:
+        raise NotImplementedError
 
     @property
-    def runs(self) -> dict[str, Any]: ...
+    def runs(self) -> dict[str, Any]:
+        raise NotImplementedError
 
     @property
-    def view(self) -> StoreView | None: ...
+    def view(self) -> StoreView | None:
+        return None
 
-    async def start(self, s: Start) -> RunHandle: ...
+    async def start(self, s: Start) -> RunHandle:
+        raise NotImplementedError
 
     async def start_child(
-        self,
-        run_id: str,
-        context: RunContext,
-        sinks: list[Sink],
-        begin: Callable[[], Awaitable[RunHandle]],
-    ) -> RunHandle: ...
+        self, run_id: str, context: RunContext, sinks: list[Sink], begin: Begin
+    ) -> RunHandle:
+        """Start a child run (an agent used as a tool) with `begin`."""
+        return await begin()
 
-    async def resume(self, run_id: str, sinks: list[Sink], force: bool) -> RunHandle: ...
+    async def resume(self, run_id: str, sinks: list[Sink], force: bool) -> RunHandle:
+        raise ConfigError("resume needs a store: runs in memory end with their process")
 
-    def get(self, run_id: str) -> RunHandle: ...
+    def get(self, run_id: str) -> RunHandle:
+        raise NotImplementedError
 
-    def enqueue(
-        self,
-        agent: Agent,
-        pairs: list[tuple[str, str]],
-        options: dict[str, Any] | None,
-        context: RunContext,
-        restart: RestartPolicy | None,
-        approver: Approver | None,
-    ) -> None:
+    def enqueue(self, agent: Agent, pairs: list[tuple[str, str]], how: Recorded) -> None:
         """Queue runs (`pairs`: run id, task) in one transaction, for the store's workers."""
-        ...
+        raise ConfigError("a queue needs a store (the store whose workers take the run)")
 
-    async def answer(self, run_id: str, question_id: str, given: Answer) -> None: ...
+    async def answer(self, run_id: str, question_id: str, given: Answer) -> None:
+        """Answer a question no process here waits on (a store keeps it for the run)."""
+        raise QuestionError(f"run {run_id} waits for no question {question_id}")
 
-    async def work(self, concurrency: int, beat: float, dead_after: float) -> None: ...
+    async def work(self, concurrency: int, beat: float, dead_after: float) -> None:
+        raise ConfigError("a worker needs a store")
 
     async def take_over(
         self, run_ids: list[str], sinks: list[Sink], before: dict[str, list[Event]]
-    ) -> list[str]: ...
+    ) -> list[str]:
+        return []
 
 
-class InMemory:
+class InMemory(Backend):
     """Runs as tasks of this process (`Supervisor`); they end with it."""
 
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
-
-    async def open(self, needs: Needs) -> None:
-        pass
 
     async def close(self, deadline: float) -> None:
         await self.supervisor.shutdown(deadline=deadline)
@@ -156,10 +170,6 @@ class InMemory:
     @property
     def runs(self) -> dict[str, Any]:
         return self.supervisor.runs
-
-    @property
-    def view(self) -> StoreView | None:
-        return None
 
     async def start(self, s: Start) -> RunHandle:
         return self.supervisor.start(
@@ -174,42 +184,8 @@ class InMemory:
             images=s.images,
         )
 
-    async def start_child(
-        self,
-        run_id: str,
-        context: RunContext,
-        sinks: list[Sink],
-        begin: Callable[[], Awaitable[RunHandle]],
-    ) -> RunHandle:
-        return await begin()
-
-    async def resume(self, run_id: str, sinks: list[Sink], force: bool) -> RunHandle:
-        raise ConfigError("resume needs a store: runs in memory end with their process")
-
     def get(self, run_id: str) -> RunHandle:
         return self.supervisor.get(run_id)
-
-    def enqueue(
-        self,
-        agent: Agent,
-        pairs: list[tuple[str, str]],
-        options: dict[str, Any] | None,
-        context: RunContext,
-        restart: RestartPolicy | None,
-        approver: Approver | None,
-    ) -> None:
-        raise ConfigError("a queue needs a store (the store whose workers take the run)")
-
-    async def answer(self, run_id: str, question_id: str, given: Answer) -> None:
-        raise QuestionError(f"run {run_id} waits for no question {question_id}")
-
-    async def work(self, concurrency: int, beat: float, dead_after: float) -> None:
-        raise ConfigError("a worker needs a store")
-
-    async def take_over(
-        self, run_ids: list[str], sinks: list[Sink], before: dict[str, list[Event]]
-    ) -> list[str]:
-        return []
 
 
 @dataclasses.dataclass
@@ -223,7 +199,7 @@ class StoreSettings:
     patience: float | None = None
 
 
-class OnStore:
+class OnStore(Backend):
     """Runs recorded in a store (`durable/`): any process on it can execute, resume or take
     over a run, and the store's runs are seen wherever they execute (`view`)."""
 
@@ -289,11 +265,7 @@ class OnStore:
         )
 
     async def start_child(
-        self,
-        run_id: str,
-        context: RunContext,
-        sinks: list[Sink],
-        begin: Callable[[], Awaitable[RunHandle]],
+        self, run_id: str, context: RunContext, sinks: list[Sink], begin: Begin
     ) -> RunHandle:
         """A child is a durable run of its own, and a repeat of the call that starts it (after
         a crash) finds it again; it is started from inside the parent's step, so in a task of
@@ -323,19 +295,12 @@ class OnStore:
         assert durable.view is not None
         return durable.view.get(run_id)
 
-    def enqueue(
-        self,
-        agent: Agent,
-        pairs: list[tuple[str, str]],
-        options: dict[str, Any] | None,
-        context: RunContext,
-        restart: RestartPolicy | None,
-        approver: Approver | None,
-    ) -> None:
+    def enqueue(self, agent: Agent, pairs: list[tuple[str, str]], how: Recorded) -> None:
         from .durable.remote import enqueue
         from .durable.run import record_of
 
-        record = record_of(agent, options, context, approvals_of(approver), restart)
+        approvals = approvals_of(how.approver)
+        record = record_of(agent, how.options, how.context, approvals, how.restart)
         enqueue(self.settings.url, pairs, record)
 
     async def answer(self, run_id: str, question_id: str, given: Answer) -> None:

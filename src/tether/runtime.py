@@ -34,7 +34,16 @@ import orjson
 
 from .agent import Agent
 from .approvals import Approver
-from .backends import Backend, InMemory, Needs, OnStore, RunHandle, Start, StoreSettings
+from .backends import (
+    Backend,
+    InMemory,
+    Needs,
+    OnStore,
+    Recorded,
+    RunHandle,
+    Start,
+    StoreSettings,
+)
 from .bus import Bus
 from .errors import ConfigError, NoSuchRun, RunError
 from .events import Event, Sink
@@ -379,7 +388,7 @@ class Runtime:
         ids = [check_run_id(i) for i in run_ids or [uuid.uuid4().hex[:12] for _ in tasks]]
         pairs = list(zip(ids, tasks, strict=True))
         context = context or context_for(options)
-        self.backend.enqueue(found, pairs, options, context, restart, approver)
+        self.backend.enqueue(found, pairs, Recorded(options, context, restart, approver))
         return ids
 
     async def resume(
