@@ -130,6 +130,22 @@ def alive(pid: int) -> bool:
         return False
 
 
+def holders(mark: str) -> list[str]:
+    """The live processes whose command line holds `mark`, as `pid ppid state comm` lines: what
+    a failed wait for them to end says was left."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark.encode() in (proc / "cmdline").read_bytes():
+                stat = (proc / "stat").read_text()
+                comm = stat[stat.index("(") : stat.rindex(")") + 1]
+                state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+                found.append(f"{proc.name} {ppid} {state} {comm}")
+        except OSError:
+            continue
+    return found
+
+
 def running(mark: str) -> bool:
     """Whether a live process's command line holds `mark` (`exec -a MARK sleep 300` names
     one so), in any pid namespace this one can see."""

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 import warm
-from helpers import alive, cli_env, probe_sandbox, running, until, wait_until
+from helpers import alive, cli_env, holders, probe_sandbox, running, until, wait_until
 from tether import BUILTINS, RunContext, Toolbox, ToolCall
 from tether.approvals import approve_all
 from tether.tools.bash import CappedOutput
@@ -454,7 +454,10 @@ def test_a_sandboxed_command_dies_with_a_killed_tether(wire: Any, tmp_path: Path
         wait_until(lambda: running(mark), "the sandboxed command to run", 30)
         proc.kill()
         proc.wait()
-        wait_until(lambda: not running(mark), "the sandboxed command to end with tether", 10)
+        try:
+            wait_until(lambda: not running(mark), "the sandboxed command to end with tether", 10)
+        except AssertionError as e:  # seen once under load: say what was left (pid ppid state)
+            raise AssertionError(f"{e}; left: {holders(mark)}") from None
     finally:  # nothing left behind when it fails
         proc.kill()
         proc.wait()
