@@ -35,6 +35,7 @@ import orjson
 from .agent import Agent
 from .approvals import Approver
 from .backends import (
+    NOT_OPEN,
     Backend,
     InMemory,
     Needs,
@@ -506,7 +507,7 @@ class Runtime:
 
     def check_open(self) -> None:
         if not self.entered:
-            raise ConfigError("enter the runtime first: async with Runtime(...) as rt")
+            raise ConfigError(NOT_OPEN)
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")

@@ -61,18 +61,6 @@ UNKNOWN_OUTCOME = (
 )
 
 
-async def filled_in(ledger: Ledger, messages: list[Message]) -> list[Message]:
-    """`messages` with the bytes of their images read back (records hold them hollow)."""
-    wanted = sorted({i.sha256 for m in messages for i in m.images if i.data is None})
-    if not wanted:
-        return messages
-    found = await ledger.call(ledger.images, wanted)
-    lost = [h[:12] for h in wanted if h not in found]
-    if lost:
-        raise RuntimeError(f"the store has lost the bytes of image(s) {', '.join(lost)}")
-    return [filled(m, found) for m in messages]
-
-
 class RecordedEffects:
     """A durable run's effects, each a recorded step (see `step`)."""
 
@@ -124,7 +112,15 @@ class RecordedEffects:
             self.run.emitter.emit("user_message", text=text, by="check")
 
     async def filled(self, messages: list[Message]) -> list[Message]:
-        return await filled_in(self.ledger, messages)
+        """`messages` with the bytes of their images read back (records hold them hollow)."""
+        wanted = sorted({i.sha256 for m in messages for i in m.images if i.data is None})
+        if not wanted:
+            return messages
+        found = await self.ledger.call(self.ledger.images, wanted)
+        lost = [h[:12] for h in wanted if h not in found]
+        if lost:
+            raise RuntimeError(f"the store has lost the bytes of image(s) {', '.join(lost)}")
+        return [filled(m, found) for m in messages]
 
     # -- the effects ------------------------------------------------------------------------
 

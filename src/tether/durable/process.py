@@ -378,12 +378,9 @@ class DurableRuns:
 
         await DBOS.cancel_workflow_async(run_id)
         here = self.executing.get(run_id)
-        task = here.task if here is not None else None
-        if here is not None:
-            here.task = None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait([task], timeout=10.0)
+        stopped = here.stop_here() if here is not None else None
+        if stopped is not None:
+            await asyncio.wait([stopped], timeout=10.0)
 
     async def in_time[T](self, work: Awaitable[T]) -> T:
         """`work` (a request to the store), or StoreUnavailable after the patience."""
@@ -430,11 +427,10 @@ class DurableRuns:
             run = self.executing.get(run_id)
             if run is None or run.task is None:
                 continue
-            task, run.task = run.task, None
             if lost:
                 run.lost = unavailable(self.patience, self.quiet.cause, run_id)
                 self.abandoned.add(run_id)
-            task.cancel()
+            run.stop_here()
 
     def give_up(self, run_ids: list[str]) -> None:
         """The store has not answered for the patience: the runs executing here stop waiting

@@ -156,10 +156,6 @@ class DurableRun:
     def alive(self) -> bool:
         return not self.ended.is_set()
 
-    @property
-    def executing(self) -> bool:
-        return self.agent is not None
-
     def waiting(self) -> list[ApprovalRequest]:
         return list(self.pending.values())
 
@@ -241,6 +237,14 @@ class DurableRun:
 
     def executes(self, agent: Agent, context: RunContext) -> None:
         self.agent, self.context = agent, context
+
+    def stop_here(self) -> asyncio.Task[Any] | None:
+        """Cancel its execution here, if it goes on; the task cancelled, to wait for."""
+        task, self.task = self.task, None
+        if task is None or task.done():
+            return None
+        task.cancel()
+        return task
 
     def done_executing(self) -> RunContext | None:
         """Drop what executing it kept (a process serves many runs); its tools' context, whose
