@@ -49,19 +49,25 @@ needs_bwrap = pytest.mark.skipif(
 )
 
 
-def harbor_run(jobs: Path, *args: str) -> dict[str, dict[str, Any]]:
-    """Run `harbor run` over the shipped tasks, each trial in its sandbox; each trial's
-    result.json, by task name."""
+def harbor_run(
+    jobs: Path,
+    *args: str,
+    tasks: Path = TASKS,
+    env_class: str = "tether.harbor.sandbox:SandboxEnvironment",
+) -> dict[str, dict[str, Any]]:
+    """Run `harbor run` over the shipped tasks (or `tasks`), each trial in its sandbox (or
+    `env_class`); each trial's result.json, by task name."""
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    cmd = [HARBOR, "run", "--path", str(TASKS), "-o", str(jobs), "-y", "-q"]
-    cmd += ["--env", "tether.harbor.sandbox:SandboxEnvironment", *args]
+    cmd = [HARBOR, "run", "--path", str(tasks), "-o", str(jobs), "-y", "-q"]
+    cmd += ["--env", env_class, *args]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = {}
     for path in jobs.glob("*/*/result.json"):
         result = json.loads(path.read_text())
         results[result["task_name"]] = {**result, "dir": path.parent}
-    assert sorted(results) == NAMES, done.stdout[-3000:]
+    names = sorted(p.name for p in tasks.iterdir() if (p / "task.toml").exists())
+    assert sorted(results) == names, done.stdout[-3000:]
     return results
 
 
@@ -129,6 +135,35 @@ def test_the_tasks_fail_when_nothing_is_done_and_pass_with_their_solutions(
     )
     leftover = subprocess.run(["pgrep", "-f", "/app/spinner.sh"], capture_output=True)
     assert leftover.stdout == b""
+
+
+FLAWS = Path(__file__).parent / "fixtures" / "harbor-flaws"
+"""Tasks that score 1 under Harbor's docker environment, one for each way ours once differed."""
+
+ENVIRONMENTS = [
+    pytest.param("tether.harbor.sandbox:SandboxEnvironment", marks=needs_bwrap, id="sandbox"),
+    pytest.param("tether.harbor.environment:LocalEnvironment", id="local"),
+]
+
+
+@pytest.mark.parametrize("env_class", ENVIRONMENTS)
+def test_tasks_get_what_docker_gives_them_or_are_refused_at_start(
+    tmp_path: Path, env_class: str
+) -> None:
+    """A task's `[solution.env]` (which Harbor scopes onto the oracle's commands, as it scopes
+    `--ae` onto an agent's) reaches the command; its Dockerfile's ENV, ARG, WORKDIR and COPY
+    shape the trial (and the Dockerfile itself is not in the workdir); a task whose compose
+    file starts services is refused at start with the reason, not scored a silent 0."""
+    oracle = harbor_run(tmp_path / "oracle", "--agent", "oracle", tasks=FLAWS, env_class=env_class)
+    nop = harbor_run(tmp_path / "nop", "--agent", "nop", tasks=FLAWS, env_class=env_class)
+    for name in ("solution-env", "dockerfile"):
+        assert rewards(oracle)[name] == 1.0, name
+        assert rewards(nop)[name] == 0.0, name
+    for results in (oracle, nop):
+        refused = results["services"]
+        assert refused["verifier_result"] is None
+        why = refused["exception_info"]["exception_message"]
+        assert "docker-compose.yaml starts services" in why
 
 
 # -- the environments, directly --------------------------------------------------------------

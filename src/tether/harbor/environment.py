@@ -10,8 +10,10 @@ the four appears as a path (`bash /tests/test.sh > /logs/verifier/out.txt`). Scr
 same places in `$APP_DIR`, `$LOGS_DIR`, `$TESTS_DIR` and `$SOLUTION_DIR`, so a test script that
 writes `${LOGS_DIR:-/logs}/verifier/reward.txt` runs unchanged here and in a container.
 
-The task's `environment/` directory is copied into the workdir at start, and its `setup.sh`, if
-any, runs there (what a Dockerfile's `RUN` would do). Every process a trial starts carries a
+Of the task's `environment/Dockerfile`, `ENV`, `ARG`, `WORKDIR` and `COPY`/`ADD` into those
+places are honoured and the rest is logged as not run (`dockerfile.py`); a task without one has
+its whole `environment/` copied into the workdir. A `setup.sh` put there runs at start (what a
+Dockerfile's `RUN` would do). Every process a trial starts carries a
 marker in its environment; `stop` kills whatever is still running with it, background jobs
 included. Commands run as the current user: this is isolation by directory, not a sandbox, so
 run only tasks you trust.
@@ -29,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from harbor.environments.base import BaseEnvironment, ExecResult
+from harbor.models.task.config import EnvironmentConfig
 
 from ..tools.bash import kill_group, kill_strays
+from .dockerfile import Copy, DockerfileError, Image, read
 
 SETUP_SCRIPT = "setup.sh"
 MARKER = "TETHER_HARBOR_TRIAL"
@@ -40,6 +44,40 @@ EMPTY_PASSES = 3
 """An environment that reads empty three looks running is taken as empty (see `kill_strays`)."""
 PLACES = {"/app": "app", "/logs": "logs", "/tests": "tests", "/solution": "solution"}
 VARIABLES = {"app": "APP_DIR", "logs": "LOGS_DIR", "tests": "TESTS_DIR", "solution": "SOLUTION_DIR"}
+
+
+DOCKERFILE = "Dockerfile"
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+
+
+def refuse_what_cannot_be_given(environment_dir: Path, config: EnvironmentConfig) -> None:
+    """Fail the trial at start, saying why, when the task needs what runs here cannot give: a
+    trial scored 0 because its database service never started reads as the agent's failure."""
+    compose = [n for n in COMPOSE_FILES if (environment_dir / n).is_file()]
+    if compose:
+        raise RuntimeError(
+            f"the task's environment/{compose[0]} starts services, which this environment "
+            "cannot start (use Harbor's docker environment for this task)"
+        )
+    if config.gpus:
+        raise RuntimeError(f"the task asks for {config.gpus} GPU(s); this environment has none")
+    if config.mcp_servers:
+        names = ", ".join(s.name for s in config.mcp_servers)
+        raise RuntimeError(
+            f"the task declares MCP servers ({names}); this environment cannot start them"
+        )
+
+
+def image_of(environment_dir: Path) -> tuple[Image, str | None]:
+    """What the task's Dockerfile gives the trial, and why it cannot be honoured if it
+    cannot (said at start, where Harbor reports it as the trial's error)."""
+    path = environment_dir / DOCKERFILE
+    if not path.is_file():
+        return Image(), None
+    try:
+        return read(path), None
+    except (DockerfileError, ValueError) as e:
+        return Image(), str(e)
 
 
 def path_pattern(prefixes: list[str]) -> re.Pattern[str]:
@@ -55,6 +93,9 @@ class LocalEnvironment(BaseEnvironment):
         self.root = Path(tempfile.mkdtemp(prefix="tether-harbor-"))
         self.trial_marker = uuid.uuid4().hex
         super().__init__(*args, **kwargs)
+        self.image, self.image_error = image_of(self.environment_dir)
+        if self.image.workdir and not self.task_env_config.workdir:
+            self.task_env_config.workdir = self.image.workdir  # as Docker's WORKDIR
         workdir = self.task_env_config.workdir
         self.places = dict(PLACES)
         if workdir and workdir not in self.places:
@@ -88,9 +129,14 @@ class LocalEnvironment(BaseEnvironment):
     def variables(self) -> dict[str, str]:
         return {name: str(self.root / place) for place, name in VARIABLES.items()}
 
+    def image_env(self) -> dict[str, str]:
+        """The Dockerfile's `ENV`, its container paths mapped here (`DATA_DIR=/app/data`)."""
+        return {key: self.rewrite(value) for key, value in self.image.env.items()}
+
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self, force_build: bool) -> None:
+        refuse_what_cannot_be_given(self.environment_dir, self.task_env_config)
         self.make_places()
         await self.set_up()
 
@@ -99,9 +145,18 @@ class LocalEnvironment(BaseEnvironment):
             (self.root / place).mkdir(parents=True, exist_ok=True)
 
     async def set_up(self) -> None:
-        """The task's `environment/` copied into the workdir, and its setup script run."""
-        if self.environment_dir.is_dir():
+        """The task's files put in place (what its Dockerfile copies, or without one the whole
+        `environment/` into the workdir), and its setup script run."""
+        if self.image_error:
+            raise RuntimeError(f"environment/{DOCKERFILE}: {self.image_error}")
+        for ignored in self.image.ignored:
+            self.logger.warning(f"environment/{DOCKERFILE} {ignored}: not run here")
+        if (self.environment_dir / DOCKERFILE).is_file():
+            for copy in self.image.copies:
+                self.put_in_place(copy)
+        elif self.environment_dir.is_dir():
             shutil.copytree(self.environment_dir, self.root / "app", dirs_exist_ok=True)
+        if self.environment_dir.is_dir():
             setup = self.root / "app" / SETUP_SCRIPT
             if setup.is_file():
                 script = setup.read_text()
@@ -112,6 +167,34 @@ class LocalEnvironment(BaseEnvironment):
                     raise RuntimeError(
                         f"environment/{SETUP_SCRIPT} failed with status {result.return_code}: "
                         f"{(result.stderr or result.stdout or '')[-2000:]}"
+                    )
+
+    def put_in_place(self, copy: Copy) -> None:
+        """One `COPY`/`ADD` of the build context, as Docker makes it: a directory's contents,
+        a file into a directory (a destination ending in `/`, or several sources) or to a
+        name; only into the trial's places, the rest of the system being the host's."""
+        target = self.local(copy.destination)
+        if self.root not in target.parents and target != self.root:
+            raise RuntimeError(
+                f"environment/{DOCKERFILE} {copy.instruction}: this environment can only write "
+                f"into {', '.join(sorted(self.places))}"
+            )
+        into_directory = copy.destination.endswith("/") or len(copy.sources) > 1
+        for pattern in copy.sources:
+            sources = sorted(self.environment_dir.glob(pattern.lstrip("/"))) or [
+                self.environment_dir / pattern
+            ]
+            for source in sources:
+                if source.is_dir():
+                    shutil.copytree(source, target, dirs_exist_ok=True)
+                elif source.is_file():
+                    to = target / source.name if into_directory or target.is_dir() else target
+                    to.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source, to)
+                else:
+                    raise RuntimeError(
+                        f"environment/{DOCKERFILE} {copy.instruction}: {pattern} is not in the "
+                        "build context"
                     )
 
     async def stop(self, delete: bool) -> None:
@@ -150,8 +233,8 @@ class LocalEnvironment(BaseEnvironment):
         killed and the status is 124, as with coreutils' `timeout`."""
         environ = {
             **os.environ,
-            **self._persistent_env,
-            **(env or {}),
+            **self.image_env(),
+            **(self._merge_env(env) or {}),
             **self.variables(),
             MARKER: self.trial_marker,
         }

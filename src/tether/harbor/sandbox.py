@@ -35,7 +35,7 @@ import orjson
 from harbor.environments.base import ExecResult
 
 from ..tools.sandbox import SYSTEM, bwrap, hardening, system_view
-from .environment import VARIABLES, LocalEnvironment
+from .environment import VARIABLES, LocalEnvironment, refuse_what_cannot_be_given
 
 REPLY_LIMIT = 16 << 20
 """The longest reply line read: two streams' kept bytes (`KEEP`), in base64, fit with room."""
@@ -170,6 +170,10 @@ class SandboxEnvironment(LocalEnvironment):
         themselves."""
         return {name: f"/{place}" for place, name in VARIABLES.items()}
 
+    def image_env(self) -> dict[str, str]:
+        """The Dockerfile's `ENV` as written: its paths are where they say in the sandbox."""
+        return dict(self.image.env)
+
     def argv(self) -> list[str]:
         """bubblewrap's command line: the host's system (`system_view`, `/etc`'s secrets
         hidden) and `SHOWN` read-only, services' state and users' homes not there (empty
@@ -193,6 +197,7 @@ class SandboxEnvironment(LocalEnvironment):
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self, force_build: bool) -> None:
+        refuse_what_cannot_be_given(self.environment_dir, self.task_env_config)
         self.make_places()
         self.server = await asyncio.create_subprocess_exec(
             *self.argv(),
@@ -261,7 +266,12 @@ class SandboxEnvironment(LocalEnvironment):
         its process group is killed and the status is 124, as with coreutils' `timeout`."""
         if self.server is None or self.server.stdin is None or self.server.returncode is not None:
             raise RuntimeError(self.broken or "the trial's sandbox is not running")
-        environ = {**BASE_ENV, **self._persistent_env, **(env or {}), **self.variables()}
+        environ = {
+            **BASE_ENV,
+            **self.image_env(),
+            **(self._merge_env(env) or {}),
+            **self.variables(),
+        }
         call = next(self.ids)
         reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.replies[call] = reply

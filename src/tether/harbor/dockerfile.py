@@ -1,0 +1,150 @@
+"""What a task's Dockerfile says about the trial's environment, read without Docker.
+
+A Harbor task describes its container with `environment/Dockerfile`. Tether's environments run
+on the host (`LocalEnvironment`) or in a bubblewrap sandbox over the host's read-only system
+(`SandboxEnvironment`), so of a Dockerfile they honour what shapes the trial rather than the
+image: `ENV` (every command sees it), `ARG` (its defaults, for substitution), `WORKDIR` (the
+trial's working directory) and `COPY`/`ADD` of the build context into the trial's own places.
+What cannot be honoured is said, never skipped in silence: a multi-stage build, `COPY --from`,
+`ADD` of a URL or a copy to where the trial cannot write fails the trial at start naming the
+instruction; `RUN`, `USER`, `ENTRYPOINT`, `CMD` and the other instructions are listed in
+`Image.ignored`, which the environment logs. (A task scored 0 because a `COPY` or an `ENV` was
+dropped reads as the agent's failure.)
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HONOURED = {"FROM", "ENV", "ARG", "WORKDIR", "COPY", "ADD", "LABEL", "MAINTAINER", "EXPOSE"}
+VARIABLE = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")
+
+
+class DockerfileError(ValueError):
+    """A Dockerfile instruction this environment cannot honour; the message names it."""
+
+
+@dataclass
+class Copy:
+    """One `COPY`/`ADD`: sources relative to the build context, an absolute destination."""
+
+    sources: list[str]
+    destination: str
+    line: int
+    instruction: str
+
+
+@dataclass
+class Image:
+    """What the trial takes from the Dockerfile."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    copies: list[Copy] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # "line 4: RUN apt-get install ..."
+
+
+def instructions(text: str) -> list[tuple[int, str, str]]:
+    """(line, KEYWORD, arguments) of each instruction: comments dropped, continued lines
+    joined."""
+    found: list[tuple[int, str, str]] = []
+    pending: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if pending and line.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if not pending:
+            start = number
+        continued = line.endswith("\\")
+        pending.append(line[:-1].strip() if continued else line)
+        if not continued:
+            keyword, _, rest = " ".join(p for p in pending if p).partition(" ")
+            found.append((start, keyword.upper(), rest.strip()))
+            pending = []
+    if pending:
+        keyword, _, rest = " ".join(pending).partition(" ")
+        found.append((start, keyword.upper(), rest.strip()))
+    return found
+
+
+def substitute(value: str, known: dict[str, str]) -> str:
+    """`$NAME`, `${NAME}` and `${NAME:-default}` as Docker expands them (unknown: empty)."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(3)
+        default = m.group(2)
+        got = known.get(name, "")
+        return got if got or default is None else default
+
+    return VARIABLE.sub(one, value)
+
+
+def pairs(arguments: str, known: dict[str, str]) -> dict[str, str]:
+    """`ENV`'s two forms: `KEY=VALUE ...` (quotes allowed) and the old `KEY VALUE`."""
+    words = shlex.split(arguments, posix=True)
+    if words and "=" not in words[0]:
+        key, _, value = arguments.partition(" ")
+        return {key: substitute(value.strip(), known)}
+    result: dict[str, str] = {}
+    for word in words:
+        key, _, value = word.partition("=")
+        result[key] = substitute(value, {**known, **result})
+    return result
+
+
+def copy_of(line: int, keyword: str, arguments: str, known: dict[str, str], workdir: str) -> Copy:
+    text = f"line {line}: {keyword} {arguments}"
+    if arguments.startswith("["):
+        words = [str(w) for w in json.loads(arguments)]
+    else:
+        words = shlex.split(arguments)
+    flags = [w for w in words if w.startswith("--")]
+    words = [substitute(w, known) for w in words if not w.startswith("--")]
+    if any(f.startswith("--from") for f in flags):
+        raise DockerfileError(f"{text}: copying from another stage or image is not supported here")
+    if len(words) < 2:
+        raise DockerfileError(f"{text}: a source and a destination are needed")
+    *sources, destination = words
+    if keyword == "ADD" and any("://" in s for s in sources):
+        raise DockerfileError(f"{text}: ADD of a URL is not supported here (no network at build)")
+    absolute = posixpath.normpath(posixpath.join(workdir, destination))
+    if destination.endswith("/") or destination in (".", ".."):  # a directory
+        absolute = absolute.rstrip("/") + "/"
+    return Copy(sources, absolute, line, text)
+
+
+def read(path: Path) -> Image:
+    """The Dockerfile at `path`, read; `DockerfileError` names what cannot be honoured."""
+    image = Image()
+    args: dict[str, str] = {}
+    workdir = "/"
+    stages = 0
+    for line, keyword, arguments in instructions(path.read_text()):
+        known = {**args, **image.env}
+        if keyword == "FROM":
+            stages += 1
+            if stages > 1:
+                raise DockerfileError(
+                    f"line {line}: FROM {arguments}: multi-stage builds are not supported here"
+                )
+        elif keyword == "ARG":
+            name, _, default = arguments.partition("=")
+            args[name.strip()] = substitute(default.strip().strip('"'), known)
+        elif keyword == "ENV":
+            image.env.update(pairs(arguments, known))
+        elif keyword == "WORKDIR":
+            workdir = posixpath.normpath(posixpath.join(workdir, substitute(arguments, known)))
+            image.workdir = workdir
+        elif keyword in ("COPY", "ADD"):
+            image.copies.append(copy_of(line, keyword, arguments, known, workdir))
+        elif keyword not in HONOURED:
+            image.ignored.append(f"line {line}: {keyword} {arguments}"[:200])
+    return image
