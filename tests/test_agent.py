@@ -201,6 +201,46 @@ def test_a_tool_choice_must_name_a_choice_or_a_tool() -> None:
     assert Agent(ScriptedModel([]), [add], tool_choice="add").tool_choice == "add"
 
 
+@tool(name="add")
+def add_floats(a: float, b: float) -> float:
+    """Add."""
+    return a + b
+
+
+def test_an_agent_s_version_is_given_or_the_fingerprint_of_what_changes_behaviour() -> None:
+    """The same definition built twice is one version (a restart of the same code); a
+    changed prompt, model, tool schema, output type or tool choice is another; a given version
+    wins, and a blank one is refused."""
+
+    def version(**changes: Any) -> str:
+        settings: dict[str, Any] = {"model": ScriptedModel([]), "tools": [add], "system": "Be."}
+        return Agent(**{**settings, **changes}).effective_version
+
+    base = version()
+    assert base == version() and len(base) == 12
+    others = [
+        version(system="Be brief."),
+        version(model=ScriptedModel([], name="another")),
+        version(tools=[add_floats]),  # the same name, another schema
+        version(tools=[]),
+        version(output_type={"type": "object"}),
+        version(tool_choice="required"),
+    ]
+    assert base not in others and len(set(others)) == len(others)
+    assert version(version="7") == "7"
+    assert version(budget=Budget(max_steps=3)) == base  # a limit, not the agent's behaviour
+    with pytest.raises(ValueError, match="version: give a name"):
+        version(version=" ")
+
+
+async def test_a_run_says_which_version_of_its_agent_started_it() -> None:
+    agent = Agent(ScriptedModel([reply("Done.")]), version="3")
+    events: list[Event] = []
+    await agent.run("hi", sinks=[events.append])
+    started = [e.data for e in events if e.type == "run_started"]
+    assert started[0]["agent"] == "agent" and started[0]["version"] == "3"
+
+
 def test_a_result_keeps_its_fields_through_its_record() -> None:
     """What a durable run records is read back whole; a record that lacks a field (one of an
     earlier version) reads as nothing spent, never as one step."""

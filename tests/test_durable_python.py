@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,6 +151,17 @@ def test_a_runtime_on_a_sqlite_store_leaves_its_host_alone(tmp_path: Path) -> No
     assert tuple(seen["gc"]) == tuple(seen["before"]["gc"])
 
 
+def program(source: str, store: str) -> dict[str, Any]:
+    """What a program of its own (a process has one store) printed last, as JSON."""
+    done = warm.run(
+        [sys.executable, "-c", source, store],
+        capture_output=True, text=True, timeout=60, env=cli_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return seen
+
+
 QUEUE_TWICE = """
 import asyncio, json, sys
 from tether import Agent, Runtime, ScriptedModel, reply
@@ -180,11 +192,36 @@ def test_a_batch_that_names_one_run_twice_queues_nothing(tmp_path: Path) -> None
     """`enqueue_many` is all or nothing: a repeated id is refused before anything is queued,
     never reported as two runs queued while the store keeps one. (In a program of its own: a
     process has one store.)"""
-    done = warm.run(
-        [sys.executable, "-c", QUEUE_TWICE, f"sqlite:///{tmp_path}/runs.sqlite"],
-        capture_output=True, text=True, timeout=60, env=cli_env(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.splitlines()[-1])
+    seen = program(QUEUE_TWICE, f"sqlite:///{tmp_path}/runs.sqlite")
     assert "same id" in seen["refused"] and seen["after_refusal"] == []
     assert seen["queued"] == seen["stored"] == ["j-1", "j-2"]
+
+
+VERSIONS = """
+import asyncio, json, sys
+from tether import Agent, Runtime, ScriptedModel, reply
+
+async def main(store):
+    given = Agent(ScriptedModel([reply("Done.")]), name="given", version="2")
+    found = Agent(ScriptedModel([reply("Done.")]), name="found", system="Be brief.")
+    seen = {"fingerprint": found.effective_version}
+    async with Runtime(store, [given, found]) as rt:
+        for name in ("given", "found"):
+            run = await rt.start(name, "a task", run_id=name + "-1")
+            await run.wait()
+            seen[name] = rt.get(name + "-1").version
+        queued = rt.enqueue("given", "later", run_id="queued-1")
+        seen["queued"] = rt.get(queued).version
+    print(json.dumps(seen))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_a_run_records_the_version_of_the_agent_it_started_with(tmp_path: Path) -> None:
+    """A run on a store records its agent's version (given, or the definition's fingerprint),
+    and `Runtime.get` shows it for a run executed here and for one still queued. (In a program
+    of its own: a process has one store.)"""
+    seen = program(VERSIONS, f"sqlite:///{tmp_path}/runs.sqlite")
+    assert seen["given"] == seen["queued"] == "2"
+    assert seen["found"] == seen["fingerprint"] and len(seen["fingerprint"]) == 12

@@ -396,6 +396,11 @@ def test_a_page_opened_after_a_server_restart_shows_the_whole_run(
     expect(page.locator("#status")).to_have_text("done", timeout=10_000)
     expect(page.locator(".user").first).to_have_text("stream slowly")
     expect(page.locator(".answer")).to_contain_text("word0 word1")
+    # the version the run started with, as the store recorded it, on the page and in the list
+    listed = [r for r in server.api("GET", "/api/runs") if r["id"] == run["id"]]
+    version = listed[0]["version"]
+    assert isinstance(version, str) and len(version) == 12
+    expect(page.locator(".version")).to_have_text(f"tether version {version}")
     shot(page, "after-restart")
     context.close()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import time
 import uuid
 from collections.abc import Awaitable, Iterable, Sequence
@@ -64,6 +65,14 @@ CHILD_TIMEOUT = 3600.0
 limit still hold): far longer than a plain tool's minute, as a child makes model calls."""
 
 
+def fingerprint(agent: Agent) -> str:
+    """A version for an agent that names none: twelve hex digits of a hash of its
+    `definition`, so a changed prompt, model, tool schema, output type or guardrail is another
+    version while a restart of the same code is the same one."""
+    text = orjson.dumps(agent.definition(), option=orjson.OPT_SORT_KEYS, default=str)
+    return hashlib.sha256(text).hexdigest()[:12]
+
+
 def close(emitter: Emitter, state: LoopState, why: str) -> None:
     """Close the calls a run left open (see `close_open_calls`), with `tool_result` events for
     those that had none, so every `tool_call` a subscriber saw gets its result."""
@@ -105,6 +114,10 @@ class Agent:
     check: str | None = None
     """A message that asks the model, once, to check its work against the task before its
     first final answer is taken (the terminal profile's `TERMINAL_CHECK`); None: no check."""
+    version: str | None = None
+    """The agent's version, which each run records at its start (`run_started`, the store,
+    `tether runs`); None: `fingerprint`'s, of what changes behaviour. `effective_version` is
+    the one used."""
 
     def __post_init__(self) -> None:
         self.toolbox = self.tools if isinstance(self.tools, Toolbox) else Toolbox(self.tools)
@@ -119,6 +132,27 @@ class Agent:
         self.input_guards = [Guardrail.of(g) for g in self.input_guardrails]
         self.output_guards = [Guardrail.of(g) for g in self.output_guardrails]
         self.tool_guards = [Guardrail.of(g) for g in self.tool_guardrails]
+        if self.version is not None and not self.version.strip():
+            raise ValueError("version: give a name, or None for the agent's fingerprint")
+        self.effective_version = self.version or fingerprint(self)
+
+    def definition(self) -> dict[str, Any]:
+        """What changes how the agent behaves (see `fingerprint`): its instructions, model,
+        tools as the model sees them, output shape, guardrails and the rest of its settings."""
+        return {
+            "system": self.system,
+            "check": self.check,
+            "provider": self.model.provider,
+            "model": self.model.name,
+            "max_output_tokens": self.max_output_tokens,
+            "tool_choice": self.tool_choice,
+            "tools": [dataclasses.asdict(s) for s in self.toolbox.specs],
+            "output": None if self.output is None else dataclasses.asdict(self.output.format),
+            "guardrails": [
+                [g.name for g in guards]
+                for guards in (self.input_guards, self.output_guards, self.tool_guards)
+            ],
+        }
 
     def new_state(self, messages: list[Message]) -> LoopState:
         return LoopState(messages, self.system, self.toolbox.specs)
@@ -237,6 +271,7 @@ class Agent:
             "provider": self.model.provider,
             "model": self.model.name,
             "agent": self.name,
+            "version": self.effective_version,
             "budget": {
                 "max_steps": b.max_steps,
                 "max_tokens": b.max_tokens,

@@ -42,6 +42,9 @@ class RunHandle(Protocol):
     def status(self) -> Status | str: ...
 
     @property
+    def version(self) -> str | None: ...
+
+    @property
     def alive(self) -> bool: ...
 
     @property

@@ -82,6 +82,8 @@ SCHEMA: dict[str, EventType] = {
             "task": "the task as given",
             "provider": "the model's protocol",
             "model": "the model's name",
+            "agent": "the agent's name",
+            "version": "the agent's version (given, or its definition's fingerprint)",
             "images": IMAGES,
         },
     ),

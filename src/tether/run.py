@@ -203,6 +203,11 @@ class Run:
         self.limiter: Limiter | None = None  # the bound on its model's calls (the supervisor's)
 
     @property
+    def version(self) -> str | None:
+        """The agent's version the run started with (`Agent.effective_version`)."""
+        return self.agent.effective_version
+
+    @property
     def alive(self) -> bool:
         return self.status in ("queued", "running", "idle")
 

@@ -137,7 +137,8 @@ def control(store: Any, args: argparse.Namespace) -> str:
 
 def runs_line(r: dict[str, Any]) -> str:
     """id, when it was queued or started, state (with its worker while it runs, the approvals
-    it waits for, or the command that resumes it), steps, cost and task, a tab between each."""
+    it waits for, or the command that resumes it), steps, cost, the agent and its version
+    (`agent@version`) and task, a tab between each."""
     since = r["started_at"] or r["queued_at"] or 0
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
     waits = "; ".join(
@@ -157,7 +158,8 @@ def runs_line(r: dict[str, Any]) -> str:
     cost = "" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
     task = " ".join(r["task"].split())
     task = task if len(task) <= 60 else task[:59] + "…"
-    return "\t".join([r["id"], when, state, steps, cost, scrub(task)])
+    version = f"{r['agent']}@{r['version']}" if r.get("version") else ""
+    return "\t".join([r["id"], when, state, steps, cost, scrub(version), scrub(task)])
 
 
 def command_resume(args: argparse.Namespace) -> int:

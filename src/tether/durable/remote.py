@@ -228,6 +228,15 @@ class RemoteRun:
         return str(row["state"])
 
     @property
+    def version(self) -> str | None:
+        """The agent's version the run started with, as the store recorded it."""
+        row = self.view.row(self.id)
+        if row is None:
+            raise NoSuchRun(f"run {self.id!r} is gone from its store")
+        version = row.get("version")
+        return version if isinstance(version, str) else None
+
+    @property
     def alive(self) -> bool:
         return status_of(self.view.client, self.id).status not in ENDED
 

@@ -31,7 +31,7 @@ from ..run import RestartPolicy
 from ..tools.tool import RunContext
 from .ledger import Ledger
 from .outage import cause_of, said_by_us
-from .view import MAIL, Tally, messages_of
+from .view import MAIL, Tally, messages_of, version_of
 
 FORMAT = 1
 """The version of a run's record (below); a reader refuses a record of another version."""
@@ -54,6 +54,7 @@ def record_of(
     return {
         "format": FORMAT,
         "agent": agent.name,
+        "version": agent.effective_version,
         "options": options,
         "approvals": approvals,
         "restart": dataclasses.asdict(restart or RestartPolicy()),
@@ -151,6 +152,11 @@ class DurableRun:
         self.emitter.seq = len(self.log.events)
         self.emitter.lineage = lineage
         self.sinks = list(sinks)
+
+    @property
+    def version(self) -> str | None:
+        """The agent's version the run started with, as the store recorded it."""
+        return version_of(self.host.reader, self.id)
 
     @property
     def alive(self) -> bool:

@@ -172,6 +172,16 @@ def status_of(store: Any, run_id: str) -> Any:
         raise NoSuchRun(f"no run {run_id} in the store") from None
 
 
+def version_of(store: Any, run_id: str) -> str | None:
+    """The agent's version a run of the store started with (None: recorded before runs had
+    versions); an unknown id is NoSuchRun."""
+    inputs = status_of(store, run_id).input
+    args = inputs.get("args") if isinstance(inputs, dict) else None
+    record = args[1] if isinstance(args, (list, tuple)) and len(args) > 1 else None
+    version = record.get("version") if isinstance(record, dict) else None
+    return version if isinstance(version, str) else None
+
+
 def events_of(store: Any, run_id: str) -> list[Event]:
     """A durable run's persisted history as events: its completed model replies and tool
     results (step outputs), the approvals it asked a person for, and its end (the workflow's
@@ -200,6 +210,7 @@ def events_of(store: Any, run_id: str) -> list[Event]:
         provider=record.get("provider") if isinstance(record, dict) else None,
         model=first.model if first is not None else None,
         agent=record.get("agent") if isinstance(record, dict) else None,
+        version=record.get("version") if isinstance(record, dict) else None,
         **images_data(task_images(record) if isinstance(record, dict) else ()),
     )
     for step, at in steps:
@@ -328,6 +339,8 @@ def listing(w: Any) -> dict[str, Any]:
     (queued, running on a worker, then its outcome), when, and what it used."""
     inputs = w.input.get("args") if isinstance(w.input, dict) else None
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
+    record = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else None
+    record = record if isinstance(record, dict) else {}
     out = w.output if isinstance(w.output, dict) else {}
     state = out.get("outcome", "done") if w.status == "SUCCESS" else STATES.get(w.status)
     ended = w.status in ENDED
@@ -340,6 +353,8 @@ def listing(w: Any) -> dict[str, Any]:
         "id": w.workflow_id,
         "state": state or str(w.status).lower(),
         "task": task if isinstance(task, str) else "",
+        "agent": record.get("agent"),
+        "version": record.get("version"),  # None: recorded before runs had versions
         "queued_at": (w.created_at or 0) / 1000 if queued else None,
         "started_at": started,
         "ended_at": ((w.completed_at or w.updated_at or 0) / 1000) if ended else None,

@@ -233,6 +233,7 @@ const render = {
       const a = el('a', '', d.parent_run_id); a.href = '/runs/' + encodeURIComponent(d.parent_run_id);
       up.appendChild(a);
     }
+    if (d.version) add(el('div', 'note version', `${d.agent || 'agent'} version ${d.version}`));
     if (d.task) add(el('div', 'item user', d.task));
     document.getElementById('status').textContent = 'running'; budget();
   },
