@@ -253,6 +253,18 @@ def test_approve_one_call_and_deny_another(page: Page, server: Server) -> None:
     expect(calls).to_have_count(2)
     rows = {box["y"] for box in (calls.nth(0).bounding_box(), calls.nth(1).bounding_box()) if box}
     assert len(rows) == 2
+    # each bar says what it was, its tooltip how long it took and how it ended; a click on one
+    # goes to its step in the log; the legend says what the colours are
+    expect(calls.nth(0)).to_have_text("bash")
+    titles = [calls.nth(i).get_attribute("title") or "" for i in range(2)]
+    assert sorted(t.rsplit(" · ", 1)[-1] for t in titles) == ["failed", "ok"], titles  # denied
+    assert all(re.fullmatch(r"bash · \d+ ms · (ok|failed)", t) for t in titles), titles
+    model = page.locator("#timeline .bar.model").first
+    expect(model).to_have_attribute("title", re.compile(r" ms · \d+ in, \d+ out tokens$"))
+    expect(page.locator("#timeline .bar.error")).to_have_count(1)
+    expect(page.locator("#legend")).to_contain_text("failed tool call")
+    calls.nth(1).click()
+    expect(page.locator(".tool.flash")).to_have_count(1)
     assert (server.workspace / "approved.txt").read_text() == "yes\n"
     assert not (server.workspace / "denied.txt").exists()
     shot(page, "approved-and-denied")
@@ -355,7 +367,7 @@ def test_the_page_links_a_child_run_and_the_list_nests_it(page: Page, server: Se
     models, tools = page.locator("#timeline .bar.model"), page.locator("#timeline .bar.tool")
     expect(models).to_have_count(2)
     expect(tools).to_have_count(1)
-    expect(tools).to_have_attribute("title", re.compile(r"^research \d+ ms$"))
+    expect(tools).to_have_attribute("title", re.compile(r"^research · \d+ ms · ok$"))
     first, second, call = (b.bounding_box() for b in (models.nth(0), models.nth(1), tools))
     assert first and second and call
     assert first["y"] == second["y"] < call["y"]

@@ -31,10 +31,16 @@ form.start textarea { width: 100%; min-height: 4rem; }
 button { cursor: pointer; }
 #timeline { position: relative; background: white; border: 1px solid #e3e6ea; margin: .5rem 0;
             border-radius: 6px; overflow: hidden; }
-#timeline .bar { position: absolute; height: 10px; border-radius: 3px; min-width: 3px; border: 0; }
-#timeline .model { background: #6f42c1; } #timeline .tool { background: #8a96a3; }
-#timeline .tool.error { background: #a4161a; } #timeline .open { opacity: .5; }
+#timeline .bar { position: absolute; height: 14px; border-radius: 3px; min-width: 3px; border: 0;
+                 padding: 0 3px; color: white; font: 10px/14px ui-monospace, monospace;
+                 overflow: hidden; white-space: nowrap; text-align: left; }
+#timeline .model, #legend .model { background: #6f42c1; }
+#timeline .tool, #legend .tool { background: #8a96a3; }
+#timeline .tool.error, #legend .tool.error { background: #a4161a; } #timeline .open { opacity: .5; }
 #timeline .scale { position: absolute; right: .4rem; bottom: 0; }
+#legend .key { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
+               margin: 0 .3rem 0 .8rem; vertical-align: middle; }
+.flash { outline: 2px solid #f0c36d; }
 """
 
 INDEX_PAGE = """<!doctype html>
@@ -109,6 +115,9 @@ RUN_PAGE = """<!doctype html>
   <button id="cancel">Cancel</button>
 </div>
 <div id="timeline" title="model calls (top row) and tool calls over time"></div>
+<div id="legend" class="note">Timeline:<span class="key model"></span>model call<span
+class="key tool"></span>tool call<span class="key tool error"></span>failed tool call
+· a bar's tooltip has its time, tokens and outcome; click it to go to its step</div>
 <div id="log"></div>
 <form id="send"><input name="text" size="60" placeholder="Send a message to the run">
 <button type="submit">Send</button> <span id="send-error" class="note"></span></form>
@@ -193,14 +202,27 @@ function questionForm(d) {
 // The timeline: each model call and tool call a bar from its start to its end (event times),
 // model calls on the top row, tool calls on the first row free at their start.
 const timeline = {t0: null, bars: [], open: {}};
-function bar(kind, key, label, ts) {
+// A bar is labelled with what it was (the model, a tool's name); its tooltip says how long it
+// took, its tokens or outcome; a click scrolls to its step in the log (`target`).
+function bar(kind, key, label, ts, target) {
   if (timeline.t0 === null) timeline.t0 = ts;
-  const b = {kind, label, start: ts, end: null, error: false};
+  const b = {kind, label, start: ts, end: null, error: false, detail: '', target: target || null};
   timeline.bars.push(b); timeline.open[key] = b; drawTimeline();
+  return b;
 }
-function barEnd(key, ts, error) {
-  const b = timeline.open[key]; if (!b) return;
-  b.end = ts; b.error = !!error; delete timeline.open[key]; drawTimeline();
+function barEnd(key, ts, error, detail) {
+  const b = timeline.open[key]; if (!b) return null;
+  b.end = ts; b.error = !!error; b.detail = detail || ''; delete timeline.open[key]; drawTimeline();
+  return b;
+}
+function tooltip(b) {
+  const took = b.end === null ? 'running' : `${Math.round((b.end - b.start) * 1000)} ms`;
+  return [b.label, took, b.detail].filter(Boolean).join(' · ');
+}
+function goTo(b) {
+  if (!b.target) return;
+  b.target.scrollIntoView({block: 'center'}); b.target.classList.add('flash');
+  setTimeout(() => b.target.classList.remove('flash'), 1500);
 }
 function drawTimeline() {
   const box = document.getElementById('timeline'); box.replaceChildren();
@@ -213,17 +235,18 @@ function drawTimeline() {
       row = 1; while (rows[row] !== undefined && rows[row] > b.start) row += 1;
       rows[row] = b.end === null ? Infinity : b.end;
     }
-    const e = el('div', `bar ${b.kind}` + (b.error ? ' error' : '') + (b.end === null ? ' open' : ''));
+    const e = el('button', `bar ${b.kind}` + (b.error ? ' error' : '') + (b.end === null ? ' open' : ''), b.label);
+    e.type = 'button'; e.onclick = () => goTo(b);
     const end = b.end === null ? last : b.end;
     e.style.left = `${(b.start - timeline.t0) / span * 100}%`;
     e.style.width = `${Math.max((end - b.start) / span * 100, 0.3)}%`;
-    e.style.top = `${4 + row * 14}px`;
-    e.title = b.label + (b.end === null ? ' (running)' : ` ${Math.round((b.end - b.start) * 1000)} ms`);
+    e.style.top = `${4 + row * 18}px`;
+    e.title = tooltip(b); e.setAttribute('aria-label', e.title);
     box.appendChild(e);
   }
   const scale = el('div', 'note scale', `${span < 10 ? span.toFixed(2) : Math.round(span)} s`);
   box.appendChild(scale);
-  box.style.height = `${22 + Math.max(rows.length, 1) * 14}px`;
+  box.style.height = `${26 + Math.max(rows.length, 1) * 18}px`;
 }
 const render = {
   run_started(d) {
@@ -238,21 +261,29 @@ const render = {
     document.getElementById('status').textContent = 'running'; budget();
   },
   user_message(d) { add(el('div', 'item user', d.text)); },
-  model_request(d) { state.modelCalls = (state.modelCalls || 0) + 1; bar('model', 'model', `model call ${state.modelCalls}`, d.ts); },
+  model_request(d) {
+    state.modelCalls = (state.modelCalls || 0) + 1;
+    state.modelBar = bar('model', 'model', `model call ${state.modelCalls}`, d.ts);
+  },
   text_delta(d) {
     if (!state.streaming) state.streaming = add(el('div', 'item assistant streaming', ''));
     state.streaming.textContent += d.text;
   },
   model_response(d) {
-    barEnd('model', d.ts);
-    if (state.streaming) { state.streaming.textContent = d.text; state.streaming.classList.remove('streaming'); }
-    else if (d.text) add(el('div', 'item assistant', d.text));
+    const u = d.usage || {};
+    const b = barEnd('model', d.ts, false, `${u.input_tokens || 0} in, ${u.output_tokens || 0} out tokens`);
+    let said = null;
+    if (state.streaming) { said = state.streaming; said.textContent = d.text; said.classList.remove('streaming'); }
+    else if (d.text) said = add(el('div', 'item assistant', d.text));
+    if (b) { b.label = d.model || b.label; b.target = said; drawTimeline(); }  // calls only: the first
+    state.replyBar = said ? null : b;
     state.streaming = null; state.steps += 1;
     state.tokens += (d.usage.input_tokens || 0) + (d.usage.output_tokens || 0); budget();
   },
   tool_call(d) {
-    bar('tool', 'call:' + d.id, d.name, d.ts);
     const box = add(el('div', 'item tool'));
+    bar('tool', 'call:' + d.id, d.name, d.ts, box);
+    if (state.replyBar) { state.replyBar.target = box; state.replyBar = null; }
     box.dataset.callId = d.id;
     box.appendChild(el('span', 'name', d.name));
     box.appendChild(el('span', 'args', ' ' + JSON.stringify(d.arguments, null, 1)));
@@ -282,7 +313,7 @@ const render = {
     if (ask) ask.replaceChildren(el('span', 'decision', (d.approved ? 'Approved' : 'Denied') + ': ' + d.reason));
   },
   tool_result(d) {
-    barEnd('call:' + d.id, d.ts, d.is_error);
+    barEnd('call:' + d.id, d.ts, d.is_error, d.is_error ? 'failed' : 'ok');
     const box = state.calls[d.id] || add(el('div', 'item tool'));
     const out = el('div', 'result' + (d.is_error ? ' error' : ''), d.output);
     box.appendChild(out); if (d.is_error) box.classList.add('error');
