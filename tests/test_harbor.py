@@ -153,7 +153,8 @@ def test_tasks_get_what_docker_gives_them_or_are_refused_at_start(
     """A task's `[solution.env]` (which Harbor scopes onto the oracle's commands, as it scopes
     `--ae` onto an agent's) reaches the command; its Dockerfile's ENV, ARG, WORKDIR and COPY
     shape the trial (and the Dockerfile itself is not in the workdir); a task whose compose
-    file starts services is refused at start with the reason, not scored a silent 0."""
+    file starts services is refused at start with the reason, not scored a silent 0, and one
+    whose agent runs as another user fails saying so instead of running as root."""
     oracle = harbor_run(tmp_path / "oracle", "--agent", "oracle", tasks=FLAWS, env_class=env_class)
     nop = harbor_run(tmp_path / "nop", "--agent", "nop", tasks=FLAWS, env_class=env_class)
     for name in ("solution-env", "dockerfile"):
@@ -164,6 +165,10 @@ def test_tasks_get_what_docker_gives_them_or_are_refused_at_start(
         assert refused["verifier_result"] is None
         why = refused["exception_info"]["exception_message"]
         assert "docker-compose.yaml starts services" in why
+    # a task whose agent runs as another user is refused, never run as root instead
+    other = oracle["other-user"]
+    assert rewards(oracle)["other-user"] != 1.0
+    assert "as user 'tester'; this environment" in other["exception_info"]["exception_message"]
 
 
 # -- the environments, directly --------------------------------------------------------------

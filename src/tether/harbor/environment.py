@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import re
 import shutil
 import tempfile
@@ -65,6 +66,19 @@ def refuse_what_cannot_be_given(environment_dir: Path, config: EnvironmentConfig
         names = ", ".join(s.name for s in config.mcp_servers)
         raise RuntimeError(
             f"the task declares MCP servers ({names}); this environment cannot start them"
+        )
+
+
+def check_user(user: str | int | None) -> None:
+    """Refuse a command Harbor asks to run as another user (a task's `[agent]` or `[verifier]`
+    `user`): this environment runs every command as one user, and a verifier that drops to an
+    unprivileged user to run the agent's program would otherwise run it as root, its check
+    against cheating gone without a word."""
+    me = {0, "root", os.getuid(), pwd.getpwuid(os.getuid()).pw_name}
+    if user is not None and user not in me and str(user) not in {str(u) for u in me}:
+        raise RuntimeError(
+            f"the task asks to run a command as user {user!r}; this environment runs every "
+            "command as one user and cannot switch (use Harbor's docker environment)"
         )
 
 
@@ -231,6 +245,7 @@ class LocalEnvironment(BaseEnvironment):
     ) -> ExecResult:
         """Run `command` with bash in the workdir (or `cwd`); on timeout its process group is
         killed and the status is 124, as with coreutils' `timeout`."""
+        check_user(self._resolve_user(user))
         environ = {
             **os.environ,
             **self.image_env(),

@@ -35,7 +35,7 @@ import orjson
 from harbor.environments.base import ExecResult
 
 from ..tools.sandbox import SYSTEM, bwrap, hardening, system_view
-from .environment import VARIABLES, LocalEnvironment, refuse_what_cannot_be_given
+from .environment import VARIABLES, LocalEnvironment, check_user, refuse_what_cannot_be_given
 
 REPLY_LIMIT = 16 << 20
 """The longest reply line read: two streams' kept bytes (`KEEP`), in base64, fit with room."""
@@ -266,6 +266,7 @@ class SandboxEnvironment(LocalEnvironment):
         its process group is killed and the status is 124, as with coreutils' `timeout`."""
         if self.server is None or self.server.stdin is None or self.server.returncode is not None:
             raise RuntimeError(self.broken or "the trial's sandbox is not running")
+        check_user(self._resolve_user(user))
         environ = {
             **BASE_ENV,
             **self.image_env(),
