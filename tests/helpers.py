@@ -146,12 +146,16 @@ def holders(mark: str) -> list[str]:
     return found
 
 
-def running(mark: str) -> bool:
+def running(mark: str, named: bool = False) -> bool:
     """Whether a live process's command line holds `mark` (`exec -a MARK sleep 300` names
-    one so), in any pid namespace this one can see."""
+    one so), in any pid namespace this one can see; `named`: only the process whose own name
+    (argv[0]) is `mark`, not one whose arguments hold it (bubblewrap's, or a shell's)."""
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and mark.encode() in (proc / "cmdline").read_bytes():
+            if not proc.name.isdigit():
+                continue
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if (argv[0] == mark.encode()) if named else mark.encode() in b"\0".join(argv):
                 return alive(int(proc.name))
         except OSError:
             continue

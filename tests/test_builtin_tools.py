@@ -451,7 +451,10 @@ def test_a_sandboxed_command_dies_with_a_killed_tether(wire: Any, tmp_path: Path
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env(OPENAI_API_KEY="k"),
     )  # fmt: skip
     try:
-        wait_until(lambda: running(mark), "the sandboxed command to run", 30)
+        # the command itself, not bubblewrap's arguments naming it: killed before bubblewrap
+        # has asked to die with its parent, bubblewrap outlives tether (a window of its
+        # start-up that is bubblewrap's own)
+        wait_until(lambda: running(mark, named=True), "the sandboxed command to run", 30)
         proc.kill()
         proc.wait()
         try:
