@@ -332,6 +332,26 @@ def test_a_servers_question_is_answered_in_a_form_on_the_page(
         server.stop()
 
 
+def test_the_pages_follow_the_system_s_dark_mode(browser: Browser, server: Server) -> None:
+    """Dark mode by `prefers-color-scheme`, within the page's CSP (its one nonced style)."""
+    run = server.api("POST", "/api/runs", {"task": "stream slowly"})
+    server.wait_for(run["id"], "done")
+    colours = {}
+    for scheme in ("light", "dark"):
+        context = browser.new_context(color_scheme=scheme)
+        page = context.new_page()
+        page.goto(f"{server.url}/runs/{run['id']}?token={TOKEN}")
+        expect(page.locator("#status")).to_have_text("done", timeout=10_000)
+        colours[scheme] = page.evaluate(
+            "() => [getComputedStyle(document.body).backgroundColor,"
+            " getComputedStyle(document.querySelector('.item')).backgroundColor]"
+        )
+        shot(page, f"run-{scheme}")
+        context.close()
+    assert colours["light"] == ["rgb(250, 251, 252)", "rgb(255, 255, 255)"]
+    assert colours["dark"] == ["rgb(20, 23, 28)", "rgb(29, 33, 40)"]
+
+
 def test_cancel_a_run(page: Page, server: Server) -> None:
     start_from_form(page, "cancel me")
     expect(page.locator(".assistant").first).to_contain_text("never ending", timeout=10_000)

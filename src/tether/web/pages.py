@@ -41,6 +41,16 @@ button { cursor: pointer; }
 #legend .key { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
                margin: 0 .3rem 0 .8rem; vertical-align: middle; }
 .flash { outline: 2px solid #f0c36d; }
+@media (prefers-color-scheme: dark) {  /* the same page, light text on dark surfaces */
+  body { color: #d9dee5; background: #14171c; }
+  table, form.start, .item, #timeline { background: #1d2128; border-color: #353b45; }
+  td, th, #bar { border-color: #353b45; } #bar { background: #14171c; }
+  a { color: #8ab4f8; } .note { color: #9aa4af; }
+  .approval, .question { background: #3a3020; border-color: #7a6430; }
+  .status-done { color: #5fd07a; } .status-failed, .status-cancelled, .error { color: #ff8a8a; }
+  .status-halted { color: #e0b34a; } .answer { border-color: #5fd07a; }
+  input, textarea, select, button { background: #262b33; color: #d9dee5; border: 1px solid #4a515c; }
+}
 """
 
 INDEX_PAGE = """<!doctype html>
