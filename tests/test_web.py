@@ -352,6 +352,35 @@ def test_the_pages_follow_the_system_s_dark_mode(browser: Browser, server: Serve
     assert colours["dark"] == ["rgb(20, 23, 28)", "rgb(29, 33, 40)"]
 
 
+def test_the_runs_list_filters_by_state_and_text_and_the_link_keeps_the_filter(
+    page: Page, server: Server
+) -> None:
+    ran = server.api("POST", "/api/runs", {"task": "stream slowly"})
+    errand = server.api("POST", "/api/runs", {"task": "an unknown errand"})
+    server.api("POST", "/api/runs", {"task": "run two commands"})  # waits for its approvals
+    server.wait_for(ran["id"], "done")
+    server.wait_for(errand["id"], "done")
+    page.goto(f"{server.url}/")
+    rows, text = page.locator("#runs tr"), page.locator("#filter input[name=q]")
+    expect(rows).to_have_count(3)
+    expect(page.locator("#counts")).to_contain_text("3 runs: ")
+    expect(page.locator("#counts")).to_contain_text("done 2")
+    text.fill("ERRAND")  # any case, in the task, the id or the agent's name
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text(errand["id"])
+    assert page.url.endswith("/?q=errand")
+    text.fill("")
+    page.select_option("#filter select[name=state]", "done")
+    expect(rows).to_have_count(2)
+    page.reload()  # the link holds the filter
+    expect(page.locator("#filter select[name=state]")).to_have_value("done")
+    expect(rows).to_have_count(2)
+    text.fill("nothing like this")
+    expect(rows).to_have_count(0)
+    expect(page.locator("#none")).to_have_text("No run matches this filter.")
+    shot(page, "runs-filtered")
+
+
 def test_cancel_a_run(page: Page, server: Server) -> None:
     start_from_form(page, "cancel me")
     expect(page.locator(".assistant").first).to_contain_text("never ending", timeout=10_000)

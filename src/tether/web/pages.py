@@ -68,8 +68,15 @@ INDEX_PAGE = """<!doctype html>
   <p>Tools: __TOOLS__</p>
   <button type="submit">Start run</button> __QUEUE__<span id="start-error" class="note"></span>
 </form>
+<form id="filter" class="note">Show <select name="state" aria-label="state">
+  <option value="">every state</option><option>queued</option><option>running</option>
+  <option>waiting</option><option>idle</option><option>done</option><option>halted</option>
+  <option>failed</option><option>cancelled</option><option>interrupted</option></select>
+  <input name="q" type="search" size="40" placeholder="whose task, id or agent holds..."
+  aria-label="text"> <span id="counts"></span></form>
 <table><thead><tr><th>Run</th><th>Task</th><th>Status</th><th>Steps</th><th>Tokens</th>
 <th>Cost</th></tr></thead><tbody id="runs"></tbody></table>
+<p id="none" class="note" hidden>No run matches this filter.</p>
 <script nonce="__NONCE__">
 __AUTH__
 document.getElementById('start').addEventListener('submit', async (ev) => {
@@ -98,9 +105,29 @@ function row(body, s, depth) {
   cell(tr, s.steps); cell(tr, s.tokens); cell(tr, '$' + s.cost_usd.toFixed(4));
   body.appendChild(tr);
 }
+// The filter lives in the URL (?state=done&q=invoice), so a filtered list can be shared.
+const filter = document.getElementById('filter');
+for (const [k, v] of new URLSearchParams(location.search)) if (filter.elements[k]) filter.elements[k].value = v;
+function filtered(all) {
+  const state = filter.elements.state.value, q = filter.elements.q.value.trim().toLowerCase();
+  const url = new URL(location.href);
+  for (const [k, v] of [['state', state], ['q', q]]) v ? url.searchParams.set(k, v) : url.searchParams.delete(k);
+  if (url.href !== location.href) history.replaceState(null, '', url);
+  return all.filter(s => (!state || s.status === state)
+    && (!q || [s.task, s.id, s.agent || ''].join(' ').toLowerCase().includes(q)));
+}
+function counts(all) {
+  const n = {}; for (const s of all) n[s.status] = (n[s.status] || 0) + 1;
+  document.getElementById('counts').textContent =
+    `${all.length} runs: ` + Object.entries(n).map(([k, v]) => `${k} ${v}`).join(' · ');
+}
+filter.addEventListener('input', () => refresh());
+filter.addEventListener('submit', (ev) => { ev.preventDefault(); refresh(); });
 async function refresh() {
   const r = await api('/api/runs'); if (!r.ok) return;
-  const runs = (await r.json()).reverse(); const body = document.getElementById('runs');
+  const all = (await r.json()).reverse(); counts(all);
+  const runs = filtered(all); const body = document.getElementById('runs');
+  document.getElementById('none').hidden = runs.length > 0 || all.length === 0;
   const ids = new Set(runs.map(s => s.id)); const children = {};
   for (const s of runs) if (s.parent_run_id && ids.has(s.parent_run_id)) {
     (children[s.parent_run_id] = children[s.parent_run_id] || []).push(s);

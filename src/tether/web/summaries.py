@@ -23,6 +23,7 @@ def row_summary(row: dict[str, Any]) -> dict[str, Any]:
         "started": row.get("started_at"),
         "usage": row.get("usage"),
         "model": "",
+        "agent": row.get("agent"),
         "version": row.get("version"),
         "worker": row.get("worker"),
     }
@@ -39,6 +40,7 @@ def summarize(events: list[Event]) -> dict[str, Any]:
         "started": None,
         "usage": None,
         "model": "",
+        "agent": None,
         "version": None,
         "parent_run_id": None,
     }
@@ -48,7 +50,7 @@ def summarize(events: list[Event]) -> dict[str, Any]:
             s["parent_run_id"] = d.get("parent_run_id")  # a child run (an agent as a tool)
             s["task"] = s["task"] or (d.get("task") or "")
             s["model"] = d.get("model", "")
-            s["version"] = d.get("version")
+            s["agent"], s["version"] = d.get("agent"), d.get("version")
             s["started"] = s["started"] or e.ts
             s["status"] = "running"
         elif e.type == "model_response":
