@@ -238,3 +238,22 @@ def test_what_happened_and_what_was_decided_cannot_change_afterward(value: objec
     first = dataclasses.fields(value)[0].name  # type: ignore[arg-type]
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(value, first, None)
+
+
+def test_a_tool_s_use_of_the_model_counts_in_the_run_s_usage_and_cost() -> None:
+    """A tool that asked the run's model (an MCP server's sampling) returns that usage with its
+    result: added to the run's usage and, at the run's price, to its cost; a result without
+    usage adds nothing, and with no price only the tokens count."""
+    per_token = Price(input=1_000_000.0, cached_input=0.0, output=1_000_000.0)  # $1 a token
+    state = LoopState([Message.user("q")], usage=Usage(10, output_tokens=5))
+    state.cost_usd = 1.0
+    results = (
+        ToolResult("c1", "ask", "sampled", usage=Usage(3, output_tokens=2)),
+        ToolResult("c2", "plain", "no model asked"),
+    )
+    assert step(state, ToolsDone(results), Budget(), per_token, 0.0) == CallModel()
+    assert (state.usage.input_tokens, state.usage.output_tokens) == (13, 7)
+    assert state.cost_usd == pytest.approx(6.0)
+    unpriced = LoopState([Message.user("q")])
+    step(unpriced, ToolsDone(results[:1]), Budget(), None, 0.0)
+    assert (unpriced.usage.input_tokens, unpriced.cost_usd) == (3, 0.0)
