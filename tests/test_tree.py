@@ -507,6 +507,8 @@ def test_a_child_run_id_is_a_valid_run_id_however_long_its_parents() -> None:
     assert child_run_id("lead-1", None, "f00d") == "lead-1.f00d"
     long = child_run_id("p" * 121, "call_12", "x")  # 129 characters in all
     assert long == "p" * 120 + ".call_12" and check_run_id(long) == long
+    edge = "-" + "p" * 119  # 128 in all with ".call_12": kept whole, its first "-" too
+    assert child_run_id(edge, "call_12", "x") == edge + ".call_12"
     deep = "a." * 70
     assert check_run_id(child_run_id(deep.rstrip("."), "c", "x")).endswith(".c")
 
