@@ -171,6 +171,24 @@ def test_tasks_get_what_docker_gives_them_or_are_refused_at_start(
     assert "as user 'tester'; this environment" in other["exception_info"]["exception_message"]
 
 
+ROOT_TASKS = Path(__file__).parent / "fixtures" / "harbor-root"
+"""Tasks that write to the system as an agent in a container does: the sandbox only (the local
+environment would write to this machine's)."""
+
+
+@needs_bwrap
+def test_a_task_writes_to_its_own_system_and_the_host_never_changes(tmp_path: Path) -> None:
+    """In a container an agent installs a command into /usr/local/bin, adds a user and writes
+    to its home, and a verifier renames /tests to hide it: each scores 1 in the sandbox (each
+    failed on read-only mounts), and none of it reaches this machine."""
+    oracle = harbor_run(tmp_path / "oracle", "--agent", "oracle", tasks=ROOT_TASKS)
+    nop = harbor_run(tmp_path / "nop", "--agent", "nop", tasks=ROOT_TASKS)
+    assert rewards(oracle)["writable-root"] == 1.0, oracle["writable-root"]["dir"]
+    assert rewards(nop)["writable-root"] == 0.0
+    assert not Path("/usr/local/bin/greet").exists()
+    assert subprocess.run(["getent", "passwd", "tester"], capture_output=True).returncode != 0
+
+
 # -- the environments, directly --------------------------------------------------------------
 
 
@@ -339,10 +357,52 @@ def test_a_script_keyed_by_instruction_needs_exactly_one_match(tmp_path: Path) -
 
 
 @needs_bwrap
+def test_each_trial_starts_from_the_hosts_system_and_its_writes_go_with_it(
+    tmp_path: Path,
+) -> None:
+    """A trial changes its system (a file in /etc, a program removed from /usr/bin, a file
+    uploaded into /usr/local and one downloaded from /var, both through the sandbox since
+    the kernel owns the mounted layers); the next trial of the same task starts from the
+    host's system again, and the first's directory is gone with it."""
+    (tmp_path / "environment").mkdir()
+    given = tmp_path / "given.txt"
+    given.write_text("uploaded\n")
+
+    async def scenario() -> None:
+        first = environment(tmp_path, kind=SandboxEnvironment)
+        await first.start(force_build=False)
+        try:
+            r = await first.exec("echo changed > /etc/tether-trial && rm /usr/bin/env && date")
+            assert r.return_code == 0, r.stderr
+            await first.upload_file(given, "/usr/local/share/tether/given.txt")
+            r = await first.exec("cat /usr/local/share/tether/given.txt; ls /usr/bin/env")
+            assert r.stdout == "uploaded\n" and "No such file" in (r.stderr or "")
+            await first.exec("mkdir -p /var/tmp/out && echo made > /var/tmp/out/made.txt")
+            await first.download_dir("/var/tmp/out", tmp_path / "out")
+            assert (tmp_path / "out" / "made.txt").read_text() == "made\n"
+        finally:
+            await first.stop(delete=True)
+        assert not first.root.exists()
+        second = environment(tmp_path, kind=SandboxEnvironment)
+        await second.start(force_build=False)
+        try:
+            r = await second.exec(
+                "cat /etc/tether-trial; ls /usr/local/share/tether; ls /usr/bin/env"
+            )
+            assert r.stdout == "/usr/bin/env\n", r.stdout
+        finally:
+            await second.stop(delete=True)
+
+    asyncio.run(scenario())
+    assert not Path("/etc/tether-trial").exists() and Path("/usr/bin/env").exists()
+
+
+@needs_bwrap
 def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Seen from inside: the container's paths are real, the rest is read-only, there is no
-    network and no secret of the host; a process left running is there for the next
-    command and gone with the trial; a time-out kills the command, status 124."""
+    """Seen from inside: the container's paths are real, the system is the trial's own copy
+    (what it writes never reaches the host), there is no capability, no network and no
+    secret of the host; a process left running is there for the next command and gone with
+    the trial; a time-out kills the command, status 124."""
     monkeypatch.setenv("SECRET_TOKEN", "sk-host-secret")
     planted = Path.home() / f".tether-planted-{os.getpid()}"
     planted.write_text("planted secret\n")
@@ -357,11 +417,15 @@ def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.Monk
             assert r.return_code == 0, r.stderr
             assert (r.stdout or "").startswith("set up\n/app\n")
             assert "sk-host-secret" not in (r.stdout or "")
-            assert (env.root / "logs/verifier/reward.txt").read_text() == "1\n"
-            r = await env.exec("touch /etc/tether-was-here")
-            assert r.return_code != 0 and "Read-only file system" in (r.stderr or "")
-            # as root too: no capability to remount the host's directories writable
-            await env.exec("mount -o remount,bind,rw /var; touch /var/tether-was-here")
+            assert env.local("/logs/verifier/reward.txt").read_text() == "1\n"
+            # the system is the trial's copy: written inside, never on the host (asserted
+            # at the end); as root too, no capability to mount the host's directories
+            r = await env.exec("touch /etc/tether-was-here && ls /etc/tether-was-here")
+            assert r.return_code == 0, r.stderr
+            r = await env.exec("mkdir /mnt; mount --bind /proc /mnt; umount -l /usr; ls /usr")
+            assert "mount: /mnt: permission denied" in (r.stderr or ""), r.stderr
+            assert "umount: /usr: must be superuser" in (r.stderr or ""), r.stderr
+            await env.exec("touch /var/tether-was-here")
             r = await env.exec("grep CapEff /proc/self/status; ls -a /run /var/run")
             assert "CapEff:\t0000000000000000" in (r.stdout or ""), r.stdout
             assert "postgresql" not in (r.stdout or "")  # no host socket directory
@@ -397,7 +461,9 @@ def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.Monk
 
 @needs_bwrap
 @pytest.mark.parametrize("user", ["root", "nobody"])
-def test_a_trials_sandbox_holds_for_root_and_for_an_ordinary_user(user: str) -> None:
+def test_a_trials_sandbox_holds_for_root_and_for_an_ordinary_user(
+    user: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The probes of bash's sandbox, run in a trial's (its mounts and limits, with the probe
     in place of its server), as root and as an ordinary user: no remount, no write to the
     host, no capability, no host socket, nothing of a home, of /etc/shadow or of a store kept
@@ -406,30 +472,33 @@ def test_a_trials_sandbox_holds_for_root_and_for_an_ordinary_user(user: str) -> 
     import tempfile
 
     from helpers import probe_sandbox
+    from tether.harbor import sandbox as sandbox_module
+    from tether.harbor.rootfs import remove
 
     if os.geteuid() != 0:
         pytest.skip("the root case and the switch to an ordinary user need root")
     folder = Path(tempfile.mkdtemp(prefix="tether-trial-"))  # reachable by an ordinary user
     folder.chmod(0o755)
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    assert system_python is not None
+    # the root's first step runs on a Python that nobody may read too (this one lives in
+    # root's home here)
+    monkeypatch.setattr(sandbox_module, "interpreter", lambda: system_python)
     env = environment(folder, kind=SandboxEnvironment)
     assert isinstance(env, SandboxEnvironment)
     try:
         env.make_places()
+        if user == "nobody":  # the trial's layers are its user's, as they are when it makes them
+            subprocess.run(["chown", "-R", "65534:65534", str(env.root)], check=True)
         env.root.chmod(0o755)  # the trial's scratch, 0700 by default: the other user's here
 
         def trial(probe: str) -> list[str]:
-            argv = env.argv()
-            prefix = os.path.realpath(sys.base_prefix)
-            for i in range(len(argv) - 2):  # the server's Python, bound where it lives (root's
-                if argv[i : i + 3] == ["--ro-bind", prefix, prefix]:  # home here): the probe
-                    del argv[i : i + 3]  # needs none, and nobody may not read it
-                    break
-            return [*argv[: argv.index("--") + 1], "bash", "-c", probe]
+            return env.argv(["/bin/bash", "-c", probe])
 
         said = probe_sandbox(trial, user)
     finally:
         shutil.rmtree(folder)
-        shutil.rmtree(env.root)
+        remove(env.root)
     assert "ESCAPED" not in said, said
 
 
@@ -477,11 +546,11 @@ def test_a_cancelled_exec_kills_its_command_in_the_sandbox(tmp_path: Path) -> No
         await env.start(force_build=False)
         try:
             call = asyncio.ensure_future(env.exec("echo $$ > /app/pid; exec sleep 300"))
-            await until(lambda: (env.root / "app/pid").exists(), "the command to start")
+            await until(lambda: env.local("/app/pid").exists(), "the command to start")
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call
-            inner = (env.root / "app/pid").read_text().strip()
+            inner = env.local("/app/pid").read_text().strip()
             gone = f"for i in $(seq 50); do kill -0 {inner} || exit 0; sleep 0.1; done; exit 1"
             assert (await env.exec(gone)).return_code == 0  # the command's process is gone
         finally:

@@ -36,6 +36,7 @@ from harbor.models.task.config import EnvironmentConfig
 
 from ..tools.bash import kill_group, kill_strays
 from .dockerfile import Copy, DockerfileError, Image, read
+from .rootfs import remove
 
 SETUP_SCRIPT = "setup.sh"
 MARKER = "TETHER_HARBOR_TRIAL"
@@ -44,6 +45,7 @@ DRAIN_AFTER_EXIT = 1.0
 EMPTY_PASSES = 3
 """An environment that reads empty three looks running is taken as empty (see `kill_strays`)."""
 PLACES = {"/app": "app", "/logs": "logs", "/tests": "tests", "/solution": "solution"}
+CONTAINER_DIRS = ("/app", "/tests", "/solution", "/logs/agent", "/logs/verifier", "/logs/artifacts")
 VARIABLES = {"app": "APP_DIR", "logs": "LOGS_DIR", "tests": "TESTS_DIR", "solution": "SOLUTION_DIR"}
 
 
@@ -149,18 +151,22 @@ class LocalEnvironment(BaseEnvironment):
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    def workdir(self) -> str:
+        return self.task_env_config.workdir or "/app"
+
     async def start(self, force_build: bool) -> None:
         refuse_what_cannot_be_given(self.environment_dir, self.task_env_config)
         self.make_places()
-        await self.set_up()
+        self.place_files()
+        await self.run_setup()
 
     def make_places(self) -> None:
-        for place in ("app", "tests", "solution", "logs/agent", "logs/verifier", "logs/artifacts"):
-            (self.root / place).mkdir(parents=True, exist_ok=True)
+        for place in (*CONTAINER_DIRS, self.workdir()):
+            self.local(place).mkdir(parents=True, exist_ok=True)
 
-    async def set_up(self) -> None:
-        """The task's files put in place (what its Dockerfile copies, or without one the whole
-        `environment/` into the workdir), and its setup script run."""
+    def place_files(self) -> None:
+        """The task's files put in place: what its Dockerfile copies, or without one the whole
+        `environment/` into the workdir."""
         if self.image_error:
             raise RuntimeError(f"environment/{DOCKERFILE}: {self.image_error}")
         for ignored in self.image.ignored:
@@ -169,24 +175,29 @@ class LocalEnvironment(BaseEnvironment):
             for copy in self.image.copies:
                 self.put_in_place(copy)
         elif self.environment_dir.is_dir():
-            shutil.copytree(self.environment_dir, self.root / "app", dirs_exist_ok=True)
-        if self.environment_dir.is_dir():
-            setup = self.root / "app" / SETUP_SCRIPT
-            if setup.is_file():
-                script = setup.read_text()
-                setup.unlink()
-                timeout = int(self.task_env_config.build_timeout_sec)
-                result = await self.exec(script, timeout_sec=timeout)
-                if result.return_code != 0:
-                    raise RuntimeError(
-                        f"environment/{SETUP_SCRIPT} failed with status {result.return_code}: "
-                        f"{(result.stderr or result.stdout or '')[-2000:]}"
-                    )
+            shutil.copytree(self.environment_dir, self.local(self.workdir()), dirs_exist_ok=True)
+
+    async def run_setup(self) -> None:
+        """The task's setup script, if it has one in its workdir (what a Dockerfile's `RUN`
+        would do), run once and removed."""
+        setup = self.local(self.workdir()) / SETUP_SCRIPT
+        if not self.environment_dir.is_dir() or not setup.is_file():
+            return
+        script = setup.read_text()
+        setup.unlink()
+        timeout = int(self.task_env_config.build_timeout_sec)
+        result = await self.exec(script, timeout_sec=timeout)
+        if result.return_code != 0:
+            raise RuntimeError(
+                f"environment/{SETUP_SCRIPT} failed with status {result.return_code}: "
+                f"{(result.stderr or result.stdout or '')[-2000:]}"
+            )
 
     def put_in_place(self, copy: Copy) -> None:
         """One `COPY`/`ADD` of the build context, as Docker makes it: a directory's contents,
         a file into a directory (a destination ending in `/`, or several sources) or to a
-        name; only into the trial's places, the rest of the system being the host's."""
+        name; only where this environment has the trial's own files (here its places, the
+        rest of the system being the host's)."""
         target = self.local(copy.destination)
         if self.root not in target.parents and target != self.root:
             raise RuntimeError(
@@ -214,7 +225,7 @@ class LocalEnvironment(BaseEnvironment):
     async def stop(self, delete: bool) -> None:
         kill_marked(self.trial_marker)
         if delete:
-            shutil.rmtree(self.root, ignore_errors=True)
+            remove(self.root)
 
     # -- files ---------------------------------------------------------------------------
 
@@ -253,7 +264,7 @@ class LocalEnvironment(BaseEnvironment):
             **self.variables(),
             MARKER: self.trial_marker,
         }
-        where = self.local(cwd) if cwd else self.root / "app"
+        where = self.local(cwd or self.workdir())
         proc = await asyncio.create_subprocess_exec(
             "bash",
             "-c",

@@ -3,14 +3,15 @@
     harbor run --path examples/terminal-tasks --env tether.harbor.sandbox:SandboxEnvironment \\
         --agent tether.harbor.agent:TetherAgent --model openai/gpt-5
 
-A trial gets one sandbox for its life, as a container would be: its scratch directories are
-mounted at `/app`, `/logs`, `/tests` and `/solution` themselves (and at the task's workdir), so
-a script that writes `/logs/verifier/reward.txt` does so, with no mapping of paths in command
-lines (`LocalEnvironment`'s way, which a task's own scripts never saw). Of the host it sees
-the system, read-only (`argv`): not the homes, services' state or any other directory where
-data may be kept; `/tmp` is private; there is no network (only a loopback of
-its own); the environment holds no variable of the host's (no secrets), only what Harbor
-passes.
+A trial gets one sandbox for its life, as a container would be, with a root of its own
+(`rootfs.py`): the host's system directories copy-on-write (a task may install into /usr/local
+or add a user; the host never changes), `/app`, `/logs`, `/tests`, `/solution`, `/tmp` and the
+homes ordinary directories of the trial's, so a script that writes
+`/logs/verifier/reward.txt` does so, with no mapping of paths in command lines
+(`LocalEnvironment`'s way, which a task's own scripts never saw). Of the host it sees the
+system: not the homes, services' state or any other directory where data may be kept, nor
+`/etc`'s secrets; there is no network (only a loopback of its own); the environment holds no
+variable of the host's (no secrets), only what Harbor passes; no command holds a capability.
 
 Every command runs inside the trial's PID namespace, so a process one command leaves running
 (a server, `nohup`) is still there for the next, as in a container, and `stop` ends them all at
@@ -25,30 +26,27 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import os
+import shlex
 import shutil
 import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 from harbor.environments.base import ExecResult
 
-from ..tools.sandbox import SYSTEM, bwrap, hardening, system_view
+from ..tools.sandbox import SYSTEM, bwrap, system_view
 from .environment import VARIABLES, LocalEnvironment, check_user, refuse_what_cannot_be_given
+from .rootfs import PACKAGE_STATE, ROOT_SCRIPT, SERVICE_STATE, SHOWN, Root, remove
 
 REPLY_LIMIT = 16 << 20
 """The longest reply line read: two streams' kept bytes (`KEEP`), in base64, fit with room."""
-SHOWN = ("/opt", "/var")
-"""What a trial sees of the host beyond the system's directories (`tools.sandbox.SYSTEM`),
-read-only: tools installed under /opt, and /var as a system has it (its logs, caches, package
-state). Not the users' homes, `/srv`, `/mnt`, `/media` or any other top-level directory, where
-a store or a secret may be kept: a task written for a container needs a system, not the
-host's data."""
-SERVICE_STATE = ("/var/lib", "/var/backups", "/var/mail", "/var/spool")
-"""Inside /var, what services keep (databases, stores, mail, queued jobs): hidden, but for the
-package managers' state (`PACKAGE_STATE`), which `dpkg -l` and `apt` read."""
-PACKAGE_STATE = ("/var/lib/dpkg", "/var/lib/apt")
+OVERLAY_NEEDS = "a trial's copy-on-write root needs overlayfs in a user namespace: Linux 5.11+"
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "HOME": "/root",
@@ -153,6 +151,7 @@ class SandboxEnvironment(LocalEnvironment):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.rootfs = Root(self.root)
         self.server: asyncio.subprocess.Process | None = None
         self.replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.ids = itertools.count(1)
@@ -163,42 +162,54 @@ class SandboxEnvironment(LocalEnvironment):
     def type() -> str:
         return "tether-sandbox"
 
-    # -- the mounts -----------------------------------------------------------------------
+    # -- the root -------------------------------------------------------------------------
+
+    def local(self, path: str) -> Path:
+        """Where a container path is on the host: in the trial's root, or (before the
+        sandbox starts) in its overlay's upper layer. `..` stays inside the container."""
+        if not path.startswith("/"):
+            path = f"{self.workdir()}/{path}"
+        return self.rootfs.host_path(os.path.normpath(path))
 
     def variables(self) -> dict[str, str]:
         """$APP_DIR and the like, for tasks written for `LocalEnvironment`: the paths
-        themselves."""
-        return {name: f"/{place}" for place, name in VARIABLES.items()}
+        themselves, $APP_DIR the workdir (the place `LocalEnvironment` maps it to)."""
+        return {name: f"/{place}" for place, name in VARIABLES.items()} | {
+            "APP_DIR": self.workdir()
+        }
 
     def image_env(self) -> dict[str, str]:
         """The Dockerfile's `ENV` as written: its paths are where they say in the sandbox."""
         return dict(self.image.env)
 
-    def argv(self) -> list[str]:
-        """bubblewrap's command line: the host's system (`system_view`, `/etc`'s secrets
-        hidden) and `SHOWN` read-only, services' state and users' homes not there (empty
-        homes, as an image has), the trial's places mounted where a container has them. The
-        interpreter of the sandbox's server is there, wherever it lives."""
+    def make_places(self) -> None:
+        self.rootfs.prepare()
+        super().make_places()
+
+    def argv(self, command: list[str] | None = None) -> list[str]:
+        """bubblewrap's command line: the namespaces, the host's system read-only (`/etc`'s
+        secrets hidden) for the first step, then `ROOT_SCRIPT`, which makes the trial's root
+        (`rootfs.Root`) and becomes `command` (by default the sandbox's server) in the
+        workdir. The trial runs as root of its namespace, as a container's commands do (for an
+        ordinary user, as rootless Docker's). The server's interpreter is there, wherever it
+        lives."""
         argv = [bwrap(), "--unshare-all", "--die-with-parent", "--new-session", *system_view()]
-        argv += [a for path in SHOWN if os.path.isdir(path) for a in ("--ro-bind", path, path)]
-        argv += [a for path in SERVICE_STATE if os.path.isdir(path) for a in ("--tmpfs", path)]
-        argv += [a for p in PACKAGE_STATE if os.path.isdir(p) for a in ("--ro-bind", p, p)]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *hardening()]
-        argv += homes_hidden()
+        argv += ["--proc", "/proc", "--dev", "/dev", "--uid", "0", "--gid", "0"]
         python = interpreter()
         prefix = os.path.realpath(sys.base_prefix)
-        if python.startswith(prefix + "/") and not visible(prefix):  # e.g. a pyenv in ~
-            argv += ["--ro-bind", prefix, prefix]
-        for prefix, place in self.places.items():
-            argv += ["--bind", str(self.root / place), prefix]
-        argv += ["--chdir", "/app", "--", python, "-I", "-c", SERVER]
-        return argv
+        outside = [prefix] if python.startswith(prefix + "/") and not visible(prefix) else []
+        argv += [a for p in outside for a in ("--ro-bind", p, p)]  # e.g. a pyenv in ~
+        argv += self.rootfs.bwrap_args()
+        then = command or [python, "-I", "-c", SERVER]
+        spec = self.rootfs.spec(then, cwd=self.workdir(), read_only=outside)
+        return [*argv, "--", python, "-I", "-c", ROOT_SCRIPT, spec]
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self, force_build: bool) -> None:
         refuse_what_cannot_be_given(self.environment_dir, self.task_env_config)
         self.make_places()
+        self.place_files()  # into the layers, before they are mounted
         self.server = await asyncio.create_subprocess_exec(
             *self.argv(),
             limit=REPLY_LIMIT,
@@ -212,9 +223,12 @@ class SandboxEnvironment(LocalEnvironment):
         first = await self.server.stdout.readline()
         if not first.startswith(b'{"ready"'):
             why = (await self.server.stderr.read()).decode(errors="replace").strip()
-            raise RuntimeError(f"the sandbox did not start: {why or 'no reason given'}")
+            raise RuntimeError(
+                f"the sandbox did not start: {why or 'no reason given'}"
+                + (f" ({OVERLAY_NEEDS})" if "the trial's root" in why else "")
+            )
         self.listener = asyncio.ensure_future(self.listen())
-        await self.set_up()
+        await self.run_setup()
 
     async def listen(self) -> None:
         """Hand each reply of the server to the call that waits for it. Replies are bounded
@@ -250,7 +264,65 @@ class SandboxEnvironment(LocalEnvironment):
         if self.listener is not None:
             await self.listener
         if delete:
-            shutil.rmtree(self.root, ignore_errors=True)
+            remove(self.root)
+
+    # -- files ----------------------------------------------------------------------------
+    # Files in the trial's root are read and written in place; in a mounted overlay (/usr,
+    # /etc, /opt, /var) the upper layer is the kernel's, so they pass through a directory of
+    # the root that both sides reach and are copied inside, as `docker cp` copies them.
+
+    def overlaid(self, path: str) -> str | None:
+        """`path` made absolute, if it is in a mounted overlay."""
+        full = os.path.normpath(path if path.startswith("/") else f"{self.workdir()}/{path}")
+        mounted = self.server is not None and self.rootfs.overlay_of(full) is not None
+        return full if mounted else None
+
+    @contextlib.asynccontextmanager
+    async def passage(self) -> AsyncIterator[str]:
+        """A directory of the trial's root that the host and the sandbox both reach, gone
+        after."""
+        name = f"/.tether-transfer-{uuid.uuid4().hex}"
+        self.local(name).mkdir(mode=0o700)
+        try:
+            yield name
+        finally:
+            shutil.rmtree(self.local(name), ignore_errors=True)
+
+    async def inside(self, command: str) -> None:
+        done = await self.exec(command)
+        if done.return_code != 0:
+            raise RuntimeError(f"{command}: {(done.stderr or done.stdout or '').strip()}")
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        if (target := self.overlaid(target_path)) is None:
+            return await super().upload_file(source_path, target_path)
+        async with self.passage() as via:
+            shutil.copy2(source_path, self.local(f"{via}/file"))
+            where = shlex.quote(os.path.dirname(target))
+            await self.inside(f"mkdir -p {where} && cp -a {via}/file {shlex.quote(target)}")
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        if (target := self.overlaid(target_dir)) is None:
+            return await super().upload_dir(source_dir, target_dir)
+        async with self.passage() as via:
+            shutil.copytree(source_dir, self.local(f"{via}/dir"))
+            into = shlex.quote(target)
+            await self.inside(f"mkdir -p {into} && cp -a {via}/dir/. {into}/")
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        if (source := self.overlaid(source_path)) is None:
+            return await super().download_file(source_path, target_path)
+        async with self.passage() as via:
+            await self.inside(f"cp -a {shlex.quote(source)} {via}/file")
+            Path(target_path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(self.local(f"{via}/file"), target_path)
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        if (source := self.overlaid(source_dir)) is None:
+            return await super().download_dir(source_dir, target_dir)
+        async with self.passage() as via:
+            await self.inside(f"mkdir -p {via}/dir && cp -a {shlex.quote(source)}/. {via}/dir/")
+            shutil.copytree(self.local(f"{via}/dir"), target_dir, dirs_exist_ok=True)
 
     # -- commands -------------------------------------------------------------------------
 
@@ -279,7 +351,7 @@ class SandboxEnvironment(LocalEnvironment):
         request = {
             "id": call,
             "command": command,
-            "cwd": cwd or self.task_env_config.workdir or "/app",
+            "cwd": cwd or self.workdir(),
             "env": environ,
             "timeout": timeout_sec,
         }
@@ -295,15 +367,6 @@ class SandboxEnvironment(LocalEnvironment):
             stderr=text(done["stderr"]),
             return_code=int(done["code"]),
         )
-
-
-HOMES = ("/root", "/home")
-
-
-def homes_hidden() -> list[str]:
-    """The users' homes, empty and the trial's own: `~/.ssh`, keys, Tether's own data
-    directory and stores are not there, and a task may still write to `~`."""
-    return [a for h in HOMES if os.path.isdir(h) and not os.path.islink(h) for a in ("--tmpfs", h)]
 
 
 def visible(path: str) -> bool:

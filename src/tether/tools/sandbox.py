@@ -98,7 +98,8 @@ def secrets_hidden() -> list[str]:
 
 
 def hardening() -> list[str]:
-    """What every sandbox adds, Harbor's too. `--cap-drop ALL`: bubblewrap keeps every
+    """What bash's sandbox adds (Harbor's does the same in its root's first step,
+    `harbor/rootfs.py`). `--cap-drop ALL`: bubblewrap keeps every
     capability for uid 0 unless told, and as root a command could then `mount -o remount,rw /`
     and write anywhere on the host, or unmount `/proc` and see the host's processes. An empty
     `/run` (and `/var/run` where it is a directory of its own): the host's Unix sockets live

@@ -1,0 +1,231 @@
+"""A trial's root, copy-on-write over the host's: what a container's file system is to a task.
+
+A task written for Docker writes where a container lets it: `pip install` into /usr/local,
+`useradd` into /etc, a tool into /opt, `mv /tests /tmp/hidden` to hide its tests. Read-only
+mounts of the host failed all of these. Here each of the host's system directories (`SYSTEM`,
+and `/opt` and `/var`) is the lower layer of a kernel overlay whose upper layer is the trial's
+own (`upper/`, beside the trial's other files): a write lands there, the host never changes, and
+the whole goes with the trial. Everything else is one directory on disk (`fs/`), which becomes
+the sandbox's `/`: `/app`, `/tests`, `/solution`, `/logs`, `/tmp` and the homes are ordinary
+directories in it, as in a container (a rename of `/tests` works; the host reads and writes them
+in place, which is how uploads and downloads reach them).
+
+What the read-only view hid stays hidden, now by the upper layer: `/etc`'s secrets are empty
+files there (writable: `useradd` rewrites `/etc/shadow`), its secret directories and the
+services' state in `/var` are opaque directories (the host's contents are not merged in), and
+the package managers' state is merged back over them (`dpkg -l` and `apt` work).
+
+Made in two steps, because bubblewrap 0.8 cannot mount an overlay: bubblewrap makes the
+namespaces, shows the host's directories read-only under `/.host` and the trial's directory at
+`/.trial`, keeping three capabilities of its user namespace; then `ROOT_SCRIPT` (Python's
+standard library only) mounts the overlays, moves into `fs/` with `pivot_root` (the old root,
+`/.host` with it, is detached), drops every capability, bounding set included, and becomes the
+trial's first process. Overlayfs in a user namespace needs Linux 5.11; where it cannot be
+mounted the trial fails at start saying so.
+
+The three capabilities are the user namespace's, never the host's: `CAP_SYS_ADMIN` to mount,
+`CAP_DAC_OVERRIDE` for overlayfs to make its work directory, `CAP_SETPCAP` to empty the bounding
+set before the task's first command (without it, root in the sandbox would get `CAP_SYS_ADMIN`
+back at its next `exec`, and could unmount what hides the host).
+
+Measured (`bench/harbor_start.py`): see the docs' benchmarks page.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from ..tools.sandbox import SECRET_DIRS, SECRETS, SYSTEM
+
+SHOWN = ("/opt", "/var")
+"""What a trial sees of the host beyond the system's directories: tools installed under /opt,
+and /var as a system has it (its logs, caches, package state). Not the users' homes, `/srv`,
+`/mnt`, `/media` or any other top-level directory, where a store or a secret may be kept: a
+task written for a container needs a system, not the host's data."""
+SERVICE_STATE = ("/var/lib", "/var/backups", "/var/mail", "/var/spool")
+"""Inside /var, what services keep (databases, stores, mail, queued jobs): hidden, but for the
+package managers' state (`PACKAGE_STATE`), which `dpkg -l` and `apt` read."""
+PACKAGE_STATE = ("/var/lib/dpkg", "/var/lib/apt")
+HOMES = ("/root", "/home")
+CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_DAC_OVERRIDE", "CAP_SETPCAP")
+OPAQUE = "user.overlay.opaque"
+"""The mark of an upper directory that hides the lower one's contents (overlayfs's `userxattr`
+mode, the one a user namespace may mount)."""
+
+ROOT_SCRIPT = r"""
+import ctypes, json, os, platform, sys
+
+libc = ctypes.CDLL(None, use_errno=True)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+PR_CAPBSET_DROP, MNT_DETACH = 24, 2
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+
+
+def check(result, what):
+    if result != 0:
+        sys.stderr.write(f"the trial's root: {what}: {os.strerror(ctypes.get_errno())}\n")
+        sys.exit(1)
+
+
+def mount(source, target, fstype, flags, data=None):
+    check(libc.mount(source.encode(), target.encode(), fstype and fstype.encode(), flags,
+                     data and data.encode()), f"mount {target}")
+
+
+class Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+spec = json.loads(sys.argv[1])
+root = spec["root"]
+mount(root, root, None, MS_BIND | MS_REC)  # pivot_root's new root must be a mount
+for target, lower, upper, work in spec["overlays"]:
+    os.makedirs(root + target, exist_ok=True)
+    mount("overlay", root + target, "overlay", 0,
+          f"lowerdir={lower},upperdir={upper},workdir={work},userxattr")
+for target, link in spec["links"]:
+    if not os.path.lexists(root + target):
+        os.symlink(link, root + target)
+for source, target in spec["binds"]:
+    os.makedirs(root + target, exist_ok=True)
+    mount(source, root + target, None, MS_BIND | MS_REC)
+for source, target in spec["read_only"]:
+    os.makedirs(root + target, exist_ok=True)
+    mount(source, root + target, None, MS_BIND | MS_REC)
+    mount("none", root + target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+for target in spec["tmpfs"]:
+    os.makedirs(root + target, exist_ok=True)
+    mount("tmpfs", root + target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+os.chdir(root)
+check(libc.syscall(PIVOT_ROOT[platform.machine()], b".", b"."), "pivot_root")
+check(libc.umount2(b".", MNT_DETACH), "detach the host's view")
+os.chdir(spec["cwd"])
+for cap in range(64):
+    libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # past the last one: EINVAL, nothing to drop
+check(libc.capset(ctypes.byref(Header(0x20080522, 0)), (ctypes.c_uint32 * 6)()), "capset")
+os.execv(spec["argv"][0], spec["argv"])
+"""
+
+
+@dataclass
+class Root:
+    """The trial's root in the trial's directory `trial`: `fs/` (the sandbox's `/`), `upper/`
+    and `work/` (one overlay's layers per host directory). Made by `prepare`, mounted by
+    `ROOT_SCRIPT` inside the sandbox, removed with the trial's directory."""
+
+    trial: Path
+    overlays: dict[str, str] = field(default_factory=dict)
+    """Each container path mounted as an overlay, longest first, and its layers' name."""
+    links: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for path in (*SYSTEM, *SHOWN):
+            if os.path.islink(path):
+                self.links[path] = os.readlink(path)
+            elif os.path.isdir(path):
+                self.overlays[path] = path.strip("/")
+        if "/var" in self.overlays:
+            for path in PACKAGE_STATE:
+                if os.path.isdir(path):
+                    self.overlays[path] = path.strip("/").replace("/", "-")
+        self.overlays = dict(sorted(self.overlays.items(), key=lambda kv: -len(kv[0])))
+
+    @property
+    def fs(self) -> Path:
+        return self.trial / "fs"
+
+    def upper(self, path: str) -> Path:
+        return self.trial / "upper" / self.overlays[path]
+
+    def overlay_of(self, path: str) -> str | None:
+        """The overlay a container path is in, if it is in one."""
+        return next((o for o in self.overlays if path == o or path.startswith(o + "/")), None)
+
+    def host_path(self, path: str) -> Path:
+        """Where the container's absolute `path` is on the host before the sandbox starts: in
+        `fs/`, or in its overlay's upper layer (a file put there is a layer under the task's
+        writes, as an image's files are; once the overlay is mounted the upper layer is the
+        kernel's, and files reach it through the sandbox instead)."""
+        overlay = self.overlay_of(path)
+        if overlay is None:
+            return self.fs / path.lstrip("/")
+        return self.upper(overlay) / path[len(overlay) :].lstrip("/")
+
+    def prepare(self) -> None:
+        """The layers and masks on disk: each overlay's upper and work directory, empty files
+        over `/etc`'s secrets, opaque directories over its secret directories and the
+        services' state, and the container's own directories in `fs/`."""
+        for path in self.overlays:
+            self.upper(path).mkdir(parents=True, exist_ok=True)
+            (self.trial / "work" / self.overlays[path]).mkdir(parents=True, exist_ok=True)
+        for secret in SECRETS:
+            if os.path.exists(secret) and self.overlay_of(secret):
+                hidden = self.host_path(secret)
+                hidden.parent.mkdir(parents=True, exist_ok=True)
+                hidden.touch(mode=0o600)
+        for directory in (*SECRET_DIRS, *SERVICE_STATE):
+            if os.path.isdir(directory) and self.overlay_of(directory):
+                hidden = self.host_path(directory)
+                hidden.mkdir(parents=True, exist_ok=True)
+                os.setxattr(hidden, OPAQUE, b"y")
+        for home in HOMES:
+            (self.fs / home.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        (self.fs / "root").chmod(0o700)
+        (self.fs / "tmp").mkdir(exist_ok=True)
+        (self.fs / "tmp").chmod(0o1777)
+
+    def bwrap_args(self) -> list[str]:
+        """bubblewrap's part: each overlaid host directory read-only under `/.host`, the
+        trial's directory at `/.trial`, and the capabilities `ROOT_SCRIPT` needs (its
+        namespace's; it drops them all)."""
+        argv = ["--cap-drop", "ALL"]
+        argv += [a for cap in CAPABILITIES for a in ("--cap-add", cap)]
+        argv += [a for path in self.overlays if path not in PACKAGE_STATE
+                 for a in ("--ro-bind", path, "/.host" + path)]  # fmt: skip
+        return [*argv, "--bind", str(self.trial), "/.trial"]
+
+    def spec(self, argv: list[str], cwd: str, read_only: list[str]) -> str:
+        """`ROOT_SCRIPT`'s argument: its mounts in order (the package state's overlays after
+        /var's), then the command it becomes, run from `cwd`. `read_only` are host paths the
+        command needs that no overlay shows (an interpreter's prefix), bound where they are."""
+        overlays = [
+            [path, "/.host" + path, f"/.trial/upper/{name}", f"/.trial/work/{name}"]
+            for path, name in reversed(self.overlays.items())
+        ]
+        tmpfs = ["/run"] + (["/var/run"] if not os.path.islink("/var/run") else [])
+        return orjson.dumps(
+            {
+                "root": "/.trial/fs",
+                "overlays": overlays,
+                "links": list(self.links.items()),
+                "binds": [["/proc", "/proc"], ["/dev", "/dev"]],
+                "read_only": [[p, p] for p in read_only],
+                "tmpfs": tmpfs,
+                "cwd": cwd,
+                "argv": argv,
+            }
+        ).decode()
+
+
+def remove(trial: Path) -> None:
+    """Remove a trial's directory: overlayfs leaves its work directories without permissions
+    (`d---------`), which an ordinary user must open before removing what is inside."""
+
+    def opened(function: object, path: str, error: BaseException) -> None:
+        parent = os.path.dirname(path)
+        try:
+            os.chmod(parent, 0o700)
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, 0o700)
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+    shutil.rmtree(trial, onexc=opened)
