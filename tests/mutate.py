@@ -268,6 +268,7 @@ def run(
             if not killed(TARGETS[module], timeout):
                 code = lines[site.line - 1].strip() if site.line else ""
                 survivors.append(f"{module}:{site.line}: {site.what}    {code}")
+                print(f"\rsurvived: {survivors[-1]}", flush=True)  # a run cut short keeps it
             print(f"\r{module}: {n}/{len(found)}, {len(survivors)} survived", end="", flush=True)
     finally:
         path.write_text(original)
