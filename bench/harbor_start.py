@@ -1,7 +1,9 @@
 """What a trial's copy-on-write root costs its start: a Harbor trial's environment started, one
 `true` run in it, and stopped (its directory removed), for the sandbox as it is, the sandbox
-with the read-only mounts it had before its own root (rebuilt here, for the comparison), and
-the local environment (no sandbox); interleaved, with the median of each.
+with the read-only mounts it had before its own root (rebuilt here, for the comparison), the
+sandbox starting from a built image (a Dockerfile with a `RUN`, built before the first timed
+trial and kept), and the local environment (no sandbox); interleaved, with the median of
+each.
 
     .venv/bin/python bench/harbor_start.py --trials 30
 """
@@ -24,7 +26,8 @@ from harbor.models.trial.paths import TrialPaths
 
 from tether.harbor import rootfs
 from tether.harbor.environment import LocalEnvironment
-from tether.harbor.sandbox import SERVER, SandboxEnvironment, interpreter
+from tether.harbor.sandbox import SandboxEnvironment, interpreter
+from tether.harbor.server import SERVER
 from tether.tools.sandbox import bwrap, hardening, system_view
 
 
@@ -32,7 +35,13 @@ class ReadOnlySandbox(SandboxEnvironment):
     """The sandbox before its own root: the host's directories mounted read-only, the places
     bound from the trial's directory, /tmp and the homes empty tmpfs."""
 
-    def argv(self, command: list[str] | None = None) -> list[str]:
+    @property
+    def users(self) -> bool:
+        return False  # it mapped one user
+
+    def argv(
+        self, command: list[str] | None = None, waits: tuple[int, int] | None = None
+    ) -> list[str]:
         argv = [bwrap(), "--unshare-all", "--die-with-parent", "--new-session", *system_view()]
         argv += [a for p in rootfs.SHOWN if os.path.isdir(p) for a in ("--ro-bind", p, p)]
         argv += [a for p in rootfs.SERVICE_STATE if os.path.isdir(p) for a in ("--tmpfs", p)]
@@ -48,13 +57,15 @@ class ReadOnlySandbox(SandboxEnvironment):
         return [*argv, "--chdir", "/app", "--", python, "-I", "-c", SERVER]
 
 
-async def trial(kind: type[LocalEnvironment], folder: Path) -> float:
-    (folder / "environment").mkdir(exist_ok=True)
+IMAGE = "FROM debian:12\nRUN useradd --create-home player && echo built > /srv/built\n"
+
+
+async def trial(kind: type[LocalEnvironment], folder: Path, task: str) -> float:
     paths = TrialPaths(Path(tempfile.mkdtemp(dir=folder)))
     paths.mkdir()
     started = time.perf_counter()
     env = kind(
-        environment_dir=folder / "environment",
+        environment_dir=folder / task,
         environment_name="t",
         session_id="t__x__env",
         trial_paths=paths,
@@ -71,21 +82,28 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=30)
     args = parser.parse_args()
-    kinds: dict[str, type[LocalEnvironment]] = {
-        "local (no sandbox)": LocalEnvironment,
-        "sandbox, read-only mounts": ReadOnlySandbox,
-        "sandbox, copy-on-write root": SandboxEnvironment,
+    kinds: dict[str, tuple[type[LocalEnvironment], str]] = {
+        "local (no sandbox)": (LocalEnvironment, "plain"),
+        "sandbox, read-only mounts": (ReadOnlySandbox, "plain"),
+        "sandbox, copy-on-write root": (SandboxEnvironment, "plain"),
+        "sandbox, from a built image": (SandboxEnvironment, "image"),
     }
     times: dict[str, list[float]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory() as folder:
+        os.environ["XDG_CACHE_HOME"] = f"{folder}/cache"
+        (Path(folder) / "plain").mkdir()
+        (Path(folder) / "image").mkdir()
+        (Path(folder) / "image" / "Dockerfile").write_text(IMAGE)
+        first_build = await trial(SandboxEnvironment, Path(folder), "image")
         for _ in range(args.trials):
-            for name, kind in kinds.items():
-                times[name].append(await trial(kind, Path(folder)))
+            for name, (kind, task) in kinds.items():
+                times[name].append(await trial(kind, Path(folder), task))
     print(f"start, `true`, stop: {args.trials} trials each, interleaved, median wall time")
     base = statistics.median(times["local (no sandbox)"]) * 1000
     for name, ts in times.items():
         t = statistics.median(ts) * 1000
         print(f"  {name:30} {t:6.1f} ms   (+{t - base:.1f} ms)")
+    print(f"  (the image's build, with the first trial: {first_build * 1000:.0f} ms)")
 
 
 if __name__ == "__main__":

@@ -290,7 +290,8 @@ BREAKOUTS = """
 mount -o remount,rw / 2>/dev/null && echo ESCAPED-remount
 umount -l /proc 2>/dev/null && echo ESCAPED-umount
 echo x > "$ESCAPE" 2>/dev/null  # a write inside is no escape; reaching the host's is checked there
-grep -q '^CapEff:[[:space:]]*0*$' /proc/self/status || echo ESCAPED-capabilities
+eff=$(awk '/^CapEff/ {print $2}' /proc/self/status)
+[ $(( 0x$eff & ~$ALLOWED_CAPS )) -eq 0 ] || echo ESCAPED-capabilities
 python3 -c "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])" \
     "$HOST_SOCKET" 2>/dev/null && echo ESCAPED-socket
 ls /run/postgresql /var/run/postgresql 2>/dev/null | grep -q PGSQL && echo ESCAPED-postgres
@@ -302,13 +303,20 @@ echo probed
 """
 
 
-def probe_sandbox(argv_for: Callable[[str], list[str]], user: str) -> str:
+def probe_sandbox(
+    argv_for: Callable[[str], list[str]],
+    user: str,
+    run: Callable[[str], tuple[str, str]] | None = None,
+    allowed_caps: int = 0,
+) -> str:
     """What `BREAKOUTS` prints run in the sandbox `argv_for(probe)` makes, as `user` (`root`,
     or `nobody` by `setpriv`): with a Unix socket of the test's own in /run (as Postgres's
     and Docker's are), a secret planted in the user's home, stores planted in services'
     directories (0644: the case is a sandbox that shows them at all), and a path in /etc for
     a write. It fails unless the probe ran to its end with the system visible, or when the
-    write reached /etc; everything planted is removed whatever happens."""
+    write reached /etc; everything planted is removed whatever happens. `run` runs the probe
+    itself (its stdout and stderr) where a sandbox is not one command line; a capability
+    beyond `allowed_caps` (a mask) is an escape."""
     tag = f"{os.getpid()}-{user}"
     escape = Path(f"/etc/tether-escape-{tag}")
     home = Path.home() / f".tether-planted-{tag}"
@@ -331,10 +339,15 @@ def probe_sandbox(argv_for: Callable[[str], list[str]], user: str) -> str:
         probe = BREAKOUTS.replace("$HOST_SOCKET", str(socket_path)).replace("$ESCAPE", str(escape))
         probe = probe.replace("$PLANTED_HOME", str(home))
         probe = probe.replace("$PLANTED_STORES", " ".join(map(str, stores)))
-        argv = argv_for(probe)
-        if user == "nobody":
-            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        probe = probe.replace("$ALLOWED_CAPS", str(allowed_caps))
+        if run is not None:
+            out, err = run(probe)
+        else:
+            argv = argv_for(probe)
+            if user == "nobody":
+                argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            out, err = done.stdout, done.stderr
         assert not escape.exists(), "a write reached /etc"
-    assert done.stdout.strip().endswith("system-visible\nprobed"), done.stdout + done.stderr
-    return done.stdout
+    assert out.strip().endswith("system-visible\nprobed"), out + err
+    return out

@@ -46,7 +46,11 @@ def test_env_arg_workdir_and_copy_are_read_as_docker_reads_them(tmp_path: Path) 
             "COPY --chown=1000 a.txt b.txt ./\n"
             'ADD ["dir", "/app/dir"]\n'
             "RUN pip install \\\n    requests\n"
-            "USER nobody\n",
+            "USER nobody\n"
+            'SHELL ["/bin/bash", "-c"]\n'
+            'RUN ["echo", "exec form"]\n'
+            "RUN echo $WHO > /tmp/who\n"
+            'CMD ["serve"]\n',
         )
     )
     assert image.env == {
@@ -60,7 +64,16 @@ def test_env_arg_workdir_and_copy_are_read_as_docker_reads_them(tmp_path: Path) 
         (["a.txt", "b.txt"], "/srv/task/"),
         (["dir"], "/app/dir"),
     ]
-    assert image.ignored == ["line 12: RUN pip install requests", "line 14: USER nobody"]
+    # each RUN with the environment (build arguments too), directory, user and shell it has
+    # where it stands; the base named; what is never run listed
+    first, exec_form, shell_form = image.runs
+    assert first.argv == ["/bin/sh", "-c", "pip install requests"] and first.user is None
+    assert first.env["WHO"] == "world" and first.workdir == "/srv/task" and first.line == 12
+    assert exec_form.argv == ["echo", "exec form"] and exec_form.user == "nobody"
+    assert shell_form.argv == ["/bin/bash", "-c", "echo $WHO > /tmp/who"]
+    assert image.user == "nobody" and image.base == "python:3.12-slim"
+    assert [type(s).__name__ for s in image.steps] == ["Copy", "Copy", "Run", "Run", "Run"]
+    assert image.ignored == ['line 18: CMD ["serve"]']
 
 
 @pytest.mark.parametrize(

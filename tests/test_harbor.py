@@ -4,6 +4,7 @@ environment, plus the environment and the agent's record of a run cut short."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import json
 import os
@@ -31,6 +32,7 @@ from helpers import alive, until, wait_until
 from tether.harbor import environment as environment_module
 from tether.harbor.agent import TRAJECTORY, TetherAgent
 from tether.harbor.environment import LocalEnvironment
+from tether.harbor.rootfs import CONTAINER_CAPABILITIES
 from tether.harbor.sandbox import SandboxEnvironment
 from tether.harbor.sandbox import available as sandbox_available
 from tether.terminal import TERMINAL_CHECK
@@ -58,6 +60,7 @@ def harbor_run(
     """Run `harbor run` over the shipped tasks (or `tasks`), each trial in its sandbox (or
     `env_class`); each trial's result.json, by task name."""
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env["XDG_CACHE_HOME"] = str(jobs.parent / "cache")  # built images: the test's own
     cmd = [HARBOR, "run", "--path", str(tasks), "-o", str(jobs), "-y", "-q"]
     cmd += ["--env", env_class, *args]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -165,10 +168,15 @@ def test_tasks_get_what_docker_gives_them_or_are_refused_at_start(
         assert refused["verifier_result"] is None
         why = refused["exception_info"]["exception_message"]
         assert "docker-compose.yaml starts services" in why
-    # a task whose agent runs as another user is refused, never run as root instead
-    other = oracle["other-user"]
-    assert rewards(oracle)["other-user"] != 1.0
-    assert "as user 'tester'; this environment" in other["exception_info"]["exception_message"]
+    # a task whose agent runs as a user its image adds: in the sandbox its RUN is run and the
+    # agent is that user; the local environment refuses it, never runs it as root instead
+    if "sandbox" in env_class and os.geteuid() == 0:
+        assert rewards(oracle)["other-user"] == 1.0
+        assert rewards(nop)["other-user"] == 0.0
+    else:
+        other = oracle["other-user"]
+        assert rewards(oracle)["other-user"] != 1.0
+        assert "as user 'tester'; this" in other["exception_info"]["exception_message"]
 
 
 ROOT_TASKS = Path(__file__).parent / "fixtures" / "harbor-root"
@@ -179,14 +187,17 @@ environment would write to this machine's)."""
 @needs_bwrap
 def test_a_task_writes_to_its_own_system_and_the_host_never_changes(tmp_path: Path) -> None:
     """In a container an agent installs a command into /usr/local/bin, adds a user and writes
-    to its home, and a verifier renames /tests to hide it: each scores 1 in the sandbox (each
-    failed on read-only mounts), and none of it reaches this machine."""
+    to its home, and a verifier renames /tests to hide it; a task's image installs a program
+    and adds a user (its Dockerfile's RUN) that the agent switches to: each scores 1 in the
+    sandbox, and none of it reaches this machine."""
     oracle = harbor_run(tmp_path / "oracle", "--agent", "oracle", tasks=ROOT_TASKS)
     nop = harbor_run(tmp_path / "nop", "--agent", "nop", tasks=ROOT_TASKS)
-    assert rewards(oracle)["writable-root"] == 1.0, oracle["writable-root"]["dir"]
-    assert rewards(nop)["writable-root"] == 0.0
+    for name in ("writable-root", "dockerfile-run"):
+        assert rewards(oracle)[name] == 1.0, oracle[name]["dir"]
+        assert rewards(nop)[name] == 0.0
     assert not Path("/usr/local/bin/greet").exists()
-    assert subprocess.run(["getent", "passwd", "tester"], capture_output=True).returncode != 0
+    for user in ("tester", "player"):
+        assert subprocess.run(["getent", "passwd", user], capture_output=True).returncode != 0
 
 
 # -- the environments, directly --------------------------------------------------------------
@@ -398,6 +409,59 @@ def test_each_trial_starts_from_the_hosts_system_and_its_writes_go_with_it(
 
 
 @needs_bwrap
+def test_a_dockerfile_is_built_once_with_the_network_and_each_trial_starts_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Dockerfile's RUN fetches over the network (a server on this machine's loopback
+    stands for a package registry) and records when it ran; two trials of the task see the
+    same build (built once, kept), neither has the network the build had; a RUN that fails
+    fails the trial at start naming the instruction, and nothing half-built is kept."""
+    import http.server
+    import threading
+
+    from tether.harbor.build import images
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "package.txt").write_text("fetched at build\n")
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "served")
+    )
+    registry = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=registry.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{registry.server_address[1]}/package.txt"
+    fetch = f"python3 -c \"import urllib.request as u; print(u.urlopen('{url}').read().decode())\""
+    (tmp_path / "environment").mkdir()
+    dockerfile = tmp_path / "environment" / "Dockerfile"
+    dockerfile.write_text(
+        f"FROM debian:12\nRUN {fetch} > /srv/package.txt\nRUN date +%s%N > /built-at\n"
+    )
+
+    async def trial() -> str:
+        env = environment(tmp_path, kind=SandboxEnvironment)
+        await env.start(force_build=False)
+        try:
+            r = await env.exec(f"cat /srv/package.txt /built-at; {fetch} || echo no network")
+            return r.stdout or ""
+        finally:
+            await env.stop(delete=True)
+
+    try:
+        first, second = asyncio.run(trial()), asyncio.run(trial())
+    finally:
+        registry.shutdown()
+    assert first.startswith("fetched at build\n\n") and first.endswith("no network\n"), first
+    assert second == first  # the same build: its RUN ran once
+    dockerfile.write_text("FROM debian:12\nRUN echo about to fail && exit 3\n")
+    kept = sorted(images().iterdir())
+    with pytest.raises(
+        RuntimeError, match="line 2: RUN echo about to fail && exit 3: exit status 3"
+    ):
+        asyncio.run(trial())
+    assert [p for p in sorted(images().iterdir()) if p not in kept and p.is_dir()] == []
+
+
+@needs_bwrap
 def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Seen from inside: the container's paths are real, the system is the trial's own copy
     (what it writes never reaches the host), there is no capability, no network and no
@@ -427,7 +491,11 @@ def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.Monk
             assert "umount: /usr: must be superuser" in (r.stderr or ""), r.stderr
             await env.exec("touch /var/tether-was-here")
             r = await env.exec("grep CapEff /proc/self/status; ls -a /run /var/run")
-            assert "CapEff:\t0000000000000000" in (r.stdout or ""), r.stdout
+            effective = int((r.stdout or "").split()[1], 16)
+            # root keeps a container's capabilities where users are mapped (Tether as root),
+            # none otherwise; never CAP_SYS_ADMIN (21), which mounts
+            allowed = sum(1 << c for c in CONTAINER_CAPABILITIES.values()) if env.users else 0
+            assert effective & ~allowed == 0 and not effective & (1 << 21), r.stdout
             assert "postgresql" not in (r.stdout or "")  # no host socket directory
             r = await env.exec(f"cat {planted}; grep -c root: /etc/shadow; ls -a ~ /root /home")
             assert "planted secret" not in (r.stdout or "")  # no user's home
@@ -464,10 +532,11 @@ def test_a_trials_sandbox_is_a_boundary(tmp_path: Path, monkeypatch: pytest.Monk
 def test_a_trials_sandbox_holds_for_root_and_for_an_ordinary_user(
     user: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The probes of bash's sandbox, run in a trial's (its mounts and limits, with the probe
-    in place of its server), as root and as an ordinary user: no remount, no write to the
-    host, no capability, no host socket, nothing of a home, of /etc/shadow or of a store kept
-    in a service's directory (/var/lib, /srv); the system's programs are there."""
+    """The probes of bash's sandbox, run in a trial's (its root and namespaces, with the
+    probe in place of its server), as root (its users mapped, as it runs) and as an ordinary
+    user: no remount, no write to the host, no capability beyond a container's (none for the
+    ordinary user), no host socket, nothing of a home, of /etc/shadow or of a store kept in a
+    service's directory (/var/lib, /srv); the system's programs are there."""
     import shutil
     import tempfile
 
@@ -495,7 +564,22 @@ def test_a_trials_sandbox_holds_for_root_and_for_an_ordinary_user(
         def trial(probe: str) -> list[str]:
             return env.argv(["/bin/bash", "-c", probe])
 
-        said = probe_sandbox(trial, user)
+        def mapped(probe: str) -> tuple[str, str]:
+            """As root, the trial as it runs: its users mapped, root with a container's
+            capabilities."""
+
+            async def launched() -> tuple[bytes, bytes]:
+                process = await env.launch(["/bin/bash", "-c", probe])
+                return await process.communicate()
+
+            out, err = asyncio.run(launched())
+            return out.decode(), err.decode()
+
+        if user == "root":
+            allowed = sum(1 << c for c in CONTAINER_CAPABILITIES.values())
+            said = probe_sandbox(trial, user, run=mapped, allowed_caps=allowed)
+        else:
+            said = probe_sandbox(trial, user)
     finally:
         shutil.rmtree(folder)
         remove(env.root)

@@ -1,15 +1,15 @@
 """What a task's Dockerfile says about the trial's environment, read without Docker.
 
 A Harbor task describes its container with `environment/Dockerfile`. Tether's environments run
-on the host (`LocalEnvironment`) or in a bubblewrap sandbox over the host's read-only system
-(`SandboxEnvironment`), so of a Dockerfile they honour what shapes the trial rather than the
-image: `ENV` (every command sees it), `ARG` (its defaults, for substitution), `WORKDIR` (the
-trial's working directory) and `COPY`/`ADD` of the build context into the trial's own places.
-What cannot be honoured is said, never skipped in silence: a multi-stage build, `COPY --from`,
-`ADD` of a URL or a copy to where the trial cannot write fails the trial at start naming the
-instruction; `RUN`, `USER`, `ENTRYPOINT`, `CMD` and the other instructions are listed in
-`Image.ignored`, which the environment logs. (A task scored 0 because a `COPY` or an `ENV` was
-dropped reads as the agent's failure.)
+on the host (`LocalEnvironment`) or in a bubblewrap sandbox with a copy-on-write root over the
+host's system (`SandboxEnvironment`), so of a Dockerfile they honour what shapes the trial,
+taking the host's system as the `FROM` image: `ENV` (every command sees it), `ARG` (its
+defaults, for substitution), `WORKDIR` (the trial's working directory), `COPY`/`ADD` of the
+build context, and in the sandbox `RUN`, `USER` and `SHELL` too (`build.py`). What cannot be
+honoured is said, never skipped in silence: a multi-stage build, `COPY --from`, `ADD` of a URL
+or `RUN --mount` fails the trial at start naming the instruction; `ENTRYPOINT`, `CMD` and the
+other instructions are listed in `Image.ignored`, which the environment logs. (A task scored 0
+because a `COPY` or an `ENV` was dropped reads as the agent's failure.)
 """
 
 from __future__ import annotations
@@ -40,13 +40,35 @@ class Copy:
 
 
 @dataclass
+class Run:
+    """One `RUN`: its command line, and the environment, directory and user it runs with (as
+    the instructions before it left them; build arguments are in its environment, as in
+    Docker's build)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    workdir: str
+    user: str | None
+    line: int
+    instruction: str
+
+
+@dataclass
 class Image:
     """What the trial takes from the Dockerfile."""
 
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
+    user: str | None = None
+    base: str = ""
     copies: list[Copy] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)  # "line 4: RUN apt-get install ..."
+    steps: list[Copy | Run] = field(default_factory=list)
+    """The copies and runs in their order: a build applies them one after another."""
+    ignored: list[str] = field(default_factory=list)  # "line 9: CMD ["serve"]"
+
+    @property
+    def runs(self) -> list[Run]:
+        return [step for step in self.steps if isinstance(step, Run)]
 
 
 def instructions(text: str) -> list[tuple[int, str, str]]:
@@ -121,11 +143,33 @@ def copy_of(line: int, keyword: str, arguments: str, known: dict[str, str], work
     return Copy(sources, absolute, line, text)
 
 
+def run_of(
+    line: int,
+    arguments: str,
+    known: dict[str, str],
+    shell: list[str],
+    workdir: str,
+    user: str | None,
+) -> Run:
+    """A `RUN` in its shell form (run by the `SHELL`, `/bin/sh -c` by default) or its exec
+    form (a JSON list, run as it is)."""
+    text = f"line {line}: RUN {arguments}"[:200]
+    if arguments.startswith("--"):
+        flag = arguments.split()[0]
+        raise DockerfileError(f"{text}: RUN {flag} is not supported here")
+    if arguments.startswith("["):
+        argv = [str(word) for word in json.loads(arguments)]
+    else:
+        argv = [*shell, arguments]
+    return Run(argv, dict(known), workdir, user, line, text)
+
+
 def read(path: Path) -> Image:
     """The Dockerfile at `path`, read; `DockerfileError` names what cannot be honoured."""
     image = Image()
     args: dict[str, str] = {}
     workdir = "/"
+    shell = ["/bin/sh", "-c"]
     stages = 0
     for line, keyword, arguments in instructions(path.read_text()):
         known = {**args, **image.env}
@@ -135,6 +179,7 @@ def read(path: Path) -> Image:
                 raise DockerfileError(
                     f"line {line}: FROM {arguments}: multi-stage builds are not supported here"
                 )
+            image.base = substitute(arguments.split()[0], known) if arguments.split() else ""
         elif keyword == "ARG":
             name, _, default = arguments.partition("=")
             args[name.strip()] = substitute(default.strip().strip('"'), known)
@@ -145,6 +190,13 @@ def read(path: Path) -> Image:
             image.workdir = workdir
         elif keyword in ("COPY", "ADD"):
             image.copies.append(copy_of(line, keyword, arguments, known, workdir))
+            image.steps.append(image.copies[-1])
+        elif keyword == "RUN":
+            image.steps.append(run_of(line, arguments, known, shell, workdir, image.user))
+        elif keyword == "USER":
+            image.user = substitute(arguments, known).strip() or None
+        elif keyword == "SHELL":
+            shell = [str(word) for word in json.loads(arguments)]
         elif keyword not in HONOURED:
             image.ignored.append(f"line {line}: {keyword} {arguments}"[:200])
     return image

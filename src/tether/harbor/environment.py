@@ -28,6 +28,7 @@ import re
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,9 +157,20 @@ class LocalEnvironment(BaseEnvironment):
 
     async def start(self, force_build: bool) -> None:
         refuse_what_cannot_be_given(self.environment_dir, self.task_env_config)
+        self.check_image()
         self.make_places()
         self.place_files()
         await self.run_setup()
+
+    def check_image(self) -> None:
+        """Fail now if the Dockerfile cannot be honoured; log what of it is not run here."""
+        if self.image_error:
+            raise RuntimeError(f"environment/{DOCKERFILE}: {self.image_error}")
+        not_run = [run.instruction for run in self.image.runs] + self.image.ignored
+        if self.image.user is not None:
+            not_run.append(f"USER {self.image.user}")
+        for instruction in not_run:
+            self.logger.warning(f"environment/{DOCKERFILE} {instruction}: not run here")
 
     def make_places(self) -> None:
         for place in (*CONTAINER_DIRS, self.workdir()):
@@ -167,10 +179,6 @@ class LocalEnvironment(BaseEnvironment):
     def place_files(self) -> None:
         """The task's files put in place: what its Dockerfile copies, or without one the whole
         `environment/` into the workdir."""
-        if self.image_error:
-            raise RuntimeError(f"environment/{DOCKERFILE}: {self.image_error}")
-        for ignored in self.image.ignored:
-            self.logger.warning(f"environment/{DOCKERFILE} {ignored}: not run here")
         if (self.environment_dir / DOCKERFILE).is_file():
             for copy in self.image.copies:
                 self.put_in_place(copy)
@@ -193,13 +201,13 @@ class LocalEnvironment(BaseEnvironment):
                 f"{(result.stderr or result.stdout or '')[-2000:]}"
             )
 
-    def put_in_place(self, copy: Copy) -> None:
+    def put_in_place(self, copy: Copy, local: Callable[[str], Path] | None = None) -> None:
         """One `COPY`/`ADD` of the build context, as Docker makes it: a directory's contents,
         a file into a directory (a destination ending in `/`, or several sources) or to a
-        name; only where this environment has the trial's own files (here its places, the
-        rest of the system being the host's)."""
-        target = self.local(copy.destination)
-        if self.root not in target.parents and target != self.root:
+        name; where `local` maps the destination (by default, the trial's own files: here
+        only its places, the rest of the system being the host's)."""
+        target = (local or self.local)(copy.destination)
+        if local is None and self.root not in target.parents and target != self.root:
             raise RuntimeError(
                 f"environment/{DOCKERFILE} {copy.instruction}: this environment can only write "
                 f"into {', '.join(sorted(self.places))}"

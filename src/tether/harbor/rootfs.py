@@ -19,7 +19,8 @@ Made in two steps, because bubblewrap 0.8 cannot mount an overlay: bubblewrap ma
 namespaces, shows the host's directories read-only under `/.host` and the trial's directory at
 `/.trial`, keeping three capabilities of its user namespace; then `ROOT_SCRIPT` (Python's
 standard library only) mounts the overlays, moves into `fs/` with `pivot_root` (the old root,
-`/.host` with it, is detached), drops every capability, bounding set included, and becomes the
+`/.host` with it, is detached), drops every capability, bounding set included (but for a
+container's, `CONTAINER_CAPABILITIES`, where the trial's users are mapped), and becomes the
 trial's first process. Overlayfs in a user namespace needs Linux 5.11; where it cannot be
 mounted the trial fails at start saying so.
 
@@ -28,6 +29,11 @@ The three capabilities are the user namespace's, never the host's: `CAP_SYS_ADMI
 set before the task's first command (without it, root in the sandbox would get `CAP_SYS_ADMIN`
 back at its next `exec`, and could unmount what hides the host).
 
+Users: run by root, a trial maps the host's first `USERS` ids, each to itself, so a user the
+task adds can be switched to (`[agent] user`, `su`, `setpriv`), as in a container; bubblewrap
+waits while Tether writes the map (`map_users`). Run by an ordinary user, only that user is
+mapped, as root: a command asked to run as another user fails saying so.
+
 Measured (`bench/harbor_start.py`): see the docs' benchmarks page.
 """
 
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,7 +59,27 @@ SERVICE_STATE = ("/var/lib", "/var/backups", "/var/mail", "/var/spool")
 package managers' state (`PACKAGE_STATE`), which `dpkg -l` and `apt` read."""
 PACKAGE_STATE = ("/var/lib/dpkg", "/var/lib/apt")
 HOMES = ("/root", "/home")
+EMPTY = ("/srv", "/mnt", "/media")
+"""Directories an image has, empty: the host's are not shown (a store may be kept there)."""
 CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_DAC_OVERRIDE", "CAP_SETPCAP")
+CONTAINER_CAPABILITIES = {
+    "CAP_CHOWN": 0,
+    "CAP_DAC_OVERRIDE": 1,
+    "CAP_FOWNER": 3,
+    "CAP_FSETID": 4,
+    "CAP_KILL": 5,
+    "CAP_SETGID": 6,
+    "CAP_SETUID": 7,
+    "CAP_NET_BIND_SERVICE": 10,
+    "CAP_AUDIT_WRITE": 29,
+}
+"""What root keeps in a trial whose users are mapped (`USERS`), as in a container: to own files
+and change user (`su`, `setpriv`, apt's drop to `_apt`). Each is its user namespace's; none
+mounts, and `CAP_SYS_ADMIN` is never among them."""
+USERS = 65536
+"""How many of the host's ids a trial maps, each to itself, when Tether runs as root: the
+users and groups a task adds (`useradd`) are there to switch to. An ordinary user may map only
+itself (without `newuidmap`): its trial has one user, root, and keeps no capability."""
 OPAQUE = "user.overlay.opaque"
 """The mark of an upper directory that hides the lower one's contents (overlayfs's `userxattr`
 mode, the one a user namespace may mount)."""
@@ -62,7 +89,7 @@ import ctypes, json, os, platform, sys
 
 libc = ctypes.CDLL(None, use_errno=True)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
-PR_CAPBSET_DROP, MNT_DETACH = 24, 2
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, MNT_DETACH = 24, 47, 2, 2
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 
 
@@ -106,8 +133,14 @@ check(libc.syscall(PIVOT_ROOT[platform.machine()], b".", b"."), "pivot_root")
 check(libc.umount2(b".", MNT_DETACH), "detach the host's view")
 os.chdir(spec["cwd"])
 for cap in range(64):
-    libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # past the last one: EINVAL, nothing to drop
-check(libc.capset(ctypes.byref(Header(0x20080522, 0)), (ctypes.c_uint32 * 6)()), "capset")
+    if cap not in spec["keep"]:  # past the last one: EINVAL, nothing to drop
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+kept = sum(1 << cap for cap in spec["keep"])  # in effect, permitted and inheritable (32 + 32)
+sets = (ctypes.c_uint32 * 6)(kept & 0xFFFFFFFF, kept & 0xFFFFFFFF, kept & 0xFFFFFFFF,
+                             kept >> 32, kept >> 32, kept >> 32)
+check(libc.capset(ctypes.byref(Header(0x20080522, 0)), sets), "capset")
+for cap in spec["keep"]:  # ambient: kept across exec (bubblewrap's securebits drop root's)
+    check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0), "keep a capability")
 os.execv(spec["argv"][0], spec["argv"])
 """
 
@@ -119,6 +152,9 @@ class Root:
     `ROOT_SCRIPT` inside the sandbox, removed with the trial's directory."""
 
     trial: Path
+    image: Path | None = None
+    """A built image (`build.py`): its layers lie between the trial's and the host's, and its
+    root directory is the trial's first."""
     overlays: dict[str, str] = field(default_factory=dict)
     """Each container path mounted as an overlay, longest first, and its layers' name."""
     links: dict[str, str] = field(default_factory=dict)
@@ -159,10 +195,16 @@ class Root:
     def prepare(self) -> None:
         """The layers and masks on disk: each overlay's upper and work directory, empty files
         over `/etc`'s secrets, opaque directories over its secret directories and the
-        services' state, and the container's own directories in `fs/`."""
+        services' state, and the container's own directories in `fs/`. A trial of a built
+        image starts from a copy of the image's root directory, owners kept, and the image's
+        layers already hold the masks (its build had them)."""
         for path in self.overlays:
             self.upper(path).mkdir(parents=True, exist_ok=True)
             (self.trial / "work" / self.overlays[path]).mkdir(parents=True, exist_ok=True)
+        if self.image is not None:
+            self.fs.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-a", f"{self.image / 'fs'}/.", str(self.fs)], check=True)
+            return
         for secret in SECRETS:
             if os.path.exists(secret) and self.overlay_of(secret):
                 hidden = self.host_path(secret)
@@ -173,28 +215,45 @@ class Root:
                 hidden = self.host_path(directory)
                 hidden.mkdir(parents=True, exist_ok=True)
                 os.setxattr(hidden, OPAQUE, b"y")
-        for home in HOMES:
-            (self.fs / home.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        for empty in (*HOMES, *EMPTY):
+            (self.fs / empty.lstrip("/")).mkdir(parents=True, exist_ok=True)
         (self.fs / "root").chmod(0o700)
         (self.fs / "tmp").mkdir(exist_ok=True)
         (self.fs / "tmp").chmod(0o1777)
 
-    def bwrap_args(self) -> list[str]:
+    def bwrap_args(self, users: bool) -> list[str]:
         """bubblewrap's part: each overlaid host directory read-only under `/.host`, the
         trial's directory at `/.trial`, and the capabilities `ROOT_SCRIPT` needs (its
-        namespace's; it drops them all)."""
+        namespace's; it drops them, but for a container's when `users` are mapped)."""
+        keep = CONTAINER_CAPABILITIES if users else {}
         argv = ["--cap-drop", "ALL"]
-        argv += [a for cap in CAPABILITIES for a in ("--cap-add", cap)]
+        argv += [a for cap in sorted({*CAPABILITIES, *keep}) for a in ("--cap-add", cap)]
         argv += [a for path in self.overlays if path not in PACKAGE_STATE
                  for a in ("--ro-bind", path, "/.host" + path)]  # fmt: skip
+        if self.image is not None:
+            argv += ["--ro-bind", str(self.image), "/.image"]
         return [*argv, "--bind", str(self.trial), "/.trial"]
 
-    def spec(self, argv: list[str], cwd: str, read_only: list[str]) -> str:
+    def lower(self, path: str) -> str:
+        """An overlay's lower layers, top first: the image's (if it wrote there), the host's."""
+        name = self.overlays[path]
+        if self.image is not None and (self.image / "upper" / name).is_dir():
+            return f"/.image/upper/{name}:/.host{path}"
+        return "/.host" + path
+
+    def keep_as(self, image: Path) -> None:
+        """Keep what a build wrote as the image `image`: its layers and root directory (the
+        overlays' work directories are the kernel's scratch, and go)."""
+        remove(self.trial / "work")
+        os.rename(self.trial, image)
+
+    def spec(self, argv: list[str], cwd: str, read_only: list[str], users: bool) -> str:
         """`ROOT_SCRIPT`'s argument: its mounts in order (the package state's overlays after
         /var's), then the command it becomes, run from `cwd`. `read_only` are host paths the
-        command needs that no overlay shows (an interpreter's prefix), bound where they are."""
+        command needs that no overlay shows (an interpreter's prefix), bound where they are;
+        with `users` mapped, root keeps a container's capabilities."""
         overlays = [
-            [path, "/.host" + path, f"/.trial/upper/{name}", f"/.trial/work/{name}"]
+            [path, self.lower(path), f"/.trial/upper/{name}", f"/.trial/work/{name}"]
             for path, name in reversed(self.overlays.items())
         ]
         tmpfs = ["/run"] + (["/var/run"] if not os.path.islink("/var/run") else [])
@@ -207,6 +266,7 @@ class Root:
                 "read_only": [[p, p] for p in read_only],
                 "tmpfs": tmpfs,
                 "cwd": cwd,
+                "keep": list(CONTAINER_CAPABILITIES.values()) if users else [],
                 "argv": argv,
             }
         ).decode()
@@ -229,3 +289,10 @@ def remove(trial: Path) -> None:
             pass
 
     shutil.rmtree(trial, onexc=opened)
+
+
+def map_users(pid: int) -> None:
+    """Map `USERS` of the host's ids, each to itself, into the user namespace of bubblewrap's
+    process `pid`, which waits for it (`--userns-block-fd`). Root only."""
+    for kind in ("uid_map", "gid_map"):
+        Path(f"/proc/{pid}/{kind}").write_text(f"0 0 {USERS}\n")

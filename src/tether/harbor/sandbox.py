@@ -32,6 +32,7 @@ import os
 import shlex
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -41,11 +42,21 @@ import orjson
 from harbor.environments.base import ExecResult
 
 from ..tools.sandbox import SYSTEM, bwrap, system_view
-from .environment import VARIABLES, LocalEnvironment, check_user, refuse_what_cannot_be_given
-from .rootfs import PACKAGE_STATE, ROOT_SCRIPT, SERVICE_STATE, SHOWN, Root, remove
+from .build import base_differs, building, images, key
+from .dockerfile import Copy, Run
+from .environment import (
+    DOCKERFILE,
+    VARIABLES,
+    LocalEnvironment,
+    check_user,
+    refuse_what_cannot_be_given,
+)
+from .rootfs import PACKAGE_STATE, ROOT_SCRIPT, SERVICE_STATE, SHOWN, Root, map_users, remove
+from .server import SERVER
 
 REPLY_LIMIT = 16 << 20
 """The longest reply line read: two streams' kept bytes (`KEEP`), in base64, fit with room."""
+LOG_DIRS = ("/logs/agent", "/logs/verifier", "/logs/artifacts")
 OVERLAY_NEEDS = "a trial's copy-on-write root needs overlayfs in a user namespace: Linux 5.11+"
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -53,97 +64,6 @@ BASE_ENV = {
     "LANG": "C.UTF-8",
     "TERM": "dumb",
 }
-
-SERVER = r"""
-import asyncio, base64, json, os, signal, sys
-
-DRAIN = 1.0  # seconds to keep reading after the command exits (a job it left may hold a pipe)
-KEEP = 512 * 1024  # bytes of a stream's head, and as many of its tail, that a reply carries
-
-
-class Capped:  # the head and tail of a stream, and how much between them was cut
-    def __init__(self):
-        self.head, self.tail, self.total = bytearray(), bytearray(), 0
-
-    def add(self, chunk):
-        self.total += len(chunk)
-        room = KEEP - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            del self.tail[: max(0, len(self.tail) - KEEP)]
-
-    def data(self):
-        cut = self.total - len(self.head) - len(self.tail)
-        middle = b"\n[... %d bytes of output cut ...]\n" % cut if cut > 0 else b""
-        return bytes(self.head) + middle + bytes(self.tail)
-
-
-async def drain(stream, into):
-    while chunk := await stream.read(65536):
-        into.add(chunk)
-
-
-def kill(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def run(req, running, send):
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", req["command"], cwd=req["cwd"], env=req["env"],
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True)
-    except OSError as e:
-        send({"id": req["id"], "stdout": "", "stderr": str(e), "code": 127})
-        return
-    running[req["id"]] = proc
-    out, err = Capped(), Capped()
-    readers = [asyncio.ensure_future(drain(proc.stdout, out)),
-               asyncio.ensure_future(drain(proc.stderr, err))]
-    try:
-        code = await asyncio.wait_for(proc.wait(), req["timeout"])
-    except asyncio.TimeoutError:
-        kill(proc)
-        code = 124
-    await asyncio.wait(readers, timeout=DRAIN)
-    for r in readers:
-        r.cancel()
-    running.pop(req["id"], None)
-    send({"id": req["id"], "stdout": base64.b64encode(out.data()).decode(),
-          "stderr": base64.b64encode(err.data()).decode(), "code": code})
-
-
-async def main():
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 26)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    out = os.fdopen(sys.stdout.fileno(), "wb", buffering=0)
-
-    def send(reply):
-        out.write(json.dumps(reply).encode() + b"\n")
-
-    running, tasks = {}, set()
-    send({"ready": True})
-    while line := await reader.readline():
-        req = json.loads(line)
-        if "kill" in req:
-            proc = running.get(req["kill"])
-            if proc is not None:
-                kill(proc)
-            continue
-        task = asyncio.ensure_future(run(req, running, send))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
-
-asyncio.run(main())
-"""
 
 
 class SandboxEnvironment(LocalEnvironment):
@@ -157,6 +77,7 @@ class SandboxEnvironment(LocalEnvironment):
         self.ids = itertools.count(1)
         self.listener: asyncio.Task[None] | None = None
         self.broken: str | None = None  # why the replies could not be read, if they could not
+        self.net = False  # the host's network: a build's only
 
     @staticmethod
     def type() -> str:
@@ -183,42 +104,73 @@ class SandboxEnvironment(LocalEnvironment):
         return dict(self.image.env)
 
     def make_places(self) -> None:
+        """The root's layers, then the container's directories; the logs' are writable by
+        every user, as Harbor makes the directories it mounts there (the agent may run as a
+        user of the task's image)."""
         self.rootfs.prepare()
         super().make_places()
+        for logs in LOG_DIRS:
+            self.local(logs).chmod(0o777)
 
-    def argv(self, command: list[str] | None = None) -> list[str]:
+    def argv(
+        self, command: list[str] | None = None, waits: tuple[int, int] | None = None
+    ) -> list[str]:
         """bubblewrap's command line: the namespaces, the host's system read-only (`/etc`'s
         secrets hidden) for the first step, then `ROOT_SCRIPT`, which makes the trial's root
         (`rootfs.Root`) and becomes `command` (by default the sandbox's server) in the
         workdir. The trial runs as root of its namespace, as a container's commands do (for an
-        ordinary user, as rootless Docker's). The server's interpreter is there, wherever it
-        lives."""
+        ordinary user, as rootless Docker's). With `waits` (the file descriptors bubblewrap
+        blocks on and tells its pid through), it waits for Tether to map the trial's users
+        (`rootfs.map_users`). The server's interpreter is there, wherever it lives."""
         argv = [bwrap(), "--unshare-all", "--die-with-parent", "--new-session", *system_view()]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--uid", "0", "--gid", "0"]
+        argv += ["--proc", "/proc", "--dev", "/dev", *(["--share-net"] if self.net else [])]
+        if waits is None:
+            argv += ["--uid", "0", "--gid", "0"]
+        else:
+            argv += ["--unshare-user", "--userns-block-fd", str(waits[0])]
+            argv += ["--info-fd", str(waits[1])]
         python = interpreter()
         prefix = os.path.realpath(sys.base_prefix)
         outside = [prefix] if python.startswith(prefix + "/") and not visible(prefix) else []
         argv += [a for p in outside for a in ("--ro-bind", p, p)]  # e.g. a pyenv in ~
-        argv += self.rootfs.bwrap_args()
+        users = waits is not None
+        argv += self.rootfs.bwrap_args(users)
         then = command or [python, "-I", "-c", SERVER]
-        spec = self.rootfs.spec(then, cwd=self.workdir(), read_only=outside)
+        spec = self.rootfs.spec(then, cwd=self.workdir(), read_only=outside, users=users)
         return [*argv, "--", python, "-I", "-c", ROOT_SCRIPT, spec]
+
+    @property
+    def users(self) -> bool:
+        """Whether the trial maps the host's users (`rootfs.USERS`): only root may."""
+        return os.geteuid() == 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self, force_build: bool) -> None:
         refuse_what_cannot_be_given(self.environment_dir, self.task_env_config)
+        self.check_image()
+        image = await self.built(force_build)
+        self.rootfs = Root(self.root, image=image)
         self.make_places()
-        self.place_files()  # into the layers, before they are mounted
-        self.server = await asyncio.create_subprocess_exec(
-            *self.argv(),
-            limit=REPLY_LIMIT,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=BASE_ENV,
-            start_new_session=True,
-        )
+        if image is None:
+            self.place_files()  # into the layers, before they are mounted
+        await self.serve()
+        await self.run_setup()
+
+    def check_image(self) -> None:
+        """Fail now if the Dockerfile cannot be honoured; log what of it is not run (here
+        `RUN`, `USER` and `SHELL` are), and a base that is not this host's system."""
+        if self.image_error:
+            raise RuntimeError(f"environment/{DOCKERFILE}: {self.image_error}")
+        differs = base_differs(self.image.base)
+        if differs and (self.environment_dir / DOCKERFILE).is_file():
+            self.logger.warning(f"environment/{DOCKERFILE} {differs}")
+        for ignored in self.image.ignored:
+            self.logger.warning(f"environment/{DOCKERFILE} {ignored}: not run here")
+
+    async def serve(self) -> None:
+        """Start the sandbox's server and wait for it to say it is ready."""
+        self.server = await self.launch()
         assert self.server.stdout is not None and self.server.stderr is not None
         first = await self.server.stdout.readline()
         if not first.startswith(b'{"ready"'):
@@ -228,7 +180,115 @@ class SandboxEnvironment(LocalEnvironment):
                 + (f" ({OVERLAY_NEEDS})" if "the trial's root" in why else "")
             )
         self.listener = asyncio.ensure_future(self.listen())
-        await self.run_setup()
+
+    async def end(self) -> None:
+        """End the sandbox, and with it every process in it."""
+        if self.server is not None:
+            if self.server.returncode is None:
+                self.server.kill()  # bubblewrap's namespace goes with it, and all inside
+            await self.server.wait()
+        if self.listener is not None:
+            await self.listener
+
+    # -- the image ------------------------------------------------------------------------
+
+    async def built(self, force: bool) -> Path | None:
+        """The task's image (`build.py`), built now unless kept (or `force`d); None when its
+        Dockerfile runs nothing, its copies then going straight into the trial's layers."""
+        if not self.image.runs and self.image.user is None:
+            return None
+        into = images() / key(self.environment_dir)
+        async with building(into):
+            if into.is_dir() and not force:
+                return into
+            if into.is_dir():
+                remove(into)
+            await self.build(into)
+        return into
+
+    async def build(self, into: Path) -> None:
+        """The Dockerfile's copies and runs in order, in a sandbox of the build's own with the
+        host's network; what they wrote kept as the image `into` (nothing when one fails)."""
+        self.rootfs, self.net = Root(into.with_name(f"{into.name}.{uuid.uuid4().hex}")), True
+        started = time.monotonic()
+        try:
+            self.make_places()
+            await self.serve()
+            deadline = started + self.task_env_config.build_timeout_sec
+            for step in self.image.steps:
+                if isinstance(step, Copy):
+                    await self.copy_step(step)
+                else:
+                    await self.run_step(step, deadline)
+            await self.end()
+            self.rootfs.keep_as(into)
+        finally:
+            await self.end()
+            self.net, self.server, self.listener = False, None, None
+            remove(self.rootfs.trial)
+        took = time.monotonic() - started
+        self.logger.info(f"environment/{DOCKERFILE}: built in {took:.1f} s, kept in {into}")
+
+    async def copy_step(self, copy: Copy) -> None:
+        """A `COPY`/`ADD` in the build: laid out under a passage as it lands in the root,
+        then unpacked over `/` inside (existing directories keep their owners and modes)."""
+        async with self.passage() as via:
+            stage = self.local(via)
+            self.put_in_place(copy, lambda path: stage / path.lstrip("/"))
+            await self.inside(f"tar -C {via} -cf - . | tar -C / -xpf - --no-overwrite-dir")
+
+    async def run_step(self, run: Run, deadline: float) -> None:
+        """A `RUN`, in its directory (made, as Docker makes a `WORKDIR`), as its user, with
+        its environment, within what is left of the build's time."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError(
+                f"environment/{DOCKERFILE} {run.instruction}: not started, the build took "
+                f"its {self.task_env_config.build_timeout_sec:.0f} s"
+            )
+        await self.inside(f"mkdir -p {shlex.quote(run.workdir)}")
+        environ = {**BASE_ENV, **run.env}
+        done = await self.request(shlex.join(run.argv), run.workdir, environ, left, run.user)
+        if done.return_code != 0:
+            tail = (done.stderr or done.stdout or "").strip()[-2000:]
+            raise RuntimeError(
+                f"environment/{DOCKERFILE} {run.instruction}: exit status {done.return_code}"
+                + (f": {tail}" if tail else "")
+            )
+
+    async def launch(self, command: list[str] | None = None) -> asyncio.subprocess.Process:
+        """Start the trial's sandbox running `command` (by default its server), its users
+        mapped when they can be: bubblewrap says its pid on one pipe and waits on another
+        while the map is written."""
+        if not self.users:
+            return await self.spawn(self.argv(command), ())
+        block_r, block_w = os.pipe()
+        info_r, info_w = os.pipe()
+        try:
+            process = await self.spawn(self.argv(command, (block_r, info_w)), (block_r, info_w))
+        finally:
+            os.close(block_r)
+            os.close(info_w)
+        try:
+            info = await asyncio.to_thread(read_all, info_r)
+            if info:  # else bubblewrap failed before its namespace: its stderr says why
+                map_users(orjson.loads(info)["child-pid"])
+        finally:
+            os.close(info_r)
+            os.close(block_w)  # the end of the wait (bubblewrap reads end of file)
+        return process
+
+    async def spawn(self, argv: list[str], fds: tuple[int, ...]) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            limit=REPLY_LIMIT,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=BASE_ENV,
+            start_new_session=True,
+            pass_fds=fds,
+        )
 
     async def listen(self) -> None:
         """Hand each reply of the server to the call that waits for it. Replies are bounded
@@ -257,12 +317,7 @@ class SandboxEnvironment(LocalEnvironment):
 
     async def stop(self, delete: bool) -> None:
         """End the sandbox, and with it every process of the trial."""
-        if self.server is not None:
-            if self.server.returncode is None:
-                self.server.kill()  # bubblewrap's namespace goes with it, and all inside
-            await self.server.wait()
-        if self.listener is not None:
-            await self.listener
+        await self.end()
         if delete:
             remove(self.root)
 
@@ -289,7 +344,7 @@ class SandboxEnvironment(LocalEnvironment):
             shutil.rmtree(self.local(name), ignore_errors=True)
 
     async def inside(self, command: str) -> None:
-        done = await self.exec(command)
+        done = await self.exec(command, user=0)  # as `docker cp` copies: root
         if done.return_code != 0:
             raise RuntimeError(f"{command}: {(done.stderr or done.stdout or '').strip()}")
 
@@ -336,24 +391,40 @@ class SandboxEnvironment(LocalEnvironment):
     ) -> ExecResult:
         """Run `command` with bash in the sandbox, in the workdir (or `cwd`); on a time-out
         its process group is killed and the status is 124, as with coreutils' `timeout`."""
-        if self.server is None or self.server.stdin is None or self.server.returncode is not None:
-            raise RuntimeError(self.broken or "the trial's sandbox is not running")
-        check_user(self._resolve_user(user))
+        user = self._resolve_user(user)
+        if user is None:
+            user = self.image.user  # as `docker exec` runs as the image's USER
+        if not self.users:
+            check_user(user)
         environ = {
             **BASE_ENV,
             **self.image_env(),
             **(self._merge_env(env) or {}),
             **self.variables(),
         }
+        return await self.request(command, cwd or self.workdir(), environ, timeout_sec, user)
+
+    async def request(
+        self,
+        command: str,
+        cwd: str,
+        environ: dict[str, str],
+        seconds: float | None,
+        user: str | int | None,
+    ) -> ExecResult:
+        """One command for the sandbox's server, and its reply."""
+        if self.server is None or self.server.stdin is None or self.server.returncode is not None:
+            raise RuntimeError(self.broken or "the trial's sandbox is not running")
         call = next(self.ids)
         reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.replies[call] = reply
         request = {
             "id": call,
             "command": command,
-            "cwd": cwd or self.workdir(),
+            "cwd": cwd,
             "env": environ,
-            "timeout": timeout_sec,
+            "timeout": seconds,
+            "user": user,
         }
         self.server.stdin.write(orjson.dumps(request) + b"\n")
         try:
@@ -399,3 +470,11 @@ def text(encoded: str) -> str:
 def available() -> bool:
     """Whether bubblewrap is installed (whether it can make a sandbox here shows at start)."""
     return shutil.which("bwrap") is not None
+
+
+def read_all(fd: int) -> bytes:
+    """Everything written to the pipe `fd` until its writer closes it."""
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,91 @@
+"""A task's image built without Docker: its Dockerfile's steps run once, kept as a layer that
+every trial of the task starts from.
+
+Docker builds a task's image once and starts each trial from it. The sandbox's copy-on-write
+root (`rootfs.py`) lets a build do the same over the host's system: the build is a sandbox of
+its own with the host's network (so `apt-get install` and `pip install` reach their
+registries; its trials have none), the Dockerfile's `COPY`/`ADD` and `RUN` applied in order,
+each `RUN` with the environment, directory and user it has where it stands. What the build
+wrote (each overlay's upper layer, and the root's own directory with `/app`) is kept in the
+cache (`images()`), keyed by everything the build read (`key`); a trial mounts that layer
+between its own and the host's, and starts from a copy of the image's root directory. A
+second trial of the task builds nothing.
+
+The host's system stands for the `FROM` image: a base that is not the host's system is
+named in a warning (`base_differs`). A `RUN` that fails fails the trial at start, naming the
+instruction with its output's tail; nothing half-built is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+LAYOUT = "1"
+"""The layout of a kept image (its directories, the overlays' names): part of the key, so a
+Tether that lays images out otherwise builds anew."""
+HOST_STATE = ("/etc/os-release", "/var/lib/dpkg/status")
+"""What says the host's system changed (a release, a package installed or upgraded): part of
+the key, so an image is never laid over a system it was not built on."""
+
+
+def images() -> Path:
+    """Where built images are kept: `$XDG_CACHE_HOME/tether/harbor-images` (`~/.cache/...`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "tether" / "harbor-images"
+
+
+def key(environment_dir: Path) -> str:
+    """What a build reads, hashed: the build context's every file (the Dockerfile among them)
+    by path and content, the host's system state, the layout."""
+    digest = hashlib.sha256(f"tether-image {LAYOUT}\n".encode())
+    for path in sorted(p for p in environment_dir.rglob("*") if not p.is_dir()):
+        digest.update(str(path.relative_to(environment_dir)).encode() + b"\0")
+        digest.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+        digest.update(b"\0")
+    for state in HOST_STATE:
+        if os.path.exists(state):
+            info = os.stat(state)
+            digest.update(f"{state} {info.st_size} {info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+@contextlib.asynccontextmanager
+async def building(into: Path) -> AsyncIterator[None]:
+    """Hold the build of the image `into`, one process at a time: trials of one task started
+    together build it once, the others wait, then find it built."""
+    into.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(into.with_name(into.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)  # the lock goes with it
+
+
+def os_release() -> dict[str, str]:
+    try:
+        text = Path("/etc/os-release").read_text()
+    except OSError:
+        return {}
+    pairs = (line.partition("=") for line in text.splitlines() if "=" in line)
+    return {k: v.strip().strip('"') for k, _, v in pairs}
+
+
+def base_differs(base: str) -> str | None:
+    """A warning when the Dockerfile's `FROM` is not the host's system, which the trial runs
+    on instead (e.g. `FROM ubuntu:24.04` on a Debian 12 host); None when it names it."""
+    release = os_release()
+    host = f"{release.get('NAME', 'unknown')} {release.get('VERSION_ID', '')}".strip()
+    name, _, tag = base.rpartition("/")[2].partition(":")
+    same = name == release.get("ID") and any(
+        tag.startswith(v) for v in (release.get("VERSION_ID"), release.get("VERSION_CODENAME")) if v
+    )
+    if not base or base == "scratch" or same:
+        return None
+    return f"FROM {base}: this host's system ({host}) is taken as the image's base"
