@@ -156,8 +156,10 @@ def test_tasks_get_what_docker_gives_them_or_are_refused_at_start(
     """A task's `[solution.env]` (which Harbor scopes onto the oracle's commands, as it scopes
     `--ae` onto an agent's) reaches the command; its Dockerfile's ENV, ARG, WORKDIR and COPY
     shape the trial (and the Dockerfile itself is not in the workdir); a task whose compose
-    file starts services is refused at start with the reason, not scored a silent 0, and one
-    whose agent runs as another user fails saying so instead of running as root."""
+    file starts services (or, in the sandbox, that asks for the internet) is refused at start
+    with the reason, not scored a silent 0; one whose agent runs as a user of its image runs
+    as that user in the sandbox, and fails saying so in the local environment instead of
+    running as root."""
     oracle = harbor_run(tmp_path / "oracle", "--agent", "oracle", tasks=FLAWS, env_class=env_class)
     nop = harbor_run(tmp_path / "nop", "--agent", "nop", tasks=FLAWS, env_class=env_class)
     for name in ("solution-env", "dockerfile"):
@@ -168,6 +170,14 @@ def test_tasks_get_what_docker_gives_them_or_are_refused_at_start(
         assert refused["verifier_result"] is None
         why = refused["exception_info"]["exception_message"]
         assert "docker-compose.yaml starts services" in why
+    # a task that says it needs the internet: the sandbox has none and says so at start; the
+    # local environment has the host's
+    if "sandbox" in env_class:
+        refused = oracle["internet"]
+        assert refused["verifier_result"] is None
+        assert "asks for the internet" in refused["exception_info"]["exception_message"]
+    else:
+        assert rewards(oracle)["internet"] == 1.0 and rewards(nop)["internet"] == 0.0
     # a task whose agent runs as a user its image adds: in the sandbox its RUN is run and the
     # agent is that user; the local environment refuses it, never runs it as root instead
     if "sandbox" in env_class and os.geteuid() == 0:

@@ -33,6 +33,7 @@ import shlex
 import shutil
 import sys
 import time
+import tomllib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -40,6 +41,7 @@ from typing import Any
 
 import orjson
 from harbor.environments.base import ExecResult
+from harbor.environments.capabilities import EnvironmentCapabilities
 
 from ..tools.sandbox import SYSTEM, bwrap, system_view
 from .build import base_differs, building, images, key
@@ -146,8 +148,18 @@ class SandboxEnvironment(LocalEnvironment):
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    @property
+    def capabilities(self) -> EnvironmentCapabilities:
+        return EnvironmentCapabilities(disable_internet=True)  # a trial has no network
+
     async def start(self, force_build: bool) -> None:
         refuse_what_cannot_be_given(self.environment_dir, self.task_env_config)
+        if asks_for_internet(self.environment_dir.parent):
+            raise RuntimeError(
+                'the task asks for the internet ([environment] network_mode = "public" or '
+                "allow_internet = true); trials in this sandbox have no network (use Harbor's "
+                "docker environment for this task)"
+            )
         self.check_image()
         image = await self.built(force_build)
         self.rootfs = Root(self.root, image=image)
@@ -470,6 +482,18 @@ def text(encoded: str) -> str:
 def available() -> bool:
     """Whether bubblewrap is installed (whether it can make a sandbox here shows at start)."""
     return shutil.which("bwrap") is not None
+
+
+def asks_for_internet(task_dir: Path) -> bool:
+    """Whether a task's `task.toml` says it needs the internet: read as written, since Harbor's
+    default of "public", which every task has unless it says otherwise, is taken here as no
+    network."""
+    try:
+        config = tomllib.loads((task_dir / "task.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    environment = config.get("environment", {})
+    return environment.get("network_mode") == "public" or environment.get("allow_internet") is True
 
 
 def read_all(fd: int) -> bytes:
