@@ -351,3 +351,15 @@ def probe_sandbox(
         assert not escape.exists(), "a write reached /etc"
     assert out.strip().endswith("system-visible\nprobed"), out + err
     return out
+
+
+def program_output(source: str, store: str) -> dict[str, Any]:
+    """What a Python program of its own (a process has one store) printed last, as JSON; it
+    must exit 0."""
+    done = warm.run(
+        [sys.executable, "-c", source, store],
+        capture_output=True, text=True, timeout=60, env=cli_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return seen

@@ -8,12 +8,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import warm
-from helpers import FIXTURES, cli_env
+from helpers import FIXTURES, cli_env, program_output
 from wire_server import WireServer
 
 PROGRAM = [sys.executable, str(FIXTURES / "billing.py")]
@@ -151,17 +150,6 @@ def test_a_runtime_on_a_sqlite_store_leaves_its_host_alone(tmp_path: Path) -> No
     assert tuple(seen["gc"]) == tuple(seen["before"]["gc"])
 
 
-def program(source: str, store: str) -> dict[str, Any]:
-    """What a program of its own (a process has one store) printed last, as JSON."""
-    done = warm.run(
-        [sys.executable, "-c", source, store],
-        capture_output=True, text=True, timeout=60, env=cli_env(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return seen
-
-
 QUEUE_TWICE = """
 import asyncio, json, sys
 from tether import Agent, Runtime, ScriptedModel, reply
@@ -192,7 +180,7 @@ def test_a_batch_that_names_one_run_twice_queues_nothing(tmp_path: Path) -> None
     """`enqueue_many` is all or nothing: a repeated id is refused before anything is queued,
     never reported as two runs queued while the store keeps one. (In a program of its own: a
     process has one store.)"""
-    seen = program(QUEUE_TWICE, f"sqlite:///{tmp_path}/runs.sqlite")
+    seen = program_output(QUEUE_TWICE, f"sqlite:///{tmp_path}/runs.sqlite")
     assert "same id" in seen["refused"] and seen["after_refusal"] == []
     assert seen["queued"] == seen["stored"] == ["j-1", "j-2"]
 
@@ -222,6 +210,6 @@ def test_a_run_records_the_version_of_the_agent_it_started_with(tmp_path: Path) 
     """A run on a store records its agent's version (given, or the definition's fingerprint),
     and `Runtime.get` shows it for a run executed here and for one still queued. (In a program
     of its own: a process has one store.)"""
-    seen = program(VERSIONS, f"sqlite:///{tmp_path}/runs.sqlite")
+    seen = program_output(VERSIONS, f"sqlite:///{tmp_path}/runs.sqlite")
     assert seen["given"] == seen["queued"] == "2"
     assert seen["found"] == seen["fingerprint"] and len(seen["fingerprint"]) == 12

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "tracing",
             "version",
             "tree",
+            "fork",
         },
     ),
     ("providers and tools", {"providers", "tools"}),

@@ -326,6 +326,9 @@ class Effects(Protocol):
     """Whether input guardrails may run while the first model call is under way (in memory);
     a durable run asks them first, so its steps keep one order for a replay."""
 
+    origin: dict[str, Any]
+    """A fork's origin (`forked_from`, `at`), which its `run_started` carries; else empty."""
+
 
 async def drive(
     agent: Agent, state: LoopState, effects: Effects, inputs: Awaitable[Verdict | None] | None
@@ -453,7 +456,7 @@ async def execute(
     limit cuts a model call or a tool call in flight, a cancel closes the open calls and keeps
     what completed, a failed model call or a bug ends the run `failed` with the error."""
     shown = state.messages[-1].images if task is not None and state.messages else []
-    emitter.emit("run_started", **agent.started(task, **images_data(shown)))
+    emitter.emit("run_started", **agent.started(task, **images_data(shown), **effects.origin))
     error: dict[str, Any] | None = None
     limit = agent.budget.max_seconds
     inputs: asyncio.Task[Verdict | None] | None = None
@@ -542,6 +545,7 @@ class LocalEffects:
         limiter: Limiter | None,
     ) -> None:
         self.agent, self.ctx, self.emitter = agent, ctx, emitter
+        self.origin = ctx.origin
         self.approver, self.limiter = approver, limiter
         self.on_text: TextHook | None = None
         if emitter.active:

@@ -45,6 +45,9 @@ class RunHandle(Protocol):
     def version(self) -> str | None: ...
 
     @property
+    def agent_name(self) -> str | None: ...
+
+    @property
     def alive(self) -> bool: ...
 
     @property
@@ -68,16 +71,16 @@ class Start:
     """One run to start: its agent (found), task, id (checked) and the rest of `Runtime.start`."""
 
     agent: Agent
-    task: str
+    task: str | None  # None: a fork that goes on from its history with no new message
     run_id: str
     chosen: bool  # the caller named the id (a generated one cannot be in the store)
     options: dict[str, Any] | None
     context: RunContext
     history: list[Message] | None
-    restart: RestartPolicy | None
-    approver: Approver | None
-    sinks: list[Sink]
-    images: tuple[ImagePart, ...]
+    restart: RestartPolicy | None = None
+    approver: Approver | None = None
+    sinks: list[Sink] = dataclasses.field(default_factory=list)
+    images: tuple[ImagePart, ...] = ()
 
 
 Begin = Callable[[], Awaitable[RunHandle]]
@@ -140,6 +143,18 @@ class Backend:
     def get(self, run_id: str) -> RunHandle:
         raise NotImplementedError
 
+    def options_of(self, run_id: str) -> dict[str, Any] | None:
+        """The options a run's agent was built from (None: a registered agent's run)."""
+        return None
+
+    def context_of(self, run_id: str) -> RunContext:
+        """A new context like the run's: its workspace, account and config (a fork's)."""
+        return RunContext()
+
+    def approver_of(self, run_id: str) -> Approver | None:
+        """How the run decides approvals, where that is a policy (a fork's, by default)."""
+        return None
+
     def enqueue(self, agent: Agent, pairs: list[tuple[str, str]], how: Recorded) -> None:
         """Queue runs (`pairs`: run id, task) in one transaction, for the store's workers."""
         raise ConfigError("a queue needs a store (the store whose workers take the run)")
@@ -189,6 +204,16 @@ class InMemory(Backend):
 
     def get(self, run_id: str) -> RunHandle:
         return self.supervisor.get(run_id)
+
+    def context_of(self, run_id: str) -> RunContext:
+        c = self.supervisor.get(run_id).context
+        return RunContext(
+            workspace=c.workspace, account_id=c.account_id, deps=c.deps, config=dict(c.config)
+        )
+
+    def approver_of(self, run_id: str) -> Approver | None:
+        approver = self.supervisor.get(run_id).approver
+        return approver if approver in (approve_all, deny_all) else None
 
 
 @dataclasses.dataclass
@@ -297,6 +322,32 @@ class OnStore(Backend):
             return durable.get(run_id)
         assert durable.view is not None
         return durable.view.get(run_id)
+
+    def options_of(self, run_id: str) -> dict[str, Any] | None:
+        from .durable.view import recorded_value
+
+        assert self.opened.view is not None
+        options = recorded_value(self.opened.view.client, run_id, "options")
+        return options if isinstance(options, dict) else None
+
+    def context_of(self, run_id: str) -> RunContext:
+        from .durable.run import context_of
+        from .durable.view import record_of_run
+
+        assert self.opened.view is not None
+        record = record_of_run(self.opened.view.client, run_id)
+        if "workspace" not in record:
+            return RunContext()
+        context = context_of("", record)
+        context.origin = {}  # the fork's own is set by the caller
+        return context
+
+    def approver_of(self, run_id: str) -> Approver | None:
+        from .durable.view import recorded_value
+
+        assert self.opened.view is not None
+        policy = recorded_value(self.opened.view.client, run_id, "approvals")
+        return {"auto": approve_all, "deny": deny_all}.get(policy)
 
     def enqueue(self, agent: Agent, pairs: list[tuple[str, str]], how: Recorded) -> None:
         from .durable.remote import enqueue

@@ -79,12 +79,14 @@ SCHEMA: dict[str, EventType] = {
     "run_started": EventType(
         "a run begins",
         {
-            "task": "the task as given",
+            "task": "the task as given (null: a fork that goes on with no new message)",
             "provider": "the model's protocol",
             "model": "the model's name",
             "agent": "the agent's name",
             "version": "the agent's version (given, or its definition's fingerprint)",
             "images": IMAGES,
+            "forked_from": "a fork's: the run it was forked from",
+            "at": "a fork's: the step of that run it starts after",
         },
     ),
     "run_resumed": EventType("a durable run goes on in this process after a crash or a stop", {}),

@@ -171,7 +171,7 @@ class Run:
         self,
         run_id: str,
         agent: Agent,
-        task: str,
+        task: str | None,
         log: EventLog,
         *,
         context: RunContext | None = None,
@@ -206,6 +206,11 @@ class Run:
     def version(self) -> str | None:
         """The agent's version the run started with (`Agent.effective_version`)."""
         return self.agent.effective_version
+
+    @property
+    def agent_name(self) -> str | None:
+        """The name of the agent the run runs."""
+        return self.agent.name
 
     @property
     def alive(self) -> bool:

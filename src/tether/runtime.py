@@ -48,6 +48,7 @@ from .backends import (
 from .bus import Bus
 from .errors import ConfigError, NoSuchRun, RunError
 from .events import Event, Sink
+from .fork import fork_point
 from .journal import store_url
 from .messages import ImagePart, Message
 from .questions import Action, Answer, Asker, Question, Questions
@@ -298,27 +299,68 @@ class Runtime:
         at once. `sinks` see every event as it is emitted, before any subscriber."""
         self.check_open()
         found = await self.agent_for(self.named(agent), options)
-        chosen = run_id is not None
-        run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
         context = context or context_for(options)
-        if context.spawn is None:  # its tools start child runs here, as runs of their own
-            context.spawn = self.spawner(approver)
-        if context.parent is None and sinks and not context.tree_sinks:
-            context.tree_sinks = list(sinks)  # the root's watchers see its children too
-        start = Start(
-            found,
-            task,
-            run_id,
-            chosen,
-            options,
-            context,
-            history,
+        begun = Start(found, task, run_id or "", run_id is not None, options, context, history)
+        begun.restart, begun.approver, begun.sinks, begun.images = (
             restart,
             approver,
             list(sinks or []),
             tuple(images),
         )
+        return await self.begin(begun)
+
+    async def begin(self, start: Start) -> RunHandle:
+        """Start what `start` says (its id checked, or made), its tools able to start child
+        runs here, its sinks seeing its children's events too."""
+        start.run_id = check_run_id(start.run_id or uuid.uuid4().hex[:12])
+        context = start.context
+        if context.spawn is None:  # its tools start child runs here, as runs of their own
+            context.spawn = self.spawner(start.approver)
+        if context.parent is None and start.sinks and not context.tree_sinks:
+            context.tree_sinks = list(start.sinks)  # the root's watchers see its children too
         return await self.backend.start(start)
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: int,
+        message: str | None = None,
+        results: dict[str, str] | None = None,
+        fork_id: str | None = None,
+        context: RunContext | None = None,
+        approver: Approver | None = None,
+        sinks: list[Sink] | None = None,
+    ) -> RunHandle:
+        """A new run that starts from run `run_id`'s conversation as it stood after step `at`
+        (its `at`-th model reply and what followed it; see `fork.py`), with `message` as a new
+        user message and `results` replacing the output of tool calls by their ids. Nothing
+        of the prefix runs again and the original is untouched; the fork's `run_started` and
+        record name its origin (`forked_from`, `at`). The run's agent must be registered here
+        at the version the run recorded (ConfigError otherwise, nothing started): its steps
+        would otherwise go on under another definition. By default the fork's context
+        (workspace, account, config) and approvals policy are the run's. In memory and on a
+        store alike; a child of a tree forks as a root of its own."""
+        self.check_open()
+        source = self.get(run_id)
+        name = source.agent_name
+        options = self.backend.options_of(run_id)
+        if name is None or (options is None and name not in self.agents):
+            raise ConfigError(f"run {run_id} ran the agent {name!r}, which is not registered here")
+        found = await self.agent_for(name, options)  # as the run's own was (`resume` too)
+        if source.version is not None and source.version != found.effective_version:
+            raise ConfigError(
+                f"run {run_id} was recorded by version {source.version} of {name}; this "
+                f"runtime has version {found.effective_version}: a fork would go on under "
+                "another definition"
+            )
+        prefix = fork_point(source.transcript, at, message, results, f"run {run_id}")
+        context = context or self.backend.context_of(run_id)
+        context.origin = {"forked_from": run_id, "at": at}
+        begun = Start(found, message, fork_id or "", fork_id is not None, options, context, prefix)
+        begun.approver = approver or self.backend.approver_of(run_id)  # as the run decided
+        begun.sinks = list(sinks or [])
+        return await self.begin(begun)
 
     def spawner(self, approver: Approver | None) -> Spawn:
         """How an agent used as a tool starts a child run (see `tree`): as a run of this

@@ -75,7 +75,7 @@ class Supervisor:
     def start(
         self,
         agent: Agent,
-        task: str,
+        task: str | None,
         *,
         run_id: str | None = None,
         context: RunContext | None = None,

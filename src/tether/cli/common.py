@@ -293,10 +293,11 @@ def inline_approvals(rt: Runtime, run_id: str) -> Sink:
     return sink
 
 
-def waiting(run_id: str) -> Sink:
+def waiting(given: str | None = None) -> Sink:
     """With no terminal to ask on, say how to answer from elsewhere; the run waits (durably)."""
 
     def sink(event: Event) -> None:
+        run_id = given or event.run_id
         said = ""
         if event.type == "approval_requested":
             a = event.data["approval_id"]

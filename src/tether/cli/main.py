@@ -37,7 +37,7 @@ def check_store_settings(args: argparse.Namespace) -> str | None:
 
 
 STORE_COMMANDS = (
-    "resume", "runs", "send", "cancel", "approve", "deny", "worker", "migrate", "answer"
+    "resume", "fork", "runs", "send", "cancel", "approve", "deny", "worker", "migrate", "answer"
 )  # fmt: skip
 DURABLE_BY_DEFAULT = ("run", "ask", "serve", *STORE_COMMANDS)
 
@@ -128,7 +128,7 @@ def command(args: argparse.Namespace) -> int:
     if args.command in STORE_COMMANDS:
         from .store import command_store
 
-        preload(args.store, model=args.command in ("resume", "worker"))
+        preload(args.store, model=args.command in ("resume", "fork", "worker"))
         return command_store(args)
     try:
         options = options_of(args)

@@ -135,6 +135,30 @@ def mcp_serve_command(sub: Subparsers) -> argparse.ArgumentParser:
     return mcp
 
 
+def fork_command(sub: Subparsers) -> argparse.ArgumentParser:
+    fork = sub.add_parser(
+        "fork",
+        help="start a new run from a run's conversation as it stood after one of its steps",
+        description="Start a new run from RUN_ID's conversation as it stood after step STEP "
+        "(its STEP-th model reply and what followed it), and follow it to its end. Nothing of "
+        "those steps runs again; the original run is untouched.",
+    )
+    fork.add_argument("run_id", metavar="RUN_ID")
+    fork.add_argument(
+        "--at", type=int, required=True, metavar="STEP", help="the step to start after (0: none)"
+    )
+    fork.add_argument("--run-id", dest="fork_id", metavar="ID", help="the new run's id")
+    fork.add_argument("--message", metavar="TEXT", help="a user message the fork starts with")
+    fork.add_argument(
+        "--result",
+        action="append",
+        default=[],
+        metavar="CALL_ID=TEXT",
+        help="replace the output of one of those steps' tool calls (repeatable)",
+    )
+    return fork
+
+
 def store_commands(sub: Subparsers) -> None:
     """The commands on a store's runs, wherever they execute."""
     resume = sub.add_parser(
@@ -149,6 +173,7 @@ def store_commands(sub: Subparsers) -> None:
         help="take the run over even though its process may still run it (on another machine, "
         "where Tether cannot see whether it died)",
     )
+    fork = fork_command(sub)
     worker = worker_command(sub)
     runs = sub.add_parser("runs", help="list the runs of a durable store")
     runs.add_argument(
@@ -194,7 +219,7 @@ def store_commands(sub: Subparsers) -> None:
         "else is left as it was, named, and the command exits 1. Stop the store's workers "
         "first; running it again changes nothing more.",
     )
-    for p in (resume, runs, send, cancel, approve, deny, worker, migrate, answer):
+    for p in (resume, fork, runs, send, cancel, approve, deny, worker, migrate, answer):
         p.add_argument(
             "--store",
             metavar="URL",
@@ -204,7 +229,7 @@ def store_commands(sub: Subparsers) -> None:
         p.add_argument(
             "--data-dir", default=str(data_dir()), help="where the default store is kept"
         )
-    for p in (resume, worker):
+    for p in (resume, fork, worker):
         patience_option(p)
 
 

@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ from .common import (
 def command_store(args: argparse.Namespace) -> int:
     if args.command == "resume":
         return command_resume(args)
+    if args.command == "fork":
+        return command_fork(args)
     if args.command == "migrate":
         return command_migrate(args)
     if args.command == "worker":
@@ -174,6 +177,11 @@ def command_resume(args: argparse.Namespace) -> int:
             run = await rt.resume(args.run_id, sinks=sinks, force=args.force)
             return await until_end(run)
 
+    return finish(go, args)
+
+
+def finish(go: Callable[[], Coroutine[Any, Any, RunResult]], args: argparse.Namespace) -> int:
+    """Run `go` (a run followed to its end here) and say how it ended, as `tether run` does."""
     try:
         result = asyncio.run(go())
     except (ConfigError, RunError) as e:
@@ -187,6 +195,37 @@ def command_resume(args: argparse.Namespace) -> int:
         print(f"tether: run {args.run_id} did not finish: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     return exit_status(result, args.json)
+
+
+def command_fork(args: argparse.Namespace) -> int:
+    """Start a fork of a run of the store (`Runtime.fork`) and follow it to its end here."""
+    results: dict[str, str] = {}
+    for given in args.result:
+        call_id, sep, text = given.partition("=")
+        if not sep or not call_id:
+            return error(f"--result {given!r}: write it CALL_ID=TEXT")
+        results[call_id] = text
+    sinks = [output_sink(args.json), waiting()]
+
+    async def go() -> RunResult:
+        stop_on_signals()
+        async with cli_runtime(
+            args.store, data=args.data_dir, take_over=False, store_patience=args.store_patience
+        ) as rt:
+            fork = await rt.fork(
+                args.run_id,
+                at=args.at,
+                message=args.message,
+                results=results,
+                fork_id=args.fork_id,
+                sinks=sinks,
+            )
+            print(
+                f"tether: run {fork.id}: a fork of {args.run_id} at step {args.at}", file=sys.stderr
+            )
+            return await until_end(fork)
+
+    return finish(go, args)
 
 
 WORKER_TOOL_OPTIONS = (

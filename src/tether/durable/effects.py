@@ -45,7 +45,7 @@ from .run import DurableRun
 from .steps import KIND_OF, ContextStep, GuardStep, InboxStep, ModelStep, Step, ToolsStep, kind_of
 from .steps import read as read_step
 from .steps import record as step_record
-from .view import MAIL, approval_id
+from .view import MAIL, ORIGIN, approval_id
 
 S = TypeVar("S", bound=Step)
 
@@ -73,6 +73,7 @@ class RecordedEffects:
         self.seen = 0  # the last inbox message delivered
         self.n = 0  # the number of the next step
         self.recorded: dict[int, tuple[str, bytes]] = {}  # what a replay has yet to go through
+        self.origin = {k: record[k] for k in ORIGIN if k in record}  # a fork's
 
     guard_beside_model = False  # its steps must keep one order: the guardrails ask first
 

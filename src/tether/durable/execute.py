@@ -46,7 +46,7 @@ async def execute_run(
     how: Executor,
     run: DurableRun,
     record: dict[str, Any],
-    task: str,
+    task: str | None,
     history: list[Message] | None,
 ) -> dict[str, Any]:
     """Execute `run` here from its `record`, and return the workflow's output."""
@@ -65,7 +65,9 @@ async def execute_run(
     if not run.fresh:
         effects.replay(await effects.ledger.call(effects.ledger.steps_of, run.id))
     run.fresh = False
-    messages = [*(history or []), Message.user(task, task_images(record))]
+    messages = [*(history or [])]
+    if task is not None:  # a fork may go on from its history with no new message
+        messages.append(Message.user(task, task_images(record)))
     attempts = Attempts(run, agent, effects, await effects.filled(messages))
     policy = RestartPolicy(**(record.get("restart") or {}))
     return recorded(await supervise(attempts, policy, task, how.run_slots))

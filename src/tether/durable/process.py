@@ -221,7 +221,7 @@ class DurableRuns:
     async def start(
         self,
         record: dict[str, Any],
-        task: str,
+        task: str | None,
         run_id: str,
         sinks: list[Sink],
         history: list[Message] | None = None,
@@ -451,13 +451,15 @@ class DurableRuns:
     # -- executing a run (the workflow's body) ----------------------------------------------
 
     async def execute(
-        self, run_id: str, record: dict[str, Any], task: str, history: list[Message] | None
+        self, run_id: str, record: dict[str, Any], task: str | None, history: list[Message] | None
     ) -> dict[str, Any]:
         if not self.working:
             return await self.execute_here(run_id, record, task, history)
         # a worker says what it takes and how each run ended: its log is where an operator
         # looks first (it printed nothing per run)
-        shown = " ".join(task.split())
+        shown = (
+            " ".join(task.split()) if task is not None else f"a fork of {record.get('forked_from')}"
+        )
         say(f"tether worker {self.executor_id}: run {run_id} started: {shown[:70]}")
         ended = "failed (see its events)"
         try:
@@ -473,7 +475,7 @@ class DurableRuns:
             say(f"tether worker {self.executor_id}: run {run_id} ended {ended}")
 
     async def execute_here(
-        self, run_id: str, record: dict[str, Any], task: str, history: list[Message] | None
+        self, run_id: str, record: dict[str, Any], task: str | None, history: list[Message] | None
     ) -> dict[str, Any]:
         """Execute the run here, with its handle if it has one here (else one nobody here
         follows: its log on the bus goes when it ends)."""
@@ -553,7 +555,10 @@ def workflow() -> Any:
 
         @DBOS.workflow(name=WORKFLOW)
         async def durable_run(
-            run_id: str, record: dict[str, Any], task: str, history: list[Message] | None = None
+            run_id: str,
+            record: dict[str, Any],
+            task: str | None,
+            history: list[Message] | None = None,
         ) -> dict[str, Any]:
             """`history`: the conversation before `task` (a turn of `tether ask`)."""
             return await active().execute(run_id, record, task, history)

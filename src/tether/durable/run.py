@@ -31,7 +31,7 @@ from ..run import RestartPolicy
 from ..tools.tool import RunContext
 from .ledger import Ledger
 from .outage import cause_of, said_by_us
-from .view import MAIL, Tally, messages_of, version_of
+from .view import MAIL, ORIGIN, Tally, agent_of, messages_of, version_of
 
 FORMAT = 1
 """The version of a run's record (below); a reader refuses a record of another version."""
@@ -64,6 +64,7 @@ def record_of(
         "provider": agent.model.provider,
         "model": agent.model.name,
         **context.lineage(),
+        **{k: v for k, v in context.origin.items() if k in ORIGIN},
     }
 
 
@@ -73,6 +74,7 @@ def context_of(run_id: str, record: dict[str, Any]) -> RunContext:
         workspace=Path(record["workspace"]),
         account_id=record.get("account_id"),
         config=dict(record.get("config") or {}),
+        origin={k: record[k] for k in ORIGIN if k in record},
     )
 
 
@@ -157,6 +159,11 @@ class DurableRun:
     def version(self) -> str | None:
         """The agent's version the run started with, as the store recorded it."""
         return version_of(self.host.reader, self.id)
+
+    @property
+    def agent_name(self) -> str | None:
+        """The name of the agent the run runs, as the store recorded it."""
+        return agent_of(self.host.reader, self.id)
 
     @property
     def alive(self) -> bool:

@@ -47,6 +47,9 @@ QUEUE = "tether"
 VERSION = "tether-4"  # the workflow's shape: a run recorded by another cannot resume
 
 
+ORIGIN = ("forked_from", "at")
+"""What a fork's record keeps of its origin (`RunContext.origin`)."""
+
 MAIL = "tether.mail"
 """The topic of the DBOS message that wakes an idle (permanent) run when its inbox gets one."""
 
@@ -65,7 +68,9 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
         return []
     history = inputs[3] if len(inputs) > 3 and inputs[3] else []
     record = inputs[1] if isinstance(inputs[1], dict) else {}
-    messages: list[Message] = [*history, Message.user(inputs[2], task_images(record))]
+    messages: list[Message] = [*history]
+    if inputs[2] is not None:  # a fork may start with no new message
+        messages.append(Message.user(inputs[2], task_images(record)))
     for step, _ in store.steps(status):
         if isinstance(step, ModelStep):
             messages.extend(Message.user(text) for _, text in step.arrived)
@@ -175,11 +180,31 @@ def status_of(store: Any, run_id: str) -> Any:
 def version_of(store: Any, run_id: str) -> str | None:
     """The agent's version a run of the store started with (None: recorded before runs had
     versions); an unknown id is NoSuchRun."""
+    return recorded_text(store, run_id, "version")
+
+
+def agent_of(store: Any, run_id: str) -> str | None:
+    """The name of the agent a run of the store runs; an unknown id is NoSuchRun."""
+    return recorded_text(store, run_id, "agent")
+
+
+def recorded_text(store: Any, run_id: str, key: str) -> str | None:
+    """A text its record keeps of a run of the store (None if it keeps none)."""
+    value = recorded_value(store, run_id, key)
+    return value if isinstance(value, str) else None
+
+
+def recorded_value(store: Any, run_id: str, key: str) -> Any:
+    """What its record keeps under `key` of a run of the store (None if nothing)."""
+    return record_of_run(store, run_id).get(key)
+
+
+def record_of_run(store: Any, run_id: str) -> dict[str, Any]:
+    """What the store keeps of a run besides its task (`run.record_of`); NoSuchRun if none."""
     inputs = status_of(store, run_id).input
     args = inputs.get("args") if isinstance(inputs, dict) else None
     record = args[1] if isinstance(args, (list, tuple)) and len(args) > 1 else None
-    version = record.get("version") if isinstance(record, dict) else None
-    return version if isinstance(version, str) else None
+    return record if isinstance(record, dict) else {}
 
 
 def events_of(store: Any, run_id: str) -> list[Event]:
@@ -212,6 +237,7 @@ def events_of(store: Any, run_id: str) -> list[Event]:
         agent=record.get("agent") if isinstance(record, dict) else None,
         version=record.get("version") if isinstance(record, dict) else None,
         **images_data(task_images(record) if isinstance(record, dict) else ()),
+        **({k: record[k] for k in ORIGIN if k in record} if record else {}),
     )
     for step, at in steps:
         if isinstance(step, ModelStep):

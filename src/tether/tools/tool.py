@@ -77,6 +77,10 @@ class RunContext:
     """What tools keep between the calls of one run (the terminal's shell session): shared by
     the run's calls, in this process only, never recorded."""
 
+    origin: dict[str, Any] = field(default_factory=dict)
+    """A fork's origin, `forked_from` (the run) and `at` (its step), recorded with the run and
+    carried by its `run_started`; empty for a run that is no fork."""
+
     def lineage(self) -> dict[str, str]:
         """A child run's `parent_run_id` and `root_run_id` (none for a root), as its events
         and its record carry them."""
