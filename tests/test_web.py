@@ -381,6 +381,34 @@ def test_the_runs_list_filters_by_state_and_text_and_the_link_keeps_the_filter(
     shot(page, "runs-filtered")
 
 
+def test_a_run_is_forked_from_a_step_on_its_page(page: Page, server: Server) -> None:
+    """Each whole step has "Fork after step N": the fork's page opens, names its origin with a
+    link, and the fork goes on from the step's tool result (the mock model, which answers by
+    how many results it has read, answers at once); a fork that cannot be made says why."""
+    run = server.api("POST", "/api/runs", {"task": "inject"})
+    server.wait_for(run["id"], "done")
+    page.goto(f"{server.url}/runs/{run['id']}")
+    expect(page.locator("#status")).to_have_text("done", timeout=15_000)
+    buttons = page.locator(".fork button")
+    expect(buttons).to_have_text(["Fork after step 1", "Fork after step 2"])
+    page.once("dialog", lambda dialog: dialog.accept(""))  # no message
+    buttons.first.click()
+    page.wait_for_url(lambda url: run["id"] not in url)
+    origin = page.locator(".origin a")
+    expect(origin).to_have_text(run["id"])
+    expect(page.locator(".origin")).to_contain_text("after its step 1")
+    expect(page.locator("#status")).to_have_text("done", timeout=15_000)
+    expect(page.locator(".answer")).to_contain_text("the tool said something odd")
+    assert page.locator("#log .tool").count() == 0  # the step's call was not made again
+    expect(page.locator(".fork button")).to_have_text(["Fork after step 2"])  # it counts on
+    shot(page, "fork")
+    origin.click()
+    page.wait_for_url(f"**/runs/{run['id']}")
+    page.once("dialog", lambda dialog: dialog.accept(""))  # after the answer, with no message
+    page.locator(".fork button").last.click()
+    expect(page.locator(".fork .error").last).to_contain_text("give a message for the fork")
+
+
 def test_cancel_a_run(page: Page, server: Server) -> None:
     start_from_form(page, "cancel me")
     expect(page.locator(".assistant").first).to_contain_text("never ending", timeout=10_000)

@@ -26,6 +26,7 @@ form.start textarea { width: 100%; min-height: 4rem; }
 .approval, .question { background: #fff8e1; border: 1px solid #f0c36d; padding: .4rem; margin-top: .4rem; }
 .question label { display: block; margin: .2rem 0; }
 .note { color: #68727d; font-size: 13px; } .answer { border: 2px solid #176f2c; }
+.fork { margin: .2rem 0; } .fork button { font-size: 12px; }
 #bar { position: sticky; top: 0; background: #fafbfc; padding: .4rem 0; display: flex;
        gap: 1rem; align-items: center; border-bottom: 1px solid #e3e6ea; }
 button { cursor: pointer; }
@@ -162,7 +163,7 @@ class="key tool"></span>tool call<span class="key tool error"></span>failed tool
 const runId = __RUN_ID_JSON__;
 __AUTH__
 const log = document.getElementById('log');
-const state = {streaming: null, calls: {}, steps: 0, tokens: 0, budget: {}};
+const state = {streaming: null, calls: {}, steps: 0, tokens: 0, budget: {}, base: 0};
 function el(tag, cls, text) {
   const e = document.createElement(tag); if (cls) e.className = cls;
   if (text !== undefined) e.textContent = text; return e;
@@ -178,6 +179,22 @@ function budget() {
   if (state.cost !== undefined) text += ` · $${state.cost.toFixed(4)}`;
   if (b.max_cost_usd) text += ` (limit $${b.max_cost_usd})`;
   document.getElementById('budget').textContent = text;
+}
+// "Fork after step N": a new run from the conversation as it stood then (nothing of it runs
+// again); a message is asked for (none: it goes on from the tools' results). On success the
+// fork's page opens; a fork that cannot be made says why beside the button.
+function forkButton(step) {
+  const box = add(el('div', 'fork'));
+  const button = box.appendChild(el('button', '', `Fork after step ${step}`));
+  const said = box.appendChild(el('span', 'note error'));
+  button.addEventListener('click', async () => {
+    const message = prompt(`A message for the fork after step ${step} (empty: none)`);
+    if (message === null) return;
+    const r = await post('/fork', {at: step, message: message});
+    const body = await r.json();
+    if (r.ok) location.href = '/runs/' + encodeURIComponent(body.id);
+    else said.textContent = ' ' + body.error;
+  });
 }
 function decide(box, approvalId, argsHash, approved) {
   box.querySelectorAll('button').forEach(b => b.disabled = true);
@@ -293,12 +310,19 @@ const render = {
       const a = el('a', '', d.parent_run_id); a.href = '/runs/' + encodeURIComponent(d.parent_run_id);
       up.appendChild(a);
     }
+    if (d.forked_from) {  // its conversation holds its origin's first steps: it counts on
+      state.base = d.at;
+      const up = add(el('div', 'note origin', 'a fork of the run '));
+      const a = el('a', '', d.forked_from); a.href = '/runs/' + encodeURIComponent(d.forked_from);
+      up.appendChild(a); up.appendChild(document.createTextNode(` after its step ${d.at}`));
+    }
     if (d.version) add(el('div', 'note version', `${d.agent || 'agent'} version ${d.version}`));
     if (d.task) add(el('div', 'item user', d.task));
     document.getElementById('status').textContent = 'running'; budget();
   },
   user_message(d) { add(el('div', 'item user', d.text)); },
   model_request(d) {
+    if (state.modelCalls) forkButton(state.base + state.modelCalls);  // that step is whole
     state.modelCalls = (state.modelCalls || 0) + 1;
     state.modelBar = bar('model', 'model', `model call ${state.modelCalls}`, d.ts);
   },
@@ -371,6 +395,7 @@ const render = {
     }
     if (d.reason) add(el('div', 'note', d.reason));
     document.querySelectorAll('.approval button, .question button').forEach(b => b.disabled = true);
+    if (state.modelCalls) forkButton(state.base + state.modelCalls);  // after its answer
   },
 };
 // an EventSource cannot send a header: the token goes in this request's own query

@@ -140,6 +140,7 @@ class WebApp:
         app.router.add_post("/api/runs/{id}/deny", self.deny)
         app.router.add_post("/api/runs/{id}/answer", self.answer)
         app.router.add_post("/api/runs/{id}/cancel", self.cancel)
+        app.router.add_post("/api/runs/{id}/fork", self.fork)
         app.on_startup.append(self.adopt)
         app.on_shutdown.append(self.shutdown)
         return app
@@ -443,6 +444,25 @@ class WebApp:
             await run.wait()
         status = await act(run, lambda: run.status)
         return web.json_response({"cancelled": cancelled, "status": status})
+
+    async def fork(self, request: web.Request) -> web.Response:
+        """A new run from this run's conversation after step `at` (`Runtime.fork`), with an
+        optional `message`; a fork that cannot be made is 409 with the reason."""
+        body = await json_body(request)
+        at, message = body.get("at"), body.get("message") or None
+        if not isinstance(at, int) or isinstance(at, bool):
+            return json_error(400, "at: a step number is required")
+        if message is not None and not isinstance(message, str):
+            return json_error(400, "message: a string is required")
+        sinks: list[Sink] = [self.journal.write] if self.journal else []
+        source = request.match_info["id"]
+        try:
+            fork = await self.runtime.fork(source, at=at, message=message, sinks=sinks)
+        except NoSuchRun as e:
+            return json_error(404, str(e))
+        except (ConfigError, RunExists) as e:
+            return json_error(409, str(e))
+        return web.json_response({"id": fork.id, "forked_from": source, "at": at}, status=201)
 
     async def live(self, request: web.Request) -> RunHandle:
         """The run a request controls: executed here, or a run of the store executed
