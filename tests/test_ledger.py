@@ -386,3 +386,33 @@ def test_a_step_is_typed_and_kept_as_the_same_bytes() -> None:
         read(TOOLS, GOLDEN_MODEL_STEP, "step 0")
     with pytest.raises(RecordError, match="unknown kind"):
         read("tether.model", GOLDEN_MODEL_STEP, "step 0")
+
+
+async def test_a_question_is_kept_once_and_answered_once(tmp_path: Path) -> None:
+    """A run's question (an MCP server's elicitation) is kept once, asked again after a
+    restart it is the same; it has no answer until one is given, a second answer is refused
+    and the first stays; the questions without an answer are listed in the order asked."""
+    from tether.durable.ledger import KeptQuestions
+    from tether.questions import Answer, Question
+
+    ledger = Ledger(f"sqlite:///{tmp_path}/runs.sqlite")
+    kept = KeptQuestions(ledger)
+    first = Question("How many?", {"type": "object"}, "shop", run_id="r1", id="q1")
+    second = Question("Which colour?", {"type": "object"}, "shop", run_id="r1", id="q2")
+    assert await kept.ask(first) is None and await kept.ask(first) is None  # asked again
+    assert await kept.ask(second) is None
+    assert await kept.answered(first) is None
+    assert ledger.question("r1", "nope") is None
+    assert [json.loads(q)["message"] for q in ledger.unanswered("r1")] == [
+        "How many?",
+        "Which colour?",
+    ]
+    given = Answer("accept", {"quantity": 2})
+    assert await kept.answer(first, given) is True
+    assert await kept.answer(first, Answer("decline")) is False  # the first answer stays
+    assert await kept.answer(Question("?", {}, "shop", run_id="r1", id="never"), given) is False
+    assert await kept.answered(first) == given
+    asked, answered = ledger.question("r1", "q1") or ("", None)
+    assert json.loads(asked)["message"] == "How many?" and answered is not None
+    assert await kept.ask(first) == given  # asked again after a restart: answered already
+    assert [json.loads(q)["message"] for q in ledger.unanswered("r1")] == ["Which colour?"]
