@@ -73,7 +73,7 @@ def test_env_arg_workdir_and_copy_are_read_as_docker_reads_them(tmp_path: Path) 
     assert shell_form.argv == ["/bin/bash", "-c", "echo $WHO > /tmp/who"]
     assert image.user == "nobody" and image.base == "python:3.12-slim"
     assert [type(s).__name__ for s in image.steps] == ["Copy", "Copy", "Run", "Run", "Run"]
-    assert image.ignored == ['line 18: CMD ["serve"]']
+    assert image.ignored == ['line 18: CMD ["serve"] (Harbor runs none)']
 
 
 @pytest.mark.parametrize(

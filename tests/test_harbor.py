@@ -198,11 +198,12 @@ environment would write to this machine's)."""
 def test_a_task_writes_to_its_own_system_and_the_host_never_changes(tmp_path: Path) -> None:
     """In a container an agent installs a command into /usr/local/bin, adds a user and writes
     to its home, and a verifier renames /tests to hide it; a task's image installs a program
-    and adds a user (its Dockerfile's RUN) that the agent switches to: each scores 1 in the
-    sandbox, and none of it reaches this machine."""
+    and adds a user (its Dockerfile's RUN) that the agent switches to; an image's ENTRYPOINT
+    starts what the task needs: each scores 1 in the sandbox, and none of it reaches this
+    machine."""
     oracle = harbor_run(tmp_path / "oracle", "--agent", "oracle", tasks=ROOT_TASKS)
     nop = harbor_run(tmp_path / "nop", "--agent", "nop", tasks=ROOT_TASKS)
-    for name in ("writable-root", "dockerfile-run"):
+    for name in ("writable-root", "dockerfile-run", "entrypoint"):
         assert rewards(oracle)[name] == 1.0, oracle[name]["dir"]
         assert rewards(nop)[name] == 0.0
     assert not Path("/usr/local/bin/greet").exists()

@@ -5,10 +5,12 @@ on the host (`LocalEnvironment`) or in a bubblewrap sandbox with a copy-on-write
 host's system (`SandboxEnvironment`), so of a Dockerfile they honour what shapes the trial,
 taking the host's system as the `FROM` image: `ENV` (every command sees it), `ARG` (its
 defaults, for substitution), `WORKDIR` (the trial's working directory), `COPY`/`ADD` of the
-build context, and in the sandbox `RUN`, `USER` and `SHELL` too (`build.py`). What cannot be
-honoured is said, never skipped in silence: a multi-stage build, `COPY --from`, `ADD` of a URL
-or `RUN --mount` fails the trial at start naming the instruction; `ENTRYPOINT`, `CMD` and the
-other instructions are listed in `Image.ignored`, which the environment logs. (A task scored 0
+build context, and in the sandbox `RUN`, `USER`, `SHELL` and `ENTRYPOINT` too (`build.py`;
+the entrypoint starts with the trial, given `sh -c "sleep infinity"` as Harbor's containers
+give it, in `CMD`'s place). What cannot be honoured is said, never skipped in silence: a
+multi-stage build, `COPY --from`, `ADD` of a URL or `RUN --mount` fails the trial at start
+naming the instruction; `CMD` and the other instructions are listed in `Image.ignored`, which
+the environment logs. (A task scored 0
 because a `COPY` or an `ENV` was dropped reads as the agent's failure.)
 """
 
@@ -60,6 +62,9 @@ class Image:
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
     user: str | None = None
+    entrypoint: list[str] = field(default_factory=list)
+    """What the container starts as its first process (exec form, or the shell form run by
+    `/bin/sh -c`); Harbor gives it `sh -c "sleep infinity"` as its arguments, in CMD's place."""
     base: str = ""
     copies: list[Copy] = field(default_factory=list)
     steps: list[Copy | Run] = field(default_factory=list)
@@ -197,6 +202,13 @@ def read(path: Path) -> Image:
             image.user = substitute(arguments, known).strip() or None
         elif keyword == "SHELL":
             shell = [str(word) for word in json.loads(arguments)]
+        elif keyword == "ENTRYPOINT":
+            exec_form = arguments.startswith("[")
+            image.entrypoint = (
+                [str(w) for w in json.loads(arguments)] if exec_form else [*shell, arguments]
+            )
+        elif keyword == "CMD":
+            image.ignored.append(f"line {line}: CMD {arguments} (Harbor runs none)"[:200])
         elif keyword not in HONOURED:
             image.ignored.append(f"line {line}: {keyword} {arguments}"[:200])
     return image

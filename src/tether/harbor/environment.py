@@ -169,6 +169,8 @@ class LocalEnvironment(BaseEnvironment):
         not_run = [run.instruction for run in self.image.runs] + self.image.ignored
         if self.image.user is not None:
             not_run.append(f"USER {self.image.user}")
+        if self.image.entrypoint:
+            not_run.append(f"ENTRYPOINT {self.image.entrypoint}")
         for instruction in not_run:
             self.logger.warning(f"environment/{DOCKERFILE} {instruction}: not run here")
 

@@ -167,6 +167,7 @@ class SandboxEnvironment(LocalEnvironment):
         if image is None:
             self.place_files()  # into the layers, before they are mounted
         await self.serve()
+        await self.start_entrypoint()
         await self.run_setup()
 
     def check_image(self) -> None:
@@ -179,6 +180,16 @@ class SandboxEnvironment(LocalEnvironment):
             self.logger.warning(f"environment/{DOCKERFILE} {differs}")
         for ignored in self.image.ignored:
             self.logger.warning(f"environment/{DOCKERFILE} {ignored}: not run here")
+
+    async def start_entrypoint(self) -> None:
+        """The image's `ENTRYPOINT`, started in the background as the container's first
+        process would be, with the arguments Harbor's containers give it (`sh -c "sleep
+        infinity"`, in `CMD`'s place): an entrypoint that starts a service and then runs its
+        arguments works as in Docker. It lives as long as the trial."""
+        if not self.image.entrypoint:
+            return
+        argv = shlex.join([*self.image.entrypoint, "sh", "-c", "sleep infinity"])
+        await self.exec(f"nohup {argv} > /dev/null 2>&1 &")
 
     async def serve(self) -> None:
         """Start the sandbox's server and wait for it to say it is ready."""
