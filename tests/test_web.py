@@ -270,6 +270,50 @@ def test_approve_one_call_and_deny_another(page: Page, server: Server) -> None:
     shot(page, "approved-and-denied")
 
 
+def test_the_inbox_approves_and_denies_the_calls_of_every_run(page: Page, server: Server) -> None:
+    """The inbox lists every call waiting for a person across runs, with its run and full
+    arguments; one run's calls approved there and another's denied with a reason, each run
+    goes on; a call decided elsewhere meanwhile leaves the inbox."""
+    first = server.api("POST", "/api/runs", {"task": "run two commands"})
+    second = server.api("POST", "/api/runs", {"task": "run two commands"})
+    page.goto(f"{server.url}/inbox")
+    items = page.locator(".inbox-item")
+    expect(items).to_have_count(4, timeout=10_000)
+    expect(page.locator("#inbox-count")).to_have_text(
+        "4 calls wait for a person, the oldest run's first."
+    )
+    mine = items.filter(has=page.locator(f"a[href='/runs/{first['id']}']"))
+    theirs = items.filter(has=page.locator(f"a[href='/runs/{second['id']}']"))
+    expect(mine).to_have_count(2)
+    runs = [a.get_attribute("href") for a in page.locator(".inbox-item > div > a").all()]
+    assert runs == [f"/runs/{first['id']}"] * 2 + [f"/runs/{second['id']}"] * 2  # oldest first
+    expect(mine.first.locator(".args")).to_contain_text('"command": "echo yes > approved.txt"')
+    shot(page, "inbox")
+    # one of the second run's calls is decided on its own page (here: the API) meanwhile: it
+    # leaves the inbox
+    waiting = server.api("GET", f"/api/runs/{second['id']}")["approvals"]
+    server.api("POST", f"/api/runs/{second['id']}/deny", {"approval_id": waiting[0]["approval_id"]})
+    expect(items).to_have_count(3)
+    expect(theirs).to_have_count(1)
+    for i in range(2):
+        mine.nth(i).locator("button.approve").click()
+    theirs.locator("input").fill("not on a Friday")
+    theirs.locator("button.deny").click()
+    expect(mine.locator(".said")).to_have_text(["Approved", "Approved"])
+    expect(theirs.locator(".said")).to_have_text("Denied")
+    server.wait_for(first["id"], "done")
+    server.wait_for(second["id"], "done")
+    results = [
+        p["output"]
+        for m in server.api("GET", f"/api/runs/{second['id']}")["transcript"]
+        for p in m.get("parts", [])
+        if p.get("type") == "tool_result"
+    ]
+    assert any("not on a Friday" in str(r) for r in results), results
+    page.reload()
+    expect(page.locator("#inbox-count")).to_have_text("No call waits for a person.")
+
+
 def test_the_page_approves_only_the_arguments_it_showed(server: Server) -> None:
     """An approval sent with the hash of the arguments the page showed is refused when the
     call waits with other arguments (here: another call's), and nothing runs; sent with its

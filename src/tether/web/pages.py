@@ -58,7 +58,7 @@ INDEX_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Tether runs</title>
 <style nonce="__NONCE__">__STYLE__</style></head>
 <body>
-<h1><a href="/">Tether</a> · runs</h1>
+<h1><a href="/">Tether</a> · runs <a class="note" href="/inbox">approvals inbox</a></h1>
 <form class="start" id="start">
   <label>Task<br><textarea name="task" required placeholder="What should the agent do?"></textarea></label>
   <p><label>Model <input name="model" value="__MODEL__"></label>
@@ -138,6 +138,67 @@ async function refresh() {
   for (const s of runs) if (!(s.parent_run_id && ids.has(s.parent_run_id))) tree(s, 0);
 }
 if (token) { refresh(); setInterval(refresh, 2000); }
+</script>
+</body></html>
+"""
+
+INBOX_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Tether approvals</title>
+<style nonce="__NONCE__">__STYLE__</style></head>
+<body>
+<h1><a href="/">Tether</a> · approvals inbox</h1>
+<p class="note" id="inbox-count">Loading the calls that wait for a person...</p>
+<div id="inbox"></div>
+<script nonce="__NONCE__">
+__AUTH__
+function el(tag, cls, text) {
+  const e = document.createElement(tag); if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text; return e;
+}
+const inbox = document.getElementById('inbox');
+const shown = new Map();  // run and approval id -> its box: kept across refreshes (a reason typed stays)
+// One call waiting for a person: its run (a link) and task, the tool and its full arguments,
+// Approve, and Deny with a reason. A call decided elsewhere meanwhile says so.
+function item(a) {
+  const box = el('div', 'item approval inbox-item'); box.dataset.approvalId = a.approval_id;
+  const head = box.appendChild(el('div', ''));
+  const link = head.appendChild(el('a', '', 'run ' + a.run_id));
+  link.href = '/runs/' + encodeURIComponent(a.run_id);
+  head.appendChild(el('span', 'note', ' ' + (a.task || '')));
+  box.appendChild(el('div', 'name', `${a.name} wants to run with:`));
+  box.appendChild(el('pre', 'args', JSON.stringify(a.arguments, null, 2)));
+  const reason = el('input'); reason.placeholder = 'reason (for a deny)'; reason.size = 40;
+  const approve = el('button', 'approve', 'Approve'); const deny = el('button', 'deny', 'Deny');
+  const said = el('span', 'note said');
+  box.append(approve, ' ', deny, ' ', reason, ' ', said);
+  const decide = async (approved) => {
+    approve.disabled = deny.disabled = true;
+    const body = approved ? {approval_id: a.approval_id, args_hash: a.args_hash}
+      : {approval_id: a.approval_id, reason: reason.value || 'denied in the inbox'};
+    const r = await api('/api/runs/' + encodeURIComponent(a.run_id) + (approved ? '/approve' : '/deny'),
+      {method: 'POST', body: JSON.stringify(body), headers: {'Content-Type': 'application/json'}});
+    if (r.ok) { said.textContent = approved ? 'Approved' : 'Denied'; return; }
+    said.textContent = (await r.json()).error || 'refused';  // decided elsewhere, or the run ended
+  };
+  approve.addEventListener('click', () => decide(true));
+  deny.addEventListener('click', () => decide(false));
+  return box;
+}
+async function refresh() {
+  const r = await api('/api/approvals'); if (!r.ok) return;
+  const waiting = await r.json(); const key = (a) => a.run_id + ' ' + a.approval_id;
+  const ids = new Set(waiting.map(key));  // an approval's id is its call's: unique in its run
+  for (const [id, box] of shown) if (!ids.has(id) && !box.querySelector('.said').textContent) {
+    box.remove(); shown.delete(id);
+  }
+  for (const a of waiting) {  // in the API's order (appending a box that is there moves it)
+    if (!shown.has(key(a))) shown.set(key(a), item(a));
+    inbox.appendChild(shown.get(key(a)));
+  }
+  document.getElementById('inbox-count').textContent = waiting.length
+    ? `${waiting.length} calls wait for a person, the oldest run's first.` : 'No call waits for a person.';
+}
+if (token) { refresh(); setInterval(refresh, 1000); }
 </script>
 </body></html>
 """

@@ -9,6 +9,7 @@ every request goes through the store: `store.RemoteRun`).
 
     GET  /                                   the list of runs and a form to start one
     GET  /runs/{id}                          a run, live
+    GET  /inbox                              every call waiting for a person, across runs
     POST /api/runs                           {task, model?, tools?, max_steps?, max_cost?} -> {id}
                                              {tasks: [...] | task, queue: true, run_id?, ...}
                                                -> {ids}: queued in the store for its workers
@@ -20,6 +21,8 @@ every request goes through the store: `store.RemoteRun`).
     POST /api/runs/{id}/deny                 {approval_id, reason?}
     POST /api/runs/{id}/answer               {question_id, action?, content?, reason?}
     POST /api/runs/{id}/cancel
+    POST /api/runs/{id}/fork                 {at, message?} -> {id}: a new run from step `at`
+    GET  /api/approvals                      [{run_id, task, approval_id, name, arguments, ...}]
 
 Security: every API request needs the access token, as `Authorization: Bearer TOKEN` (or, for a
 GET, `?token=TOKEN`: the printed link, and the page's event stream). The pages are shells that
@@ -64,14 +67,15 @@ from ..journal import Journal
 from ..options import CLI_AGENT
 from ..runtime import Runtime
 from ..tools.tool import RunContext
-from .pages import INDEX_PAGE, RUN_PAGE, fill
+from .pages import INBOX_PAGE, INDEX_PAGE, RUN_PAGE, fill
 from .summaries import message_dict, row_summary, summarize
 
 
 def shell(path: str) -> bool:
-    """Whether `path` is a page served without the token (`/` and `/runs/ID`): it holds no
-    data, only the page's code, which loads the data through the API with the token."""
-    return path == "/" or path.startswith("/runs/")
+    """Whether `path` is a page served without the token (`/`, `/inbox` and `/runs/ID`): it
+    holds no data, only the page's code, which loads the data through the API with the
+    token."""
+    return path in ("/", "/inbox") or path.startswith("/runs/")
 
 
 HEARTBEAT_S = 15.0
@@ -79,6 +83,8 @@ QUEUE_BOX = (
     '<label><input type="checkbox" name="queue"> for a worker (queued in the store)</label> '
 )
 SHOWN_FROM_STORE = 500
+ENDED_STATES = ("done", "halted", "failed", "cancelled", "interrupted")
+"""A run in one of these waits for nobody: the inbox does not ask it."""
 """How many of the store's runs executed elsewhere the page lists (the most recent)."""
 
 OptionsFor = Callable[[dict[str, Any]], dict[str, Any]]
@@ -131,6 +137,8 @@ class WebApp:
         app.on_response_prepare.append(secure_headers)
         app.router.add_get("/", self.index)
         app.router.add_get("/runs/{id}", self.run_page)
+        app.router.add_get("/inbox", self.inbox_page)
+        app.router.add_get("/api/approvals", self.approvals)
         app.router.add_post("/api/runs", self.start_run)
         app.router.add_get("/api/runs", self.list_runs)
         app.router.add_get("/api/runs/{id}", self.get_run)
@@ -243,6 +251,11 @@ class WebApp:
         )
         return html_page(page, nonce)
 
+    async def inbox_page(self, request: web.Request) -> web.Response:
+        """The approvals inbox's shell: its calls come from the API, with the token."""
+        nonce = secrets.token_urlsafe(16)
+        return html_page(fill(INBOX_PAGE, nonce=nonce), nonce)
+
     async def run_page(self, request: web.Request) -> web.Response:
         """A run's shell: what it shows comes from the API, with the token (an unknown run
         is said there, so a request without the token learns nothing of which runs exist)."""
@@ -316,6 +329,21 @@ class WebApp:
 
     async def list_runs(self, request: web.Request) -> web.Response:
         return web.json_response(await self.summaries(), dumps=dumps)
+
+    async def approvals(self, request: web.Request) -> web.Response:
+        """Every call waiting for a person across the runs of this server and its store,
+        the oldest run's first: each with its run, task and full arguments."""
+        found: list[dict[str, Any]] = []
+        for s in await self.summaries():
+            if s.get("status") in ENDED_STATES:
+                continue
+            try:
+                run = await asyncio.to_thread(self.runtime.get, s["id"])
+            except NoSuchRun:
+                continue
+            for r in await act(run, run.waiting):
+                found.append({**r.to_dict(), "run_id": s["id"], "task": s.get("task")})
+        return web.json_response(found, dumps=dumps)
 
     async def get_run(self, request: web.Request) -> web.Response:
         run_id = request.match_info["id"]
