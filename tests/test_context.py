@@ -9,6 +9,7 @@ from tether import Agent, Message, ModelRequest, ModelResponse, ScriptedModel, r
 from tether.context import SUMMARY_MARK, SUMMARY_PROMPT, ContextPolicy, estimate
 from tether.errors import ClientRequestError
 from tether.events import Event
+from tether.messages import ToolCall, ToolResult
 
 CUT = "characters cut to fit the context window"
 
@@ -149,3 +150,33 @@ def test_known_windows(model: str, window: int | None) -> None:
     from tether.context import window_for
 
     assert window_for(model) == window
+
+
+@pytest.mark.parametrize(("over", "trimmed"), [(0, False), (1, True)])
+async def test_a_conversation_is_fitted_only_when_it_is_over_the_limit(
+    over: int, trimmed: bool
+) -> None:
+    """At its limit exactly a conversation is sent as it is; one token over, its older tool
+    outputs are trimmed first (the check is `>`, the limit itself fits)."""
+    policy = ContextPolicy(window=1300, reserve=1000, keep_chars=100)  # a limit of 300 tokens
+
+    def history() -> list[Message]:
+        out = []
+        for i in range(2):
+            out.append(Message("assistant", (ToolCall(f"c{i}", "dump", {}, "{}"),)))
+            out.append(Message("tool", (ToolResult(f"c{i}", "dump", "y" * 400),)))
+        return out
+
+    def size(chars: int) -> int:
+        return estimate([*history(), Message.user("x" * chars)])
+
+    chars = max(n for n in range(2000) if size(n) == policy.limit + over)
+    events: list[Event] = []
+    model = ScriptedModel([reply("ok")] * 3)  # its reply by the turns so far: two in history
+    result = await Agent(model, context=policy).run(
+        "x" * chars, transcript=history(), sinks=[events.append]
+    )
+    assert result.outcome == "done"
+    assert ("context_trimmed" in [e.type for e in events]) is trimmed
+    sent = model.requests[0].messages
+    assert (sent[1].tool_results[0].output == "y" * 400) is not trimmed
