@@ -396,6 +396,44 @@ def test_the_pages_follow_the_system_s_dark_mode(browser: Browser, server: Serve
     assert colours["dark"] == ["rgb(20, 23, 28)", "rgb(29, 33, 40)"]
 
 
+def test_every_view_reads_at_390_px_wide_and_approves_by_keyboard(
+    browser: Browser, server: Server
+) -> None:
+    """A phone's width (390 px): the list, a run, the inbox are as wide as the screen (nothing
+    to scroll sideways); a waiting call is approved with Tab and Enter alone."""
+    waiting = server.api("POST", "/api/runs", {"task": "run two commands"})
+    done = server.api("POST", "/api/runs", {"task": "stream slowly"})
+    server.wait_for(done["id"], "done")
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    page = context.new_page()
+    page.goto(f"{server.url}/?token={TOKEN}")
+    page.wait_for_function("() => !location.search.includes('token')")
+    for name, path, ready in [
+        ("list", "/", "#runs tr"),
+        ("run", f"/runs/{done['id']}", ".answer"),
+        ("inbox", "/inbox", ".inbox-item"),
+    ]:
+        page.goto(server.url + path)
+        expect(page.locator(ready).first).to_be_visible(timeout=10_000)
+        wide = page.evaluate("() => document.documentElement.scrollWidth")
+        assert wide <= 390, (path, wide)
+        shot(page, f"390px-{name}")
+    page.goto(f"{server.url}/runs/{waiting['id']}")
+    approve = page.locator(".approval button.approve").first
+    expect(approve).to_be_visible(timeout=10_000)
+    for _ in range(40):  # Tab until the first Approve has the focus, then Enter
+        page.keyboard.press("Tab")
+        if approve.evaluate("b => b === document.activeElement"):
+            break
+    page.keyboard.press("Enter")
+    expect(page.locator(".tool", has_text="approved.txt")).to_contain_text("Approved")
+    context.close()
+    left = server.api("GET", f"/api/runs/{waiting['id']}")["approvals"]
+    for a in left:  # the other call: the run ends before the server stops
+        server.api("POST", f"/api/runs/{waiting['id']}/deny", {"approval_id": a["approval_id"]})
+    server.wait_for(waiting["id"], "done")
+
+
 def test_the_runs_list_filters_by_state_and_text_and_the_link_keeps_the_filter(
     page: Page, server: Server
 ) -> None:

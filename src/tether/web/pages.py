@@ -42,6 +42,11 @@ button { cursor: pointer; }
 #legend .key { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
                margin: 0 .3rem 0 .8rem; vertical-align: middle; }
 .flash { outline: 2px solid #f0c36d; }
+@media (max-width: 600px) {  /* a phone: the list keeps its first columns, forms wrap */
+  body { padding: .5rem; } th:nth-child(n+5), td:nth-child(n+5) { display: none; }
+  td, th { padding: .3rem; } td { overflow-wrap: anywhere; } #bar { flex-wrap: wrap; gap: .5rem; }
+  input, textarea, select { max-width: 100%; box-sizing: border-box; } pre { white-space: pre-wrap; }
+}
 @media (prefers-color-scheme: dark) {  /* the same page, light text on dark surfaces */
   body { color: #d9dee5; background: #14171c; }
   table, form.start, .item, #timeline { background: #1d2128; border-color: #353b45; }
@@ -55,7 +60,7 @@ button { cursor: pointer; }
 """
 
 INDEX_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Tether runs</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Tether runs</title>
 <style nonce="__NONCE__">__STYLE__</style></head>
 <body>
 <h1><a href="/">Tether</a> · runs <a class="note" href="/inbox">approvals inbox</a></h1>
@@ -143,7 +148,7 @@ if (token) { refresh(); setInterval(refresh, 2000); }
 """
 
 INBOX_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Tether approvals</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Tether approvals</title>
 <style nonce="__NONCE__">__STYLE__</style></head>
 <body>
 <h1><a href="/">Tether</a> · approvals inbox</h1>
@@ -204,7 +209,7 @@ if (token) { refresh(); setInterval(refresh, 1000); }
 """
 
 RUN_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Tether run __RUN_ID__</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Tether run __RUN_ID__</title>
 <style nonce="__NONCE__">__STYLE__</style></head>
 <body>
 <h1><a href="/">Tether</a> · run <span id="run-id">__RUN_ID__</span></h1>
