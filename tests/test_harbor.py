@@ -8,6 +8,7 @@ import functools
 import importlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -176,6 +177,7 @@ def test_tasks_get_what_docker_gives_them_or_are_refused_at_start(
         refused = oracle["internet"]
         assert refused["verifier_result"] is None
         assert "asks for the internet" in refused["exception_info"]["exception_message"]
+        assert "--ek network=true" in refused["exception_info"]["exception_message"]
     else:
         assert rewards(oracle)["internet"] == 1.0 and rewards(nop)["internet"] == 0.0
     # a task whose agent runs as a user its image adds: in the sandbox its RUN is run and the
@@ -470,6 +472,53 @@ def test_a_dockerfile_is_built_once_with_the_network_and_each_trial_starts_from_
     ):
         asyncio.run(trial())
     assert [p for p in sorted(images().iterdir()) if p not in kept and p.is_dir()] == []
+
+
+@needs_bwrap
+def test_a_trial_given_the_network_reaches_it_and_runs_a_task_that_asks_for_it(
+    tmp_path: Path,
+) -> None:
+    """`--ek network=true`: a trial shares this machine's network (a server on its loopback
+    answers), and a task that asks for the internet runs instead of being refused."""
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    (tmp_path / "hello.txt").write_text("hello over the network\n")
+    local = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=local.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{local.server_address[1]}/hello.txt"
+    fetch = f"python3 -c \"import urllib.request as u; print(u.urlopen('{url}').read().decode())\""
+    (tmp_path / "environment").mkdir()
+
+    async def trial(**given: Any) -> str:
+        paths = TrialPaths(tmp_path / f"trial-{len(given)}")
+        paths.mkdir()
+        env = SandboxEnvironment(
+            environment_dir=tmp_path / "environment",
+            environment_name="t",
+            session_id="t__x__env",
+            trial_paths=paths,
+            task_env_config=EnvironmentConfig(),
+            **given,
+        )
+        await env.start(force_build=False)
+        try:
+            return (await env.exec(f"{fetch} || echo no network")).stdout or ""
+        finally:
+            await env.stop(delete=True)
+
+    try:
+        assert asyncio.run(trial()).endswith("no network\n")
+        assert asyncio.run(trial(network="true")).startswith("hello over the network")
+    finally:
+        local.shutdown()
+    # through Harbor: the task that asks for the internet runs, and its oracle scores 1
+    single = tmp_path / "tasks"
+    single.mkdir()
+    shutil.copytree(FLAWS / "internet", single / "internet")
+    given = harbor_run(tmp_path / "jobs", "--agent", "oracle", "--ek", "network=true", tasks=single)
+    assert rewards(given)["internet"] == 1.0
 
 
 @needs_bwrap

@@ -71,8 +71,11 @@ BASE_ENV = {
 class SandboxEnvironment(LocalEnvironment):
     """Runs the trial's commands inside one bubblewrap sandbox that lives as long as the trial."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, network: bool | str = False, **kwargs: Any) -> None:
+        """`network` (`--ek network=true`): the trials share this machine's network, loopback
+        included, as a task that asks for the internet needs (by default they have none)."""
         super().__init__(*args, **kwargs)
+        self.shared_network = str(network).lower() in ("true", "1", "yes")
         self.rootfs = Root(self.root)
         self.server: asyncio.subprocess.Process | None = None
         self.replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
@@ -125,7 +128,8 @@ class SandboxEnvironment(LocalEnvironment):
         blocks on and tells its pid through), it waits for Tether to map the trial's users
         (`rootfs.map_users`). The server's interpreter is there, wherever it lives."""
         argv = [bwrap(), "--unshare-all", "--die-with-parent", "--new-session", *system_view()]
-        argv += ["--proc", "/proc", "--dev", "/dev", *(["--share-net"] if self.net else [])]
+        shared = self.net or self.shared_network
+        argv += ["--proc", "/proc", "--dev", "/dev", *(["--share-net"] if shared else [])]
         if waits is None:
             argv += ["--uid", "0", "--gid", "0"]
         else:
@@ -154,11 +158,11 @@ class SandboxEnvironment(LocalEnvironment):
 
     async def start(self, force_build: bool) -> None:
         refuse_what_cannot_be_given(self.environment_dir, self.task_env_config)
-        if asks_for_internet(self.environment_dir.parent):
+        if asks_for_internet(self.environment_dir.parent) and not self.shared_network:
             raise RuntimeError(
                 'the task asks for the internet ([environment] network_mode = "public" or '
-                "allow_internet = true); trials in this sandbox have no network (use Harbor's "
-                "docker environment for this task)"
+                "allow_internet = true); trials in this sandbox have no network unless given "
+                "it (--ek network=true: this machine's network, loopback included)"
             )
         self.check_image()
         image = await self.built(force_build)
