@@ -605,6 +605,18 @@ def test_the_api_needs_the_token_as_a_header_and_never_takes_a_cookie(server: Se
     assert status("/api/runs", "POST", other) == 403
     assert status("/api/runs", "GET", other) == 403
     assert status("/api/runs", "GET", {"Origin": server.url, **bearer}) == 200
+    # a refused client's connection is closed with the answer; a client let in keeps its own
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    for headers, code, kept in [
+        ({}, 401, False),
+        ({"Authorization": f"Bearer {TOKEN}"}, 200, True),
+    ]:
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        conn.request("GET", "/api/runs", headers=headers)
+        answer = conn.getresponse()
+        answer.read()
+        assert answer.status == code and answer.will_close is not kept
+        conn.close()
 
 
 def raw_request(
