@@ -287,6 +287,25 @@ def test_redaction_finds_url_passwords_github_tokens_and_json_escaped_secrets() 
     )
 
 
+@pytest.mark.parametrize(
+    "said",
+    [
+        "authorization: bearer abcdefghijklmnop1234",
+        "AUTHORIZATION: BEARER abcdefghijklmnop1234",
+        "X-API-KEY: abcdefghijklmnop1234",
+        "Authorization: Bearer abcdefghijklmnop1234",
+    ],
+)
+def test_a_credential_is_redacted_however_its_header_is_written(said: str) -> None:
+    """The shapes match in any case, and so do the hints that let a text be looked at: a
+    lowercase `bearer` (as some clients write it) was left whole."""
+    from tether.redact import Redactor
+
+    r = Redactor({})
+    assert "abcdefghijklmnop1234" not in r.scrub(said)
+    assert b"abcdefghijklmnop1234" not in r.scrub_bytes(said.encode())
+
+
 async def test_read_file_reads_only_what_it_returns(tmp_path: Path) -> None:
     """A 1 GB (sparse) file read with limit 10, in a process that may not map 1 GB."""
     (tmp_path / "big.bin").write_bytes(b"0123456789abcdef")

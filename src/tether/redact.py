@@ -42,8 +42,11 @@ HINTS = (
     "github_pat_",
     "AKIA",
 )
-"""Substrings without which no shape can match: most text is scrubbed by a few `in` tests."""
-HINT_BYTES = (b"://", *(h.encode() for h in HINTS))
+"""Substrings without which no shape can match: most text is scrubbed by a few `in` tests.
+Looked for in the text lowered, as the shapes match in any case (`authorization: bearer ...`
+was left whole while the hints were looked for as written)."""
+HINTS_LOWER = tuple(h.lower() for h in HINTS)
+HINT_BYTES = (b"://", *(h.encode() for h in HINTS_LOWER))
 MIN_LENGTH = 8  # shorter values would redact ordinary words
 
 
@@ -75,7 +78,8 @@ class Redactor:
         for v in self.values:
             if v in text:
                 text = text.replace(v, MARK)
-        if any(h in text for h in HINTS):
+        lowered = text.lower()
+        if any(h in lowered for h in HINTS_LOWER):
             text = SHAPES.sub(MARK, text)
         if "://" in text:
             text = URL_PASSWORD.sub(rf"\1{MARK}\3", text)
@@ -86,7 +90,8 @@ class Redactor:
         for v in self.encoded:
             if v in line:
                 line = line.replace(v, MARK.encode())
-        if any(h in line for h in HINT_BYTES):
+        lowered = line.lower()
+        if any(h in lowered for h in HINT_BYTES):
             line = self.scrub(line.decode("utf-8", "replace")).encode()
         return line
 
