@@ -184,6 +184,7 @@ def test_tether_fork_goes_on_from_a_step_of_a_stored_run(tmp_path: Path) -> None
     forked = tether("fork", "r1", "--at", "1", "--run-id", "f1", *common)
     assert forked.returncode == 0, forked.stderr
     assert "run f1: a fork of r1 at step 1" in forked.stderr
+    assert "waits for approval" not in forked.stderr  # the run's policy (--yolo) decided it
     assert (tmp_path / "log").read_text() == "one\ntwo\ntwo\n"
     for args, said in [
         (["--at", "7"], "run r1 has steps 0 to 3; there is no step 7 to fork at"),

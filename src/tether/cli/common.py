@@ -294,11 +294,22 @@ def inline_approvals(rt: Runtime, run_id: str) -> Sink:
 
 
 def waiting(given: str | None = None) -> Sink:
-    """With no terminal to ask on, say how to answer from elsewhere; the run waits (durably)."""
+    """With no terminal to ask on, say how to answer from elsewhere; the run waits (durably).
+    A call's line is said a moment later, and not at all if a policy (`--approve auto`)
+    decided it meanwhile: its decision follows its request at once, in the same step."""
+    pending: dict[tuple[str, str], asyncio.Handle] = {}
+
+    def say(said: str) -> None:
+        print(f"tether: {terminal_safe(said)}", file=sys.stderr, flush=True)
 
     def sink(event: Event) -> None:
         run_id = given or event.run_id
         said = ""
+        if event.type == "approval_decided":
+            decided = pending.pop((event.run_id, event.data.get("approval_id", "")), None)
+            if decided is not None:
+                decided.cancel()
+            return
         if event.type == "approval_requested":
             a = event.data["approval_id"]
             said = (
@@ -312,8 +323,22 @@ def waiting(given: str | None = None) -> Sink:
                 f"{event.data['message']!r}: tether answer {run_id} {q} JSON   "
                 f"(or tether answer {run_id} {q} --decline)"
             )
-        if said:
-            print(f"tether: {terminal_safe(said)}", file=sys.stderr, flush=True)
+        if not said:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not in the loop's thread: say it now
+            loop = None
+        if event.type == "approval_requested" and loop is not None:
+            key = (event.run_id, event.data["approval_id"])
+
+            def later() -> None:
+                pending.pop(key, None)
+                say(said)
+
+            pending[key] = loop.call_soon(later)
+        else:
+            say(said)
 
     return sink
 
