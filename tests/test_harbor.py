@@ -217,8 +217,12 @@ def test_a_task_writes_to_its_own_system_and_the_host_never_changes(tmp_path: Pa
 
 
 def environment(
-    tmp_path: Path, workdir: str | None = None, kind: type[LocalEnvironment] = LocalEnvironment
+    tmp_path: Path,
+    workdir: str | None = None,
+    kind: type[LocalEnvironment] = LocalEnvironment,
+    **given: Any,
 ) -> LocalEnvironment:
+    """An environment of `kind` for the task in `tmp_path`; `given`: its `--ek` options."""
     env_dir = tmp_path / "environment"
     env_dir.mkdir(exist_ok=True)
     paths = TrialPaths(tmp_path / "trial")
@@ -229,6 +233,7 @@ def environment(
         session_id="t__x__env",
         trial_paths=paths,
         task_env_config=EnvironmentConfig(workdir=workdir),
+        **given,
     )
 
 
@@ -492,16 +497,7 @@ def test_a_trial_given_the_network_reaches_it_and_runs_a_task_that_asks_for_it(
     (tmp_path / "environment").mkdir()
 
     async def trial(**given: Any) -> str:
-        paths = TrialPaths(tmp_path / f"trial-{len(given)}")
-        paths.mkdir()
-        env = SandboxEnvironment(
-            environment_dir=tmp_path / "environment",
-            environment_name="t",
-            session_id="t__x__env",
-            trial_paths=paths,
-            task_env_config=EnvironmentConfig(),
-            **given,
-        )
+        env = environment(tmp_path, kind=SandboxEnvironment, **given)
         await env.start(force_build=False)
         try:
             return (await env.exec(f"{fetch} || echo no network")).stdout or ""

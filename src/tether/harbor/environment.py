@@ -166,13 +166,18 @@ class LocalEnvironment(BaseEnvironment):
         """Fail now if the Dockerfile cannot be honoured; log what of it is not run here."""
         if self.image_error:
             raise RuntimeError(f"environment/{DOCKERFILE}: {self.image_error}")
+        for instruction in self.not_run():
+            self.logger.warning(f"environment/{DOCKERFILE} {instruction}: not run here")
+
+    def not_run(self) -> list[str]:
+        """The Dockerfile's instructions this environment does not honour: here `RUN`,
+        `USER` and `ENTRYPOINT` too (it runs on the host, as the user that runs Harbor)."""
         not_run = [run.instruction for run in self.image.runs] + self.image.ignored
         if self.image.user is not None:
             not_run.append(f"USER {self.image.user}")
         if self.image.entrypoint:
             not_run.append(f"ENTRYPOINT {self.image.entrypoint}")
-        for instruction in not_run:
-            self.logger.warning(f"environment/{DOCKERFILE} {instruction}: not run here")
+        return not_run
 
     def make_places(self) -> None:
         for place in (*CONTAINER_DIRS, self.workdir()):

@@ -90,12 +90,15 @@ class SandboxEnvironment(LocalEnvironment):
 
     # -- the root -------------------------------------------------------------------------
 
+    def absolute(self, path: str) -> str:
+        """A container path as the container has it: relative to the workdir, `..` kept
+        inside the container."""
+        return os.path.normpath(path if path.startswith("/") else f"{self.workdir()}/{path}")
+
     def local(self, path: str) -> Path:
         """Where a container path is on the host: in the trial's root, or (before the
-        sandbox starts) in its overlay's upper layer. `..` stays inside the container."""
-        if not path.startswith("/"):
-            path = f"{self.workdir()}/{path}"
-        return self.rootfs.host_path(os.path.normpath(path))
+        sandbox starts) in its overlay's upper layer."""
+        return self.rootfs.host_path(self.absolute(path))
 
     def variables(self) -> dict[str, str]:
         """$APP_DIR and the like, for tasks written for `LocalEnvironment`: the paths
@@ -175,15 +178,16 @@ class SandboxEnvironment(LocalEnvironment):
         await self.run_setup()
 
     def check_image(self) -> None:
-        """Fail now if the Dockerfile cannot be honoured; log what of it is not run (here
-        `RUN`, `USER` and `SHELL` are), and a base that is not this host's system."""
-        if self.image_error:
-            raise RuntimeError(f"environment/{DOCKERFILE}: {self.image_error}")
+        """As `LocalEnvironment`'s, and a base that is not this host's system is named."""
+        super().check_image()
         differs = base_differs(self.image.base)
         if differs and (self.environment_dir / DOCKERFILE).is_file():
             self.logger.warning(f"environment/{DOCKERFILE} {differs}")
-        for ignored in self.image.ignored:
-            self.logger.warning(f"environment/{DOCKERFILE} {ignored}: not run here")
+
+    def not_run(self) -> list[str]:
+        """Only what no container runs under Harbor either (`CMD`, `HEALTHCHECK` ...): the
+        sandbox builds the image and starts its entrypoint."""
+        return list(self.image.ignored)
 
     async def start_entrypoint(self) -> None:
         """The image's `ENTRYPOINT`, started in the background as the container's first
@@ -355,7 +359,7 @@ class SandboxEnvironment(LocalEnvironment):
 
     def overlaid(self, path: str) -> str | None:
         """`path` made absolute, if it is in a mounted overlay."""
-        full = os.path.normpath(path if path.startswith("/") else f"{self.workdir()}/{path}")
+        full = self.absolute(path)
         mounted = self.server is not None and self.rootfs.overlay_of(full) is not None
         return full if mounted else None
 
