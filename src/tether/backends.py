@@ -45,9 +45,6 @@ class RunHandle(Protocol):
     def version(self) -> str | None: ...
 
     @property
-    def agent_name(self) -> str | None: ...
-
-    @property
     def alive(self) -> bool: ...
 
     @property
@@ -81,6 +78,20 @@ class Start:
     approver: Approver | None = None
     sinks: list[Sink] = dataclasses.field(default_factory=list)
     images: tuple[ImagePart, ...] = ()
+
+
+@dataclasses.dataclass
+class Basis:
+    """What a fork takes from the run it forks: its agent's name and version as the run
+    recorded them, the options the agent was built from (None: a registered agent), a new
+    context like the run's (workspace, account, config), and its approvals policy (None:
+    approvals wait for a person)."""
+
+    agent: str | None
+    version: str | None
+    options: dict[str, Any] | None
+    context: RunContext
+    approver: Approver | None
 
 
 Begin = Callable[[], Awaitable[RunHandle]]
@@ -143,17 +154,9 @@ class Backend:
     def get(self, run_id: str) -> RunHandle:
         raise NotImplementedError
 
-    def options_of(self, run_id: str) -> dict[str, Any] | None:
-        """The options a run's agent was built from (None: a registered agent's run)."""
-        return None
-
-    def context_of(self, run_id: str) -> RunContext:
-        """A new context like the run's: its workspace, account and config (a fork's)."""
-        return RunContext()
-
-    def approver_of(self, run_id: str) -> Approver | None:
-        """How the run decides approvals, where that is a policy (a fork's, by default)."""
-        return None
+    def basis_of(self, run_id: str) -> Basis:
+        """What a fork of the run takes from it (NoSuchRun if there is none)."""
+        raise NotImplementedError
 
     def enqueue(self, agent: Agent, pairs: list[tuple[str, str]], how: Recorded) -> None:
         """Queue runs (`pairs`: run id, task) in one transaction, for the store's workers."""
@@ -205,15 +208,14 @@ class InMemory(Backend):
     def get(self, run_id: str) -> RunHandle:
         return self.supervisor.get(run_id)
 
-    def context_of(self, run_id: str) -> RunContext:
-        c = self.supervisor.get(run_id).context
-        return RunContext(
+    def basis_of(self, run_id: str) -> Basis:
+        run = self.supervisor.get(run_id)
+        c = run.context
+        context = RunContext(
             workspace=c.workspace, account_id=c.account_id, deps=c.deps, config=dict(c.config)
         )
-
-    def approver_of(self, run_id: str) -> Approver | None:
-        approver = self.supervisor.get(run_id).approver
-        return approver if approver in (approve_all, deny_all) else None
+        policy = run.approver if run.approver in (approve_all, deny_all) else None
+        return Basis(run.agent.name, run.agent.effective_version, None, context, policy)
 
 
 @dataclasses.dataclass
@@ -323,31 +325,24 @@ class OnStore(Backend):
         assert durable.view is not None
         return durable.view.get(run_id)
 
-    def options_of(self, run_id: str) -> dict[str, Any] | None:
-        from .durable.view import recorded_value
-
-        assert self.opened.view is not None
-        options = recorded_value(self.opened.view.client, run_id, "options")
-        return options if isinstance(options, dict) else None
-
-    def context_of(self, run_id: str) -> RunContext:
+    def basis_of(self, run_id: str) -> Basis:
+        """Read from the run's record, once."""
         from .durable.run import context_of
         from .durable.view import record_of_run
 
         assert self.opened.view is not None
         record = record_of_run(self.opened.view.client, run_id)
-        if "workspace" not in record:
-            return RunContext()
-        context = context_of("", record)
+        context = context_of("", record) if "workspace" in record else RunContext()
         context.origin = {}  # the fork's own is set by the caller
-        return context
-
-    def approver_of(self, run_id: str) -> Approver | None:
-        from .durable.view import recorded_value
-
-        assert self.opened.view is not None
-        policy = recorded_value(self.opened.view.client, run_id, "approvals")
-        return {"auto": approve_all, "deny": deny_all}.get(policy)
+        options = record.get("options")
+        agent, version = record.get("agent"), record.get("version")
+        return Basis(
+            agent if isinstance(agent, str) else None,
+            version if isinstance(version, str) else None,
+            options if isinstance(options, dict) else None,
+            context,
+            {"auto": approve_all, "deny": deny_all}.get(str(record.get("approvals"))),
+        )
 
     def enqueue(self, agent: Agent, pairs: list[tuple[str, str]], how: Recorded) -> None:
         from .durable.remote import enqueue

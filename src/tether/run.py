@@ -208,11 +208,6 @@ class Run:
         return self.agent.effective_version
 
     @property
-    def agent_name(self) -> str | None:
-        """The name of the agent the run runs."""
-        return self.agent.name
-
-    @property
     def alive(self) -> bool:
         return self.status in ("queued", "running", "idle")
 

@@ -343,22 +343,22 @@ class Runtime:
         store alike; a child of a tree forks as a root of its own."""
         self.check_open()
         source = self.get(run_id)
-        name = source.agent_name
-        options = self.backend.options_of(run_id)
+        basis = self.backend.basis_of(run_id)
+        name, options = basis.agent, basis.options
         if name is None or (options is None and name not in self.agents):
             raise ConfigError(f"run {run_id} ran the agent {name!r}, which is not registered here")
         found = await self.agent_for(name, options)  # as the run's own was (`resume` too)
-        if source.version is not None and source.version != found.effective_version:
+        if basis.version is not None and basis.version != found.effective_version:
             raise ConfigError(
-                f"run {run_id} was recorded by version {source.version} of {name}; this "
+                f"run {run_id} was recorded by version {basis.version} of {name}; this "
                 f"runtime has version {found.effective_version}: a fork would go on under "
                 "another definition"
             )
         prefix = fork_point(source.transcript, at, message, results, f"run {run_id}")
-        context = context or self.backend.context_of(run_id)
+        context = context or basis.context
         context.origin = {"forked_from": run_id, "at": at}
         begun = Start(found, message, fork_id or "", fork_id is not None, options, context, prefix)
-        begun.approver = approver or self.backend.approver_of(run_id)  # as the run decided
+        begun.approver = approver or basis.approver  # as the run decided
         begun.sinks = list(sinks or [])
         return await self.begin(begun)
 

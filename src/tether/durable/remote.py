@@ -237,15 +237,6 @@ class RemoteRun:
         return version if isinstance(version, str) else None
 
     @property
-    def agent_name(self) -> str | None:
-        """The name of the agent the run runs, as the store recorded it."""
-        row = self.view.row(self.id)
-        if row is None:
-            raise NoSuchRun(f"run {self.id!r} is gone from its store")
-        agent = row.get("agent")
-        return agent if isinstance(agent, str) else None
-
-    @property
     def alive(self) -> bool:
         return status_of(self.view.client, self.id).status not in ENDED
 

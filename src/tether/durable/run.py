@@ -31,7 +31,7 @@ from ..run import RestartPolicy
 from ..tools.tool import RunContext
 from .ledger import Ledger
 from .outage import cause_of, said_by_us
-from .view import MAIL, ORIGIN, Tally, agent_of, messages_of, version_of
+from .view import MAIL, ORIGIN, Tally, messages_of, version_of
 
 FORMAT = 1
 """The version of a run's record (below); a reader refuses a record of another version."""
@@ -159,11 +159,6 @@ class DurableRun:
     def version(self) -> str | None:
         """The agent's version the run started with, as the store recorded it."""
         return version_of(self.host.reader, self.id)
-
-    @property
-    def agent_name(self) -> str | None:
-        """The name of the agent the run runs, as the store recorded it."""
-        return agent_of(self.host.reader, self.id)
 
     @property
     def alive(self) -> bool:

@@ -183,20 +183,10 @@ def version_of(store: Any, run_id: str) -> str | None:
     return recorded_text(store, run_id, "version")
 
 
-def agent_of(store: Any, run_id: str) -> str | None:
-    """The name of the agent a run of the store runs; an unknown id is NoSuchRun."""
-    return recorded_text(store, run_id, "agent")
-
-
 def recorded_text(store: Any, run_id: str, key: str) -> str | None:
     """A text its record keeps of a run of the store (None if it keeps none)."""
-    value = recorded_value(store, run_id, key)
+    value = record_of_run(store, run_id).get(key)
     return value if isinstance(value, str) else None
-
-
-def recorded_value(store: Any, run_id: str, key: str) -> Any:
-    """What its record keeps under `key` of a run of the store (None if nothing)."""
-    return record_of_run(store, run_id).get(key)
 
 
 def record_of_run(store: Any, run_id: str) -> dict[str, Any]:
