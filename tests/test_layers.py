@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "version",
             "tree",
             "fork",
+            "run_filter",
         },
     ),
     ("providers and tools", {"providers", "tools"}),

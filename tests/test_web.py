@@ -984,6 +984,78 @@ def test_the_page_shows_a_worker_s_run_live_and_approves_it_in_a_browser(
     context.close()
 
 
+def test_the_list_pages_and_filters_two_thousand_stored_runs(
+    browser: Browser, fleet: Fleet
+) -> None:
+    """2,000 runs queued in the store (no worker takes them): the API pages through every one
+    once, newest first, by cursor; the page shows 50, then 50 older at a click; a filter finds
+    one run among them, and a state no run is in says so."""
+    tasks = [f"errand {i:04d}" for i in range(2000)]
+    ids = fleet.api("POST", "/api/runs", {"tasks": tasks, "run_id": "bulk"})["ids"]
+    first = fleet.api("GET", "/api/list")
+    assert first["counts"] == {"queued": 2000} and len(first["runs"]) == 50
+    rows, page_after = first["runs"], first["next"]
+    while page_after:
+        more = fleet.api("GET", f"/api/list?limit=500&cursor={page_after}")
+        rows += more["runs"]
+        page_after = more["next"]
+    assert sorted(r["id"] for r in rows) == sorted(ids) and len(rows) == 2000  # each once
+    queued_at = [r["queued_at"] for r in rows]
+    assert queued_at == sorted(queued_at, reverse=True)  # newest first
+    found = fleet.api("GET", "/api/list?q=ERRAND%201234&state=queued,running")
+    assert [r["id"] for r in found["runs"]] == [ids[1234]] and found["next"] is None
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{fleet.url}/?token={TOKEN}")
+    rows = page.locator("#runs tr")
+    expect(rows).to_have_count(50)
+    expect(page.locator("#counts")).to_have_text("2000 runs: queued 2000")
+    page.click("#more")
+    expect(rows).to_have_count(100)
+    page.fill("#filter input[name=q]", "errand 0042")
+    expect(rows).to_have_count(1)
+    expect(page.locator("#more")).to_be_hidden()
+    page.fill("#filter input[name=q]", "")
+    page.select_option("#filter select[name=state]", "done")
+    expect(page.locator("#none")).to_be_visible()
+    assert "state=done" in page.url
+    context.close()
+    for bad in ("limit=0", "limit=x", "cursor=nonsense"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            fleet.api("GET", f"/api/list?{bad}")
+        assert refused.value.code == 400
+
+
+def test_the_inbox_decides_for_three_runs_on_two_workers(browser: Browser, fleet: Fleet) -> None:
+    """Three runs queued for two workers, each waiting for two approvals: the inbox lists all
+    six with their runs, and the calls approved and denied there let each run go on, on
+    whichever worker holds it."""
+    fleet.worker("worker-a")
+    fleet.worker("worker-b")
+    ids = fleet.api("POST", "/api/runs", {"tasks": ["run two commands"] * 3, "run_id": "ask"})[
+        "ids"
+    ]
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{fleet.url}/inbox?token={TOKEN}")
+    items = page.locator(".inbox-item")
+    expect(items).to_have_count(6, timeout=20_000)
+    workers = {fleet.api("GET", f"/api/runs/{i}")["worker"] for i in ids}
+    assert workers <= {"worker-a", "worker-b"} and None not in workers
+    for run_id in ids:
+        run_items = items.filter(has=page.locator(f"a[href='/runs/{run_id}']"))
+        expect(run_items).to_have_count(2)
+        run_items.filter(has_text="approved.txt").locator("button.approve").click()
+        run_items.filter(has_text="denied.txt").locator("button.deny").click()
+    for run_id in ids:
+        fleet.wait_for(run_id, "done")
+    page.reload()
+    expect(page.locator("#inbox-count")).to_have_text("No call waits for a person.")
+    context.close()
+    assert (fleet.workspace / "approved.txt").read_text() == "yes\n"
+    assert not (fleet.workspace / "denied.txt").exists()
+
+
 def closed_by_server(s: socket.socket) -> bool:
     """Whether the server closed this connection (reading waits up to the socket's timeout,
     which fails the test if the server keeps it)."""

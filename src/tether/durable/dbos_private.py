@@ -69,3 +69,41 @@ def cancelled_errors() -> tuple[type[BaseException], ...]:
     from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSWorkflowCancelledError
 
     return (DBOSAwaitedWorkflowCancelledError, DBOSWorkflowCancelledError)
+
+
+def run_keys(
+    client: Any, name: str, statuses: list[str] | None, before: tuple[int, str] | None, limit: int
+) -> list[tuple[int, str]]:
+    """The (created_at, id) of up to `limit` workflows named `name` (of these DBOS
+    `statuses`), newest first, those strictly before `before` only: a keyset read of DBOS's
+    own index on created_at, which its `list_workflows` (an offset, and no order among
+    workflows created in one millisecond) cannot page by."""
+    import sqlalchemy as sa
+
+    sys_db = client._sys_db
+    ws = sys_db.tables.workflow_status
+    query = sa.select(ws.c.created_at, ws.c.workflow_uuid).where(ws.c.name == name)
+    if statuses is not None:
+        query = query.where(ws.c.status.in_(statuses))
+    if before is not None:
+        at, run_id = before
+        query = query.where(
+            sa.or_(
+                ws.c.created_at < at, sa.and_(ws.c.created_at == at, ws.c.workflow_uuid < run_id)
+            )
+        )
+    query = query.order_by(ws.c.created_at.desc(), ws.c.workflow_uuid.desc()).limit(limit)
+    with sys_db.engine.connect() as c:
+        return [(int(at), str(run_id)) for at, run_id in c.execute(query)]
+
+
+def status_counts(client: Any, name: str) -> dict[str, int]:
+    """How many workflows named `name` the store holds in each DBOS status (one grouped
+    count: a store of 100,000 runs is not read row by row for the page's counts)."""
+    import sqlalchemy as sa
+
+    sys_db = client._sys_db
+    ws = sys_db.tables.workflow_status
+    query = sa.select(ws.c.status, sa.func.count()).where(ws.c.name == name).group_by(ws.c.status)
+    with sys_db.engine.connect() as c:
+        return {str(status): int(n) for status, n in c.execute(query)}

@@ -18,6 +18,7 @@ from ..errors import ApprovalError, ConfigError, NoSuchRun, QuestionError, RunEn
 from ..messages import Message, ToolCall
 from ..questions import Answer, Question, fitted
 from ..result import RunResult
+from ..run_filter import Cursor, Page, RunFilter
 from .dbos_private import (
     all_events,
     engine,
@@ -35,6 +36,8 @@ from .view import (
     list_runs,
     listing,
     messages_of,
+    page_runs,
+    state_counts,
     status_of,
     waiting_state,
 )
@@ -190,6 +193,12 @@ class StoreView:
     def rows(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The store's runs as `tether runs` lists them (with `limit`, the most recent)."""
         return list_runs(self.client, limit=limit)
+
+    def page(self, flt: RunFilter, after: Cursor | None, limit: int) -> Page:
+        """A page of the store's runs, newest first, with the store's counts by state."""
+        found = page_runs(self.client, flt, after, limit)
+        found.counts = state_counts(self.client)
+        return found
 
     def row(self, run_id: str) -> dict[str, Any] | None:
         try:

@@ -26,11 +26,14 @@ from ..messages import ImagePart, Message, Usage
 from ..pricing import Price, price_for
 from ..questions import Question
 from ..result import RunResult
+from ..run_filter import Cursor, Page, RunFilter
 from .dbos_private import (
     all_events,
     make_schema,
     no_such_workflow_error,
     refuse_pickles,
+    run_keys,
+    status_counts,
 )
 from .ledger import Ledger
 from .outage import cannot_open, said_by_us
@@ -401,6 +404,76 @@ def list_runs(
     found = store.list_workflows(**query)
     rows = [waiting_state(store, listing(w)) for w in (reversed(found) if limit else found)]
     return rows if states is None else [r for r in rows if r["state"] in states]
+
+
+PAGE_BATCH = 200
+"""Runs read at a time to fill a page: a filter that matches one run in a thousand reads
+many batches, each one keyset read and one read of those runs' records."""
+
+SCAN_LIMIT = 5_000
+"""The most runs one page reads: past it the page ends with what it found and a cursor, and
+the next page reads on (a page never stalls on a filter that matches nothing in 100,000)."""
+
+
+def page_runs(store: Any, flt: RunFilter, after: Cursor | None, limit: int) -> Page:
+    """A page of the store's runs that `flt` keeps, newest first, those before `after` only,
+    as `listing` (and `waiting_state`) shows them."""
+    states = sorted({RUN_STATES[s] for s in flt.states if s in RUN_STATES}) or None
+    if flt.states and states is None:
+        return Page([], None)  # states no store run has (idle)
+    rows: list[dict[str, Any]] = []
+    key = (after.at_ms, after.run_id) if after is not None else None
+    scanned = 0
+    wanted = RunFilter(agent=flt.agent, text=flt.text)  # before its state is read in full
+    while scanned < SCAN_LIMIT:
+        keys = run_keys(store, WORKFLOW, states, key, PAGE_BATCH)
+        if not keys:
+            return Page(rows, None, scanned)
+        found = store.list_workflows(workflow_ids=[run_id for _, run_id in keys])
+        by_id = {w.workflow_id: w for w in found}
+        for key in keys:
+            scanned += 1
+            w = by_id.get(key[1])
+            if w is None:  # deleted meanwhile
+                continue
+            row = listing(w)
+            if not wanted.matches(row["state"], row["id"], row["task"], row["agent"]):
+                continue
+            row = waiting_state(store, row)  # its own reads: for the runs shown only
+            if flt.states and row["state"] not in flt.states:
+                continue
+            rows.append(row)
+            if len(rows) == limit:
+                return Page(rows, Cursor(*key), scanned)
+    return Page(rows, Cursor(*key) if key is not None else None, scanned)
+
+
+COUNTED = {
+    "ENQUEUED": "queued",
+    "PENDING": "running",  # waiting and interrupted among them
+    "SUCCESS": "done or halted",
+    "ERROR": "failed",
+    "CANCELLED": "cancelled",
+}
+
+EXACT_UP_TO = {"PENDING": 200, "SUCCESS": 2_000}
+"""Up to how many runs of these statuses the counts read one by one, to tell waiting from
+running and halted from done; past it they are counted together ("done or halted"), from the
+one grouped count: the counts of a store of 100,000 runs stay one query."""
+
+
+def state_counts(store: Any) -> dict[str, int]:
+    """How many runs the store holds in each state."""
+    counts: dict[str, int] = {}
+    for status, n in status_counts(store, WORKFLOW).items():
+        if n > EXACT_UP_TO.get(status, 0):
+            label = COUNTED.get(status, status.lower())
+            counts[label] = counts.get(label, 0) + n
+            continue
+        for w in store.list_workflows(name=WORKFLOW, status=status, load_input=False):
+            row = waiting_state(store, listing(w))
+            counts[row["state"]] = counts.get(row["state"], 0) + 1
+    return counts
 
 
 def waiting_state(store: Any, row: dict[str, Any]) -> dict[str, Any]:

@@ -78,11 +78,13 @@ INDEX_PAGE = """<!doctype html>
   <option value="">every state</option><option>queued</option><option>running</option>
   <option>waiting</option><option>idle</option><option>done</option><option>halted</option>
   <option>failed</option><option>cancelled</option><option>interrupted</option></select>
-  <input name="q" type="search" size="40" placeholder="whose task, id or agent holds..."
+  <input name="agent" size="12" placeholder="agent" aria-label="agent">
+  <input name="q" type="search" size="32" placeholder="whose task, id or agent holds..."
   aria-label="text"> <span id="counts"></span></form>
 <table><thead><tr><th>Run</th><th>Task</th><th>Status</th><th>Steps</th><th>Tokens</th>
 <th>Cost</th></tr></thead><tbody id="runs"></tbody></table>
 <p id="none" class="note" hidden>No run matches this filter.</p>
+<p><button id="more" type="button" hidden>Older runs</button> <span id="scanned" class="note"></span></p>
 <script nonce="__NONCE__">
 __AUTH__
 document.getElementById('start').addEventListener('submit', async (ev) => {
@@ -111,37 +113,51 @@ function row(body, s, depth) {
   cell(tr, s.steps); cell(tr, s.tokens); cell(tr, '$' + s.cost_usd.toFixed(4));
   body.appendChild(tr);
 }
-// The filter lives in the URL (?state=done&q=invoice), so a filtered list can be shared.
+// The filter lives in the URL (?state=done&q=invoice), so a filtered list can be shared; the
+// server filters and pages (newest first, `next` is the cursor of the page after).
 const filter = document.getElementById('filter');
 for (const [k, v] of new URLSearchParams(location.search)) if (filter.elements[k]) filter.elements[k].value = v;
-function filtered(all) {
-  const state = filter.elements.state.value, q = filter.elements.q.value.trim().toLowerCase();
-  const url = new URL(location.href);
-  for (const [k, v] of [['state', state], ['q', q]]) v ? url.searchParams.set(k, v) : url.searchParams.delete(k);
+let shown = [], next = null, wanted = 50;
+function query(limit, cursor) {
+  const p = new URLSearchParams(), url = new URL(location.href);
+  for (const k of ['state', 'agent', 'q']) {
+    const v = k === 'q' ? filter.elements[k].value.trim().toLowerCase() : filter.elements[k].value.trim();
+    if (v) { p.set(k, v); url.searchParams.set(k, v); } else url.searchParams.delete(k);
+  }
   if (url.href !== location.href) history.replaceState(null, '', url);
-  return all.filter(s => (!state || s.status === state)
-    && (!q || [s.task, s.id, s.agent || ''].join(' ').toLowerCase().includes(q)));
+  p.set('limit', limit); if (cursor) p.set('cursor', cursor);
+  return '/api/list?' + p;
 }
-function counts(all) {
-  const n = {}; for (const s of all) n[s.status] = (n[s.status] || 0) + 1;
+function counts(n) {
+  const total = Object.values(n).reduce((a, b) => a + b, 0);
   document.getElementById('counts').textContent =
-    `${all.length} runs: ` + Object.entries(n).map(([k, v]) => `${k} ${v}`).join(' · ');
+    `${total} runs: ` + Object.entries(n).map(([k, v]) => `${k} ${v}`).join(' · ');
 }
-filter.addEventListener('input', () => refresh());
-filter.addEventListener('submit', (ev) => { ev.preventDefault(); refresh(); });
-async function refresh() {
-  const r = await api('/api/runs'); if (!r.ok) return;
-  const all = (await r.json()).reverse(); counts(all);
-  const runs = filtered(all); const body = document.getElementById('runs');
-  document.getElementById('none').hidden = runs.length > 0 || all.length === 0;
-  const ids = new Set(runs.map(s => s.id)); const children = {};
-  for (const s of runs) if (s.parent_run_id && ids.has(s.parent_run_id)) {
+function draw() {
+  const body = document.getElementById('runs');
+  document.getElementById('none').hidden = shown.length > 0;
+  document.getElementById('more').hidden = !next;
+  const ids = new Set(shown.map(s => s.id)); const children = {};
+  for (const s of shown) if (s.parent_run_id && ids.has(s.parent_run_id)) {
     (children[s.parent_run_id] = children[s.parent_run_id] || []).push(s);
   }
   body.replaceChildren();
   const tree = (s, depth) => { row(body, s, depth); for (const c of (children[s.id] || []).reverse()) tree(c, depth + 1); };
-  for (const s of runs) if (!(s.parent_run_id && ids.has(s.parent_run_id))) tree(s, 0);
+  for (const s of shown) if (!(s.parent_run_id && ids.has(s.parent_run_id))) tree(s, 0);
 }
+async function load(cursor) {
+  const r = await api(query(cursor ? 50 : Math.min(wanted, 500), cursor)); if (!r.ok) return;
+  const page = await r.json();
+  shown = cursor ? shown.concat(page.runs) : page.runs; next = page.next;
+  wanted = Math.max(50, shown.length); counts(page.counts);
+  document.getElementById('scanned').textContent = next && page.runs.length === 0
+    ? `none among the ${page.scanned} runs read so far` : '';
+  draw();
+}
+function refresh() { return load(null); }
+filter.addEventListener('input', () => { wanted = 50; refresh(); });
+filter.addEventListener('submit', (ev) => { ev.preventDefault(); refresh(); });
+document.getElementById('more').addEventListener('click', () => load(next));
 if (token) { refresh(); setInterval(refresh, 2000); }
 </script>
 </body></html>

@@ -43,6 +43,7 @@ import asyncio
 import hmac
 import html
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -65,10 +66,11 @@ from ..errors import (
 from ..events import Event, Sink
 from ..journal import Journal
 from ..options import CLI_AGENT
+from ..run_filter import Cursor, Page, RunFilter, check_limit, page_of
 from ..runtime import Runtime
 from ..tools.tool import RunContext
 from .pages import INBOX_PAGE, INDEX_PAGE, RUN_PAGE, fill
-from .summaries import message_dict, row_summary, summarize
+from .summaries import first_ms, message_dict, row_summary, summarize
 
 
 def shell(path: str) -> bool:
@@ -83,9 +85,10 @@ QUEUE_BOX = (
     '<label><input type="checkbox" name="queue"> for a worker (queued in the store)</label> '
 )
 SHOWN_FROM_STORE = 500
+"""How many of the store's runs executed elsewhere `GET /api/runs` lists (the most recent);
+`GET /api/list` pages through all of them."""
 ENDED_STATES = ("done", "halted", "failed", "cancelled", "interrupted")
 """A run in one of these waits for nobody: the inbox does not ask it."""
-"""How many of the store's runs executed elsewhere the page lists (the most recent)."""
 
 OptionsFor = Callable[[dict[str, Any]], dict[str, Any]]
 """The run options (`options.RunOptions` as a dict) for a new run from the form's overrides
@@ -141,6 +144,7 @@ class WebApp:
         app.router.add_get("/api/approvals", self.approvals)
         app.router.add_post("/api/runs", self.start_run)
         app.router.add_get("/api/runs", self.list_runs)
+        app.router.add_get("/api/list", self.list_page)
         app.router.add_get("/api/runs/{id}", self.get_run)
         app.router.add_get("/api/runs/{id}/events", self.events)
         app.router.add_post("/api/runs/{id}/messages", self.send_message)
@@ -329,6 +333,48 @@ class WebApp:
 
     async def list_runs(self, request: web.Request) -> web.Response:
         return web.json_response(await self.summaries(), dumps=dumps)
+
+    async def list_page(self, request: web.Request) -> web.Response:
+        """A page of the runs, newest first, filtered (`state`, repeated or comma-separated;
+        `agent`; `q`, text in the task, id or agent), `limit` at a time from `cursor` (the
+        `next` of the page before), with the counts by state of every run."""
+        q = request.query
+        try:
+            flt = RunFilter(
+                states=frozenset(s for v in q.getall("state", []) for s in v.split(",") if s),
+                agent=q.get("agent", ""),
+                text=q.get("q", ""),
+            )
+            limit = check_limit(int(q.get("limit", "50")))
+            after = Cursor.decode(q["cursor"]) if q.get("cursor") else None
+        except ValueError:
+            return json_error(400, "limit: a whole number is required")
+        except ConfigError as e:
+            return json_error(400, str(e))
+        page = await self.page(flt, after, limit)
+        body = {
+            "runs": page.rows,
+            "next": page.next.encode() if page.next is not None else None,
+            "scanned": page.scanned,
+            "counts": page.counts,
+        }
+        return web.json_response(body, dumps=dumps)
+
+    async def page(self, flt: RunFilter, after: Cursor | None, limit: int) -> Page:
+        """The store's page (the runs executing here shown as they stream), or in memory the
+        page of this server's runs."""
+        logs = self.runtime.bus.logs
+        view = self.runtime.view
+        if view is not None:
+            page = await asyncio.to_thread(view.page, flt, after, limit)
+            page.rows = [
+                self.summary(r["id"]) if r["id"] in logs else row_summary(r) for r in page.rows
+            ]
+            return page
+        keyed = [(Cursor(first_ms(logs[i].events), i), self.summary(i)) for i in list(logs)]
+        page = page_of(keyed, flt, after, limit)
+        page.counts = dict(Counter(s["status"] for _, s in keyed))
+        return page
 
     async def approvals(self, request: web.Request) -> web.Response:
         """Every call waiting for a person across the runs of this server and its store,

@@ -21,12 +21,18 @@ def row_summary(row: dict[str, Any]) -> dict[str, Any]:
         "cost_usd": row.get("cost_usd") or 0.0,
         "answer": row.get("answer") or "",
         "started": row.get("started_at"),
+        "queued_at": row.get("queued_at"),
         "usage": row.get("usage"),
         "model": "",
         "agent": row.get("agent"),
         "version": row.get("version"),
         "worker": row.get("worker"),
     }
+
+
+def first_ms(events: list[Event]) -> int:
+    """When a run held in memory was created, in milliseconds (its key in a page's order)."""
+    return int(events[0].ts * 1000) if events else 0
 
 
 def summarize(events: list[Event]) -> dict[str, Any]:

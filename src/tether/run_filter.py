@@ -1,0 +1,106 @@
+"""Which runs a list shows, and where its next page starts: one filter and one cursor for the
+page's list of a process's runs (in memory) and of a store's (`durable/view.page_runs`).
+
+A page holds the newest runs first. Its cursor is the key of the last run it holds (when the
+run was created, then its id, so runs created in the same millisecond keep one order); the
+next page holds the runs strictly before it. A cursor, not an offset: runs started while a
+person reads page one do not shift page two, and a store answers "the 50 before this key"
+from its index on creation time however deep the page (an offset of 99,950 reads 99,950 rows
+first).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .errors import ConfigError
+
+MAX_PAGE = 500
+"""The most runs one page holds (the page asks for 50; a refresh of many pages asks more)."""
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """What a run must be to be listed: one of `states` (none given: any), of `agent`, and
+    `text` found (any case) in its task, id or agent's name."""
+
+    states: frozenset[str] = frozenset()
+    agent: str = ""
+    text: str = ""
+
+    def matches(self, state: str, run_id: str, task: str | None, agent: str | None) -> bool:
+        if self.states and state not in self.states:
+            return False
+        if self.agent and agent != self.agent:
+            return False
+        needle = self.text.strip().lower()
+        return not needle or needle in f"{task or ''}\n{run_id}\n{agent or ''}".lower()
+
+
+@dataclass(frozen=True, order=True)
+class Cursor:
+    """Where a page ended: its last run's creation time (milliseconds) and id."""
+
+    at_ms: int
+    run_id: str
+
+    def encode(self) -> str:
+        return base64.urlsafe_b64encode(orjson.dumps([self.at_ms, self.run_id])).decode()
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        """The cursor a page gave; anything else is a ConfigError that says so."""
+        try:
+            at_ms, run_id = orjson.loads(base64.urlsafe_b64decode(text.encode()))
+        except (ValueError, TypeError, binascii.Error):
+            raise ConfigError(f"cursor {text[:40]!r} is not one a page gave") from None
+        if not isinstance(at_ms, int) or not isinstance(run_id, str):
+            raise ConfigError(f"cursor {text[:40]!r} is not one a page gave")
+        return cls(at_ms, run_id)
+
+
+@dataclass
+class Page:
+    """One page of a list: its rows (newest first) and the cursor of the next (None: no more
+    runs match). `scanned`: how many runs were read to fill it (a filter that matches few
+    runs reads many)."""
+
+    rows: list[dict[str, Any]]
+    next: Cursor | None
+    scanned: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def check_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_PAGE:
+        raise ConfigError(f"limit {limit}: a page holds 1 to {MAX_PAGE} runs")
+    return limit
+
+
+def page_of(
+    runs: Iterable[tuple[Cursor, dict[str, Any]]],
+    flt: RunFilter,
+    after: Cursor | None,
+    limit: int,
+) -> Page:
+    """A page of runs held in memory: each with its key and its summary (`status`, `id`,
+    `task`, `agent`), newest first, those before `after` only."""
+    newest_first = sorted(runs, key=lambda kr: kr[0], reverse=True)
+    rows: list[dict[str, Any]] = []
+    scanned = 0
+    for key, s in newest_first:
+        if after is not None and not key < after:
+            continue
+        scanned += 1
+        if flt.matches(s["status"], s["id"], s.get("task"), s.get("agent")):
+            rows.append(s)
+            if len(rows) == limit:
+                more = newest_first[-1][0] < key  # runs older than this one are left
+                return Page(rows, key if more else None, scanned)
+    return Page(rows, None, scanned)
