@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "tree",
             "fork",
             "run_filter",
+            "dashboard",
         },
     ),
     ("providers and tools", {"providers", "tools"}),

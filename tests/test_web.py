@@ -77,6 +77,8 @@ def script(body: dict[str, Any]) -> dict[str, Any]:
         if done == 0:
             return {"calls": [("inject", {})]}
         return {"text": '<img src=x onerror="window.pwned=2"> the tool said something odd.'}
+    if first == "refuse me":
+        return {"status": 400}  # not retried: the run fails
     return {"text": "I do not know that task."}
 
 
@@ -461,6 +463,85 @@ def test_the_runs_list_filters_by_state_and_text_and_the_link_keeps_the_filter(
     expect(rows).to_have_count(0)
     expect(page.locator("#none")).to_have_text("No run matches this filter.")
     shot(page, "runs-filtered")
+
+
+def test_the_dashboard_draws_runs_of_every_outcome_with_their_reasons(
+    page: Page, server: Server, browser: Browser
+) -> None:
+    """Runs that ended done, halted (at their step limit), failed (the model refused) and
+    cancelled: the dashboard's charts have a bar of each outcome, each saying its count, the
+    reasons table names the halt's and the failure's, and the model calls' latency is given.
+    Read from the store that `tether serve` keeps its runs in."""
+    done = server.api("POST", "/api/runs", {"task": "an unknown errand"})
+    halted = server.api("POST", "/api/runs", {"task": "inject", "max_steps": 1})
+    failed = server.api("POST", "/api/runs", {"task": "refuse me"})
+    cancelled = server.api("POST", "/api/runs", {"task": "cancel me"})
+    server.api("POST", f"/api/runs/{cancelled['id']}/cancel")
+    for run, outcome in ((done, "done"), (halted, "halted"), (failed, "failed")):
+        server.wait_for(run["id"], outcome)
+    server.wait_for(cancelled["id"], "cancelled")
+    figures = server.api("GET", "/api/dashboard?window=day")
+    assert [sum(figures["ended"][o]) for o in ("done", "halted", "failed", "cancelled")] == [
+        1,
+        1,
+        1,
+        1,
+    ]
+    assert sum(figures["started"]) == 4 and len(figures["started"]) == 24
+    page.goto(f"{server.url}/dashboard")
+    for outcome in ("done", "halted", "failed", "cancelled"):
+        bar = page.locator(f"#runs-chart rect.c-{outcome}")
+        expect(bar).to_have_count(1)
+        expect(bar.locator("title")).to_contain_text(f"{outcome} 1")
+    expect(page.locator("#runs-chart rect.c-started title")).to_contain_text("started 4")
+    reasons = page.locator("#reasons tr")
+    expect(reasons).to_have_count(2)
+    expect(reasons.filter(has_text="halted")).to_contain_text("max_steps")
+    expect(reasons.filter(has_text="failed")).to_contain_text("400")
+    expect(page.locator("#latency")).to_contain_text(re.compile(r"\d+ model calls: p50 [\d.]+ ms"))
+    expect(page.locator("#tokens-chart rect")).not_to_have_count(0)
+    shot(page, "dashboard")
+    page.set_viewport_size({"width": 390, "height": 844})  # its axes are drawn again, bigger
+    axis = page.locator("#runs-chart text.axis").first
+    expect(axis).to_have_attribute("font-size", re.compile(r"^[23]\d$"))  # 11 px on screen
+    shot(page, "dashboard-390px")
+    dark = browser.new_context(color_scheme="dark")
+    night = dark.new_page()
+    night.goto(f"{server.url}/dashboard?window=day&token={TOKEN}")
+    expect(night.locator("#runs-chart rect.c-done")).to_have_count(1)
+    shot(night, "dashboard-dark")
+    dark.close()
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        server.api("GET", "/api/dashboard?window=week")
+    assert refused.value.code == 400
+
+
+def test_in_memory_the_list_pages_and_the_dashboard_counts_the_servers_runs(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """`tether serve --store memory` keeps no store: the list pages and filters its own runs,
+    and the dashboard folds their events."""
+    wire.rule = script
+    (tmp_path / "ws").mkdir()
+    memory = Server(wire, tmp_path / "data", tmp_path / "ws", "--store", "memory").start()
+    try:
+        ids = [memory.api("POST", "/api/runs", {"task": "an unknown errand"})["id"] for _ in "ab"]
+        ids.append(memory.api("POST", "/api/runs", {"task": "refuse me"})["id"])
+        for run_id, outcome in zip(ids, ("done", "done", "failed"), strict=True):
+            memory.wait_for(run_id, outcome)
+        first = memory.api("GET", "/api/list?limit=2")
+        assert [r["id"] for r in first["runs"]] == ids[:0:-1] and first["next"]
+        rest = memory.api("GET", f"/api/list?limit=2&cursor={first['next']}")
+        assert [r["id"] for r in rest["runs"]] == ids[:1] and rest["next"] is None
+        assert first["counts"] == {"done": 2, "failed": 1}
+        failed = memory.api("GET", "/api/list?state=failed")["runs"]
+        assert [r["id"] for r in failed] == ids[2:]
+        figures = memory.api("GET", "/api/dashboard")
+        assert sum(figures["started"]) == 3 and sum(figures["ended"]["done"]) == 2
+        assert [r["outcome"] for r in figures["reasons"]] == ["failed"]
+        assert figures["model_ms"]["calls"] == 2
+    finally:
+        memory.stop()
 
 
 def test_a_run_is_forked_from_a_step_on_its_page(page: Page, server: Server) -> None:

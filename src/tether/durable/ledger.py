@@ -49,6 +49,7 @@ TABLES = (
     "CREATE TABLE IF NOT EXISTS tether_steps (run_id TEXT NOT NULL, n INTEGER NOT NULL, "
     "kind TEXT NOT NULL, output BYTEA NOT NULL, at DOUBLE PRECISION NOT NULL, "
     "PRIMARY KEY (run_id, n))",
+    "CREATE INDEX IF NOT EXISTS tether_steps_at ON tether_steps (kind, at)",  # the dashboard's
     "CREATE TABLE IF NOT EXISTS tether_tool_calls (run_id TEXT NOT NULL, call_id TEXT NOT NULL, "
     "attempt TEXT NOT NULL, started_at DOUBLE PRECISION NOT NULL, result TEXT, "
     "PRIMARY KEY (run_id, call_id))",
@@ -218,6 +219,14 @@ class Ledger:
         sql = "SELECT n, kind, output, at FROM tether_steps WHERE run_id = :r ORDER BY n"
         rows = self.read(sql, {"r": run_id})
         return [(int(n), str(k), bytes(o), float(t)) for n, k, o, t in rows]
+
+    def recent_steps(self, kind: str, since: float, limit: int) -> list[bytes]:
+        """The outputs of the steps of this kind recorded since `since` (Unix time), the most
+        recent `limit` (the page's dashboard reads the model calls' times from them)."""
+        sql = (
+            "SELECT output FROM tether_steps WHERE kind = :k AND at >= :t ORDER BY at DESC LIMIT :n"
+        )
+        return [bytes(o) for (o,) in self.read(sql, {"k": kind, "t": since, "n": limit})]
 
     # -- the journal of tool calls -----------------------------------------------------------
 

@@ -14,11 +14,13 @@ import orjson
 
 from ..approvals import ApprovalRequest
 from ..bus import EventLog
+from ..dashboard import Ended
 from ..errors import ApprovalError, ConfigError, NoSuchRun, QuestionError, RunEnded
 from ..messages import Message, ToolCall
 from ..questions import Answer, Question, fitted
 from ..result import RunResult
 from ..run_filter import Cursor, Page, RunFilter
+from .activity import ended_since, model_seconds_since, started_since
 from .dbos_private import (
     all_events,
     engine,
@@ -199,6 +201,14 @@ class StoreView:
         found = page_runs(self.client, flt, after, limit)
         found.counts = state_counts(self.client)
         return found
+
+    def activity(self, since: float) -> tuple[list[float], list[Ended], list[float]]:
+        """What the store's runs did since `since`, for the dashboard (`activity.py`)."""
+        return (
+            started_since(self.client, since),
+            ended_since(self.client, since),
+            model_seconds_since(self.client, since),
+        )
 
     def row(self, run_id: str) -> dict[str, Any] | None:
         try:

@@ -42,6 +42,16 @@ button { cursor: pointer; }
 #legend .key { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
                margin: 0 .3rem 0 .8rem; vertical-align: middle; }
 .flash { outline: 2px solid #f0c36d; }
+.panel { background: white; border: 1px solid #e3e6ea; border-radius: 6px; margin: .8rem 0;
+         padding: .5rem .8rem; } .panel h2 { font-size: 1rem; margin: .2rem 0 .4rem; }
+.chart { width: 100%; height: auto; display: block; } .chart .axis { font-family: system-ui, sans-serif; fill: #68727d; }
+.chart .base { stroke: #c9ced4; } .current { font-weight: bold; text-decoration: none; }
+.c-started { fill: #4a6ee0; background: #4a6ee0; } .c-done { fill: #2e9e4f; background: #2e9e4f; }
+.c-halted { fill: #d29922; background: #d29922; } .c-failed { fill: #cf222e; background: #cf222e; }
+.c-cancelled { fill: #8a96a3; background: #8a96a3; } .c-tokens { fill: #6f42c1; }
+.c-cost { fill: #1f883d; } .c-latency { fill: #4a6ee0; }
+.legend .key { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
+               margin: 0 .3rem 0 .6rem; vertical-align: middle; }
 @media (max-width: 600px) {  /* a phone: the list keeps its first columns, forms wrap */
   body { padding: .5rem; } th:nth-child(n+5), td:nth-child(n+5) { display: none; }
   td, th { padding: .3rem; } td { overflow-wrap: anywhere; } #bar { flex-wrap: wrap; gap: .5rem; }
@@ -49,7 +59,8 @@ button { cursor: pointer; }
 }
 @media (prefers-color-scheme: dark) {  /* the same page, light text on dark surfaces */
   body { color: #d9dee5; background: #14171c; }
-  table, form.start, .item, #timeline { background: #1d2128; border-color: #353b45; }
+  table, form.start, .item, #timeline, .panel { background: #1d2128; border-color: #353b45; }
+  .chart .axis { fill: #9aa4af; } .chart .base { stroke: #4a515c; }
   td, th, #bar { border-color: #353b45; } #bar { background: #14171c; }
   a { color: #8ab4f8; } .note { color: #9aa4af; }
   .approval, .question { background: #3a3020; border-color: #7a6430; }
@@ -63,7 +74,8 @@ INDEX_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Tether runs</title>
 <style nonce="__NONCE__">__STYLE__</style></head>
 <body>
-<h1><a href="/">Tether</a> · runs <a class="note" href="/inbox">approvals inbox</a></h1>
+<h1><a href="/">Tether</a> · runs <a class="note" href="/inbox">approvals inbox</a>
+<a class="note" href="/dashboard">dashboard</a></h1>
 <form class="start" id="start">
   <label>Task<br><textarea name="task" required placeholder="What should the agent do?"></textarea></label>
   <p><label>Model <input name="model" value="__MODEL__"></label>

@@ -43,6 +43,7 @@ import asyncio
 import hmac
 import html
 import secrets
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -52,6 +53,7 @@ import orjson
 from aiohttp import web
 
 from ..backends import RunHandle
+from ..dashboard import figures, window_of
 from ..durable.remote import RemoteRun
 from ..errors import (
     ApprovalError,
@@ -69,15 +71,17 @@ from ..options import CLI_AGENT
 from ..run_filter import Cursor, Page, RunFilter, check_limit, page_of
 from ..runtime import Runtime
 from ..tools.tool import RunContext
+from .dashboard_page import DASHBOARD_PAGE
 from .pages import INBOX_PAGE, INDEX_PAGE, RUN_PAGE, fill
-from .summaries import first_ms, message_dict, row_summary, summarize
+from .summaries import activity, first_ms, message_dict, row_summary, summarize
 
 
 def shell(path: str) -> bool:
-    """Whether `path` is a page served without the token (`/`, `/inbox` and `/runs/ID`): it
+    """Whether `path` is a page served without the token (`/`, `/inbox`, `/dashboard` and
+    `/runs/ID`): it
     holds no data, only the page's code, which loads the data through the API with the
     token."""
-    return path in ("/", "/inbox") or path.startswith("/runs/")
+    return path in ("/", "/inbox", "/dashboard") or path.startswith("/runs/")
 
 
 HEARTBEAT_S = 15.0
@@ -141,6 +145,8 @@ class WebApp:
         app.router.add_get("/", self.index)
         app.router.add_get("/runs/{id}", self.run_page)
         app.router.add_get("/inbox", self.inbox_page)
+        app.router.add_get("/dashboard", self.dashboard_page)
+        app.router.add_get("/api/dashboard", self.dashboard)
         app.router.add_get("/api/approvals", self.approvals)
         app.router.add_post("/api/runs", self.start_run)
         app.router.add_get("/api/runs", self.list_runs)
@@ -260,6 +266,11 @@ class WebApp:
         nonce = secrets.token_urlsafe(16)
         return html_page(fill(INBOX_PAGE, nonce=nonce), nonce)
 
+    async def dashboard_page(self, request: web.Request) -> web.Response:
+        """The dashboard's shell: its figures come from the API, with the token."""
+        nonce = secrets.token_urlsafe(16)
+        return html_page(fill(DASHBOARD_PAGE, nonce=nonce), nonce)
+
     async def run_page(self, request: web.Request) -> web.Response:
         """A run's shell: what it shows comes from the API, with the token (an unknown run
         is said there, so a request without the token learns nothing of which runs exist)."""
@@ -375,6 +386,28 @@ class WebApp:
         page = page_of(keyed, flt, after, limit)
         page.counts = dict(Counter(s["status"] for _, s in keyed))
         return page
+
+    async def dashboard(self, request: web.Request) -> web.Response:
+        """The dashboard's figures over the last `window` (hour or day): of the store's runs,
+        or in memory of this server's."""
+        window = request.query.get("window", "hour")
+        try:
+            periods, length = window_of(window)
+        except ConfigError as e:
+            return json_error(400, str(e))
+        now = time.time()
+        since = now - periods * length
+        view = self.runtime.view
+        if view is not None:
+            started, ended, took = await asyncio.to_thread(view.activity, since)
+        else:
+            started, ended, took = [], [], []
+            for log in list(self.runtime.bus.logs.values()):
+                created, end, seconds = activity(log.events)
+                started += [created] if created is not None else []
+                ended += [end] if end is not None else []
+                took += seconds
+        return web.json_response(figures(window, now, started, ended, took), dumps=dumps)
 
     async def approvals(self, request: web.Request) -> web.Response:
         """Every call waiting for a person across the runs of this server and its store,

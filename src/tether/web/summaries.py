@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..dashboard import Ended
 from ..events import Event
 from ..messages import Message, TextPart, ToolCall, ToolResult
 
@@ -91,3 +92,20 @@ def message_dict(m: Message) -> dict[str, Any]:
                 }
             )
     return {"role": m.role, "parts": parts}
+
+
+def activity(events: list[Event]) -> tuple[float | None, Ended | None, list[float]]:
+    """What the dashboard counts of a run held in memory: when it was created, how it ended
+    (None: it has not), and how long each of its model calls took (seconds)."""
+    created = events[0].ts if events else None
+    ended, took, asked = None, [], None
+    for e in events:
+        if e.type == "model_request":
+            asked = e.ts
+        elif e.type == "model_response" and asked is not None:
+            took.append(e.ts - asked)
+            asked = None
+        elif e.type == "run_finished":
+            d = e.data
+            ended = Ended.of(e.ts, d.get("outcome", "done"), d.get("reason") or "", d)
+    return created, ended, took
