@@ -74,3 +74,12 @@ def test_a_page_holds_one_to_five_hundred_runs() -> None:
     for bad in (0, 501, -3):
         with pytest.raises(ConfigError, match="a page holds 1 to 500 runs"):
             check_limit(bad)
+
+
+def test_the_inbox_pages_oldest_first_by_the_same_cursor() -> None:
+    runs = [run(n, "waiting" if n % 2 else "done") for n in range(7)]
+    waiting = RunFilter(states=frozenset({"waiting"}))
+    first = page_of(runs, waiting, None, 2, oldest_first=True)
+    assert [s["id"] for s in first.rows] == ["run-001", "run-003"]
+    rest = page_of(runs, waiting, first.next, 2, oldest_first=True)
+    assert [s["id"] for s in rest.rows] == ["run-005"] and rest.next is None

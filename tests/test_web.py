@@ -290,6 +290,7 @@ def test_the_inbox_approves_and_denies_the_calls_of_every_run(page: Page, server
     runs = [a.get_attribute("href") for a in page.locator(".inbox-item > div > a").all()]
     assert runs == [f"/runs/{first['id']}"] * 2 + [f"/runs/{second['id']}"] * 2  # oldest first
     expect(mine.first.locator(".args")).to_contain_text('"command": "echo yes > approved.txt"')
+    assert pages_of_approvals(server) == [[first["id"]] * 2, [second["id"]] * 2]
     shot(page, "inbox")
     # one of the second run's calls is decided on its own page (here: the API) meanwhile: it
     # leaves the inbox
@@ -314,6 +315,21 @@ def test_the_inbox_approves_and_denies_the_calls_of_every_run(page: Page, server
     assert any("not on a Friday" in str(r) for r in results), results
     page.reload()
     expect(page.locator("#inbox-count")).to_have_text("No call waits for a person.")
+
+
+def pages_of_approvals(server: Server) -> list[list[str]]:
+    """The runs of the calls on each page of `GET /api/approvals`, a run a page, following
+    each page's `Link` to the next."""
+    pages, url = [], "/api/approvals?limit=1"
+    while url:
+        request = urllib.request.Request(
+            server.url + url, headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as r:
+            pages.append([a["run_id"] for a in json.loads(r.read())])
+            link = re.fullmatch(r'<([^>]+)>; rel="next"', r.headers.get("Link") or "")
+        url = link.group(1) if link else ""
+    return pages
 
 
 def test_the_page_approves_only_the_arguments_it_showed(server: Server) -> None:
@@ -540,6 +556,11 @@ def test_in_memory_the_list_pages_and_the_dashboard_counts_the_servers_runs(
         assert sum(figures["started"]) == 3 and sum(figures["ended"]["done"]) == 2
         assert [r["outcome"] for r in figures["reasons"]] == ["failed"]
         assert figures["model_ms"]["calls"] == 2
+        asking = [memory.api("POST", "/api/runs", {"task": "run two commands"}) for _ in "ab"]
+        wait_until(lambda: len(memory.api("GET", "/api/approvals")) == 4, "four calls to wait")
+        assert pages_of_approvals(memory) == [[asking[0]["id"]] * 2, [asking[1]["id"]] * 2]
+        for run in asking:
+            memory.api("POST", f"/api/runs/{run['id']}/cancel")
     finally:
         memory.stop()
 

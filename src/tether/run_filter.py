@@ -1,12 +1,12 @@
 """Which runs a list shows, and where its next page starts: one filter and one cursor for the
 page's list of a process's runs (in memory) and of a store's (`durable/view.page_runs`).
 
-A page holds the newest runs first. Its cursor is the key of the last run it holds (when the
-run was created, then its id, so runs created in the same millisecond keep one order); the
-next page holds the runs strictly before it. A cursor, not an offset: runs started while a
-person reads page one do not shift page two, and a store answers "the 50 before this key"
-from its index on creation time however deep the page (an offset of 99,950 reads 99,950 rows
-first).
+A page holds the newest runs first (the inbox's: the oldest). Its cursor is the key of the last
+run it holds (when the run was created, then its id, so runs created in the same millisecond
+keep one order); the next page holds the runs strictly past it. A cursor, not an offset: runs
+started while a person reads page one do not shift page two, and a store answers "the 50
+before this key" from its index on creation time however deep the page (an offset of 99,950
+reads 99,950 rows first).
 """
 
 from __future__ import annotations
@@ -88,19 +88,24 @@ def page_of(
     flt: RunFilter,
     after: Cursor | None,
     limit: int,
+    oldest_first: bool = False,
 ) -> Page:
     """A page of runs held in memory: each with its key and its summary (`status`, `id`,
-    `task`, `agent`), newest first, those before `after` only."""
-    newest_first = sorted(runs, key=lambda kr: kr[0], reverse=True)
+    `task`, `agent`), newest first (or oldest), those past `after` only."""
+    ordered = sorted(runs, key=lambda kr: kr[0], reverse=not oldest_first)
+
+    def past(key: Cursor, mark: Cursor) -> bool:
+        return key > mark if oldest_first else key < mark
+
     rows: list[dict[str, Any]] = []
     scanned = 0
-    for key, s in newest_first:
-        if after is not None and not key < after:
+    for key, s in ordered:
+        if after is not None and not past(key, after):
             continue
         scanned += 1
         if flt.matches(s["status"], s["id"], s.get("task"), s.get("agent")):
             rows.append(s)
             if len(rows) == limit:
-                more = newest_first[-1][0] < key  # runs older than this one are left
+                more = past(ordered[-1][0], key)  # runs past this one are left
                 return Page(rows, key if more else None, scanned)
     return Page(rows, None, scanned)

@@ -72,12 +72,18 @@ def cancelled_errors() -> tuple[type[BaseException], ...]:
 
 
 def run_keys(
-    client: Any, name: str, statuses: list[str] | None, before: tuple[int, str] | None, limit: int
+    client: Any,
+    name: str,
+    statuses: list[str] | None,
+    past: tuple[int, str] | None,
+    limit: int,
+    oldest_first: bool = False,
 ) -> list[tuple[int, str]]:
     """The (created_at, id) of up to `limit` workflows named `name` (of these DBOS
-    `statuses`), newest first, those strictly before `before` only: a keyset read of DBOS's
-    own index on created_at, which its `list_workflows` (an offset, and no order among
-    workflows created in one millisecond) cannot page by."""
+    `statuses`), newest first (or oldest), those strictly past `past` only: a keyset read of
+    DBOS's own index on created_at (a range on it first, so the index bounds the read), which
+    its `list_workflows` (an offset, and no order among workflows created in one millisecond)
+    cannot page by."""
     import sqlalchemy as sa
 
     sys_db = client._sys_db
@@ -85,16 +91,15 @@ def run_keys(
     query = sa.select(ws.c.created_at, ws.c.workflow_uuid).where(ws.c.name == name)
     if statuses is not None:
         query = query.where(ws.c.status.in_(statuses))
-    if before is not None:
-        at, run_id = before
-        query = query.where(
-            sa.or_(
-                ws.c.created_at < at, sa.and_(ws.c.created_at == at, ws.c.workflow_uuid < run_id)
-            )
-        )
-    query = query.order_by(ws.c.created_at.desc(), ws.c.workflow_uuid.desc()).limit(limit)
+    at, run_id = ws.c.created_at, ws.c.workflow_uuid
+    if past is not None and oldest_first:
+        query = query.where(at >= past[0], sa.or_(at > past[0], run_id > past[1]))
+    elif past is not None:
+        query = query.where(at <= past[0], sa.or_(at < past[0], run_id < past[1]))
+    order = (at.asc(), run_id.asc()) if oldest_first else (at.desc(), run_id.desc())
+    query = query.order_by(*order).limit(limit)
     with sys_db.engine.connect() as c:
-        return [(int(at), str(run_id)) for at, run_id in c.execute(query)]
+        return [(int(created), str(workflow)) for created, workflow in c.execute(query)]
 
 
 def status_counts(client: Any, name: str) -> dict[str, int]:

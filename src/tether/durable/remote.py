@@ -196,10 +196,14 @@ class StoreView:
         """The store's runs as `tether runs` lists them (with `limit`, the most recent)."""
         return list_runs(self.client, limit=limit)
 
-    def page(self, flt: RunFilter, after: Cursor | None, limit: int) -> Page:
-        """A page of the store's runs, newest first, with the store's counts by state."""
-        found = page_runs(self.client, flt, after, limit)
-        found.counts = state_counts(self.client)
+    def page(
+        self, flt: RunFilter, after: Cursor | None, limit: int, oldest_first: bool = False
+    ) -> Page:
+        """A page of the store's runs, newest first (or oldest), with the store's counts by
+        state (not for the inbox's pages, oldest first)."""
+        found = page_runs(self.client, flt, after, limit, oldest_first)
+        if not oldest_first:
+            found.counts = state_counts(self.client)
         return found
 
     def activity(self, since: float) -> tuple[list[float], list[Ended], list[float]]:

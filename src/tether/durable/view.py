@@ -415,9 +415,11 @@ SCAN_LIMIT = 5_000
 the next page reads on (a page never stalls on a filter that matches nothing in 100,000)."""
 
 
-def page_runs(store: Any, flt: RunFilter, after: Cursor | None, limit: int) -> Page:
-    """A page of the store's runs that `flt` keeps, newest first, those before `after` only,
-    as `listing` (and `waiting_state`) shows them."""
+def page_runs(
+    store: Any, flt: RunFilter, after: Cursor | None, limit: int, oldest_first: bool = False
+) -> Page:
+    """A page of the store's runs that `flt` keeps, newest first (or oldest), those past
+    `after` only, as `listing` (and `waiting_state`) shows them."""
     states = sorted({RUN_STATES[s] for s in flt.states if s in RUN_STATES}) or None
     if flt.states and states is None:
         return Page([], None)  # states no store run has (idle)
@@ -426,7 +428,7 @@ def page_runs(store: Any, flt: RunFilter, after: Cursor | None, limit: int) -> P
     scanned = 0
     wanted = RunFilter(agent=flt.agent, text=flt.text)  # before its state is read in full
     while scanned < SCAN_LIMIT:
-        keys = run_keys(store, WORKFLOW, states, key, PAGE_BATCH)
+        keys = run_keys(store, WORKFLOW, states, key, PAGE_BATCH, oldest_first)
         if not keys:
             return Page(rows, None, scanned)
         found = store.list_workflows(workflow_ids=[run_id for _, run_id in keys])
@@ -444,7 +446,10 @@ def page_runs(store: Any, flt: RunFilter, after: Cursor | None, limit: int) -> P
                 continue
             rows.append(row)
             if len(rows) == limit:
-                return Page(rows, Cursor(*key), scanned)
+                last = key == keys[-1] and len(keys) < PAGE_BATCH  # no run is past it
+                return Page(rows, None if last else Cursor(*key), scanned)
+        if len(keys) < PAGE_BATCH:
+            return Page(rows, None, scanned)
     return Page(rows, Cursor(*key) if key is not None else None, scanned)
 
 

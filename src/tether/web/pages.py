@@ -182,6 +182,7 @@ INBOX_PAGE = """<!doctype html>
 <h1><a href="/">Tether</a> · approvals inbox</h1>
 <p class="note" id="inbox-count">Loading the calls that wait for a person...</p>
 <div id="inbox"></div>
+<p><button id="more" type="button" hidden>More runs' calls</button></p>
 <script nonce="__NONCE__">
 __AUTH__
 function el(tag, cls, text) {
@@ -217,9 +218,24 @@ function item(a) {
   deny.addEventListener('click', () => decide(false));
   return box;
 }
+// The API gives the calls of 50 runs at a time (the oldest first) and names the next page in a
+// `Link` header; the inbox reads as many pages as "More" asked for, each time it refreshes.
+let pages = 1;
+async function calls() {
+  let url = '/api/approvals?limit=50', all = [];
+  for (let n = 0; url && n < pages; n++) {
+    const r = await api(url); if (!r.ok) return null;
+    all = all.concat(await r.json());
+    const next = /<([^>]+)>; *rel="next"/.exec(r.headers.get('Link') || '');
+    url = next ? next[1] : null;
+  }
+  document.getElementById('more').hidden = !url;
+  return all;
+}
+document.getElementById('more').addEventListener('click', () => { pages += 1; refresh(); });
 async function refresh() {
-  const r = await api('/api/approvals'); if (!r.ok) return;
-  const waiting = await r.json(); const key = (a) => a.run_id + ' ' + a.approval_id;
+  const waiting = await calls(); if (waiting === null) return;
+  const key = (a) => a.run_id + ' ' + a.approval_id;
   const ids = new Set(waiting.map(key));  // an approval's id is its call's: unique in its run
   for (const [id, box] of shown) if (!ids.has(id) && !box.querySelector('.said').textContent) {
     box.remove(); shown.delete(id);

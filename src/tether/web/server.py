@@ -356,10 +356,7 @@ class WebApp:
                 agent=q.get("agent", ""),
                 text=q.get("q", ""),
             )
-            limit = check_limit(int(q.get("limit", "50")))
-            after = Cursor.decode(q["cursor"]) if q.get("cursor") else None
-        except ValueError:
-            return json_error(400, "limit: a whole number is required")
+            limit, after = paging(request)
         except ConfigError as e:
             return json_error(400, str(e))
         page = await self.page(flt, after, limit)
@@ -371,19 +368,21 @@ class WebApp:
         }
         return web.json_response(body, dumps=dumps)
 
-    async def page(self, flt: RunFilter, after: Cursor | None, limit: int) -> Page:
+    async def page(
+        self, flt: RunFilter, after: Cursor | None, limit: int, oldest_first: bool = False
+    ) -> Page:
         """The store's page (the runs executing here shown as they stream), or in memory the
         page of this server's runs."""
         logs = self.runtime.bus.logs
         view = self.runtime.view
         if view is not None:
-            page = await asyncio.to_thread(view.page, flt, after, limit)
+            page = await asyncio.to_thread(view.page, flt, after, limit, oldest_first)
             page.rows = [
                 self.summary(r["id"]) if r["id"] in logs else row_summary(r) for r in page.rows
             ]
             return page
         keyed = [(Cursor(first_ms(logs[i].events), i), self.summary(i)) for i in list(logs)]
-        page = page_of(keyed, flt, after, limit)
+        page = page_of(keyed, flt, after, limit, oldest_first)
         page.counts = dict(Counter(s["status"] for _, s in keyed))
         return page
 
@@ -412,17 +411,40 @@ class WebApp:
     async def approvals(self, request: web.Request) -> web.Response:
         """Every call waiting for a person across the runs of this server and its store,
         the oldest run's first: each with its run, task and full arguments."""
+        try:
+            limit, after = paging(request)
+        except ConfigError as e:
+            return json_error(400, str(e))
+        waits = RunFilter(states=frozenset({"waiting"}))
+        if self.runtime.view is not None:
+            page = await self.page(waits, after, limit, oldest_first=True)
+        else:
+            page = page_of(await self.waiting_here(), waits, after, limit, oldest_first=True)
         found: list[dict[str, Any]] = []
-        for s in await self.summaries():
-            if s.get("status") in ENDED_STATES:
-                continue
+        for s in page.rows:
             try:
                 run = await asyncio.to_thread(self.runtime.get, s["id"])
             except NoSuchRun:
                 continue
             for r in await act(run, run.waiting):
                 found.append({**r.to_dict(), "run_id": s["id"], "task": s.get("task")})
-        return web.json_response(found, dumps=dumps)
+        response = web.json_response(found, dumps=dumps)
+        if page.next is not None:
+            more = f"/api/approvals?limit={limit}&cursor={page.next.encode()}"
+            response.headers["Link"] = f'<{more}>; rel="next"'
+        return response
+
+    async def waiting_here(self) -> list[tuple[Cursor, dict[str, Any]]]:
+        """This server's runs in memory, keyed for a page, those waiting for a person as
+        `waiting` (a run in memory says `running` while its calls wait)."""
+        keyed = []
+        for run_id, log in list(self.runtime.bus.logs.items()):
+            s = self.summary(run_id)
+            run = self.runtime.runs.get(run_id)
+            if run is not None and s["status"] not in ENDED_STATES and run.waiting():
+                s["status"] = "waiting"
+            keyed.append((Cursor(first_ms(log.events), run_id), s))
+        return keyed
 
     async def get_run(self, request: web.Request) -> web.Response:
         run_id = request.match_info["id"]
@@ -599,6 +621,17 @@ class WebApp:
         elif s["status"] in ("queued", "running", "idle"):
             s["status"] = "interrupted"  # its server stopped before it ended
         return s
+
+
+def paging(request: web.Request) -> tuple[int, Cursor | None]:
+    """A page's `limit` (50 by default) and `cursor` (the `next` of the page before), or a
+    ConfigError that says what is wrong with them."""
+    try:
+        limit = int(request.query.get("limit", "50"))
+    except ValueError:
+        raise ConfigError("limit: a whole number is required") from None
+    cursor = request.query.get("cursor")
+    return check_limit(limit), Cursor.decode(cursor) if cursor else None
 
 
 async def act[T](run: RunHandle, request: Callable[[], T]) -> T:
