@@ -218,16 +218,22 @@ async def test_parallel_calls_each_get_their_own_approval() -> None:
     assert requests["ann"]["args_hash"] == arguments_hash("pay", {"amount": 5, "to": "ann"})
     with pytest.raises(ApprovalError):  # an approval bound to other arguments is refused
         run.approve(requests["eve"]["approval_id"], args_hash=requests["ann"]["args_hash"])
-    run.approve(requests["ann"]["approval_id"], args_hash=requests["ann"]["args_hash"])
-    run.deny(requests["eve"]["approval_id"], "that is too much")
+    ann_id, eve_id = requests["ann"]["approval_id"], requests["eve"]["approval_id"]
+    run.approve(ann_id, args_hash=requests["ann"]["args_hash"])
+    # decided again before the run has taken the first decision: refused, saying how
+    with pytest.raises(ApprovalError, match=f"{ann_id!r} was approved already: approved by"):
+        run.deny(ann_id, "too late")
+    run.deny(eve_id, "that is too much")
     result = await run.wait()
+    with pytest.raises(ApprovalError, match=f"{eve_id!r} was denied already: that is too much"):
+        run.approve(eve_id)
     assert result is not None and result.outcome == "done"
     outputs = {r.call_id: r for r in run.transcript[2].tool_results}
     ann, eve = (outputs[requests[k]["id"]] for k in ("ann", "eve"))
     assert (ann.output, ann.is_error) == ("paid 5 to ann", False)
     assert eve.is_error and "that is too much" in eve.output
     decided = [(e.data["approved"], e.data["reason"]) for e in events(run, "approval_decided")]
-    assert sorted(decided) == [(False, "that is too much"), (True, "approved")]
+    assert sorted(decided) == [(False, "that is too much"), (True, "approved by the user")]
 
 
 async def test_an_approval_expires() -> None:

@@ -77,6 +77,10 @@ def script(body: dict[str, Any]) -> dict[str, Any]:
         if done == 0:
             return {"calls": [("inject", {})]}
         return {"text": '<img src=x onerror="window.pwned=2"> the tool said something odd.'}
+    if first == "ask, then talk slowly":
+        if done == 0:
+            return {"calls": [("bash", {"command": "true"}), ("bash", {"command": "false"})]}
+        return {"text": "slowly " * 40, "deltas": 40, "chunk_delay": 0.5}  # 20 s: cancelled
     if first == "refuse me":
         return {"status": 400}  # not retried: the run fails
     return {"text": "I do not know that task."}
@@ -332,6 +336,48 @@ def pages_of_approvals(server: Server) -> list[list[str]]:
     return pages
 
 
+def test_a_call_decided_already_says_how_and_by_whom(server: Server) -> None:
+    """An approval sent for a call that was decided meanwhile (another tab, a colleague at the
+    inbox) is refused with how it was decided and where, not a bare 'not waiting'."""
+    decided_twice(server, server.api("POST", "/api/runs", {"task": "ask, then talk slowly"}))
+
+
+def decided_twice(server: Server, run: dict[str, Any]) -> None:
+    """Approve one of the run's two calls and deny the other, then decide each again once the
+    run has taken both (its reply streams): each is refused saying how it was decided."""
+    events = server.stream(run["id"])
+
+    def asked() -> list[dict[str, Any]]:
+        waiting: list[dict[str, Any]] = server.api("GET", f"/api/runs/{run['id']}")["approvals"]
+        return waiting if len(waiting) == 2 else []
+
+    first, second = (a["approval_id"] for a in wait_until(asked, "both calls"))
+    server.api("POST", f"/api/runs/{run['id']}/approve", {"approval_id": first})
+    server.api("POST", f"/api/runs/{run['id']}/deny", {"approval_id": second, "reason": "no"})
+
+    def both_decided() -> bool:  # then the model's reply takes 20 s: the run is still on
+        return len([e for e in sse(events) if e["type"] == "approval_decided"]) == 2
+
+    wait_until(both_decided, "both decisions to be recorded")
+
+    def refused(path: str, body: dict[str, Any]) -> tuple[int, str]:
+        try:
+            server.api("POST", f"/api/runs/{run['id']}/{path}", body)
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())["error"]
+        raise AssertionError(f"{path} {body} was taken")
+
+    assert refused("deny", {"approval_id": first}) == (
+        409,
+        f"approval {first!r} was approved already: approved in the web page",
+    )
+    assert refused("approve", {"approval_id": second}) == (
+        409,
+        f"approval {second!r} was denied already: no",
+    )
+    server.api("POST", f"/api/runs/{run['id']}/cancel")
+
+
 def test_the_page_approves_only_the_arguments_it_showed(server: Server) -> None:
     """An approval sent with the hash of the arguments the page showed is refused when the
     call waits with other arguments (here: another call's), and nothing runs; sent with its
@@ -389,6 +435,26 @@ def test_a_servers_question_is_answered_in_a_form_on_the_page(
         expect(page.locator(".tool .result")).to_have_text("reserved 3 apples by express")
         expect(page.locator(".tool .decision")).to_have_text("Answered: accept")
         assert server.api("GET", f"/api/runs/{run_id}")["questions"] == []
+        # the same question of another run, answered in the inbox beside the calls
+        other = server.api("POST", "/api/runs", {"task": "reserve apples"})["id"]
+        page.goto(f"{server.url}/inbox")
+        item = page.locator(".inbox-item.question")
+        expect(item).to_contain_text("How many apples should be reserved?", timeout=30_000)
+        expect(item.locator(f"a[href='/runs/{other}']")).to_have_count(1)
+        expect(page.locator("#inbox-count")).to_have_text(
+            "1 question waits for a person, the oldest run's first."
+        )
+        item.locator("[name=quantity]").fill("5")
+        item.locator("button.answer").click()
+        expect(item.locator(".said")).to_have_text("Answered")
+        server.wait_for(other, "done")
+        results = [
+            p["output"]
+            for m in server.api("GET", f"/api/runs/{other}")["transcript"]
+            for p in m.get("parts", [])
+            if p.get("type") == "tool_result"
+        ]
+        assert results == ["reserved 5 apples"], results
     finally:
         context.close()
         server.stop()
@@ -1018,6 +1084,13 @@ def test_the_page_follows_and_answers_a_run_a_worker_executes(
     last = wire.requests[-1]["messages"]
     assert last[-1] == {"role": "user", "content": "and say thanks"}
     assert fleet.api("GET", "/api/runs/far")["status"] == "done"
+
+
+def test_a_call_a_worker_decided_already_says_how_and_by_whom(fleet: Fleet) -> None:
+    fleet.worker()
+    body = {"task": "ask, then talk slowly", "queue": True, "run_id": "slow"}
+    assert fleet.api("POST", "/api/runs", body)["ids"] == ["slow"]
+    decided_twice(fleet, {"id": "slow"})
 
 
 def test_the_page_cancels_a_run_a_worker_executes_at_once(fleet: Fleet) -> None:

@@ -88,14 +88,23 @@ async def deny_all(request: ApprovalRequest) -> Decision:
     return Decision(False, "denied by policy (--approve deny): no one is here to approve it")
 
 
+def decided_already(approval_id: str, approved: bool, reason: str) -> ApprovalError:
+    """The error for a decision that came too late: it says how the call was decided, and
+    by whom where the reason says (a page open in two tabs, a colleague at the inbox)."""
+    how = "approved" if approved else "denied"
+    return ApprovalError(f"approval {approval_id!r} was {how} already: {reason}")
+
+
 @dataclass
 class ApprovalDesk:
-    """Requests wait here until someone decides them or they expire."""
+    """Requests wait here until someone decides them or they expire; how each was decided is
+    kept for as long as the run, to answer a decision that comes too late."""
 
     ttl: float | None = None
     pending: dict[str, tuple[ApprovalRequest, asyncio.Future[Decision]]] = field(
         default_factory=dict
     )
+    decided: dict[str, Decision] = field(default_factory=dict)
 
     async def __call__(self, request: ApprovalRequest) -> Decision:
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
@@ -103,11 +112,13 @@ class ApprovalDesk:
         try:
             timeout = None if request.expires_at is None else request.expires_at - time.time()
             async with asyncio.timeout(timeout):
-                return await future
+                decision = await future
         except TimeoutError:
-            return Decision(False, f"the approval expired after {self.ttl:g} s")
+            decision = Decision(False, f"the approval expired after {self.ttl:g} s")
         finally:
             self.pending.pop(request.id, None)
+        self.decided[request.id] = decision
+        return decision
 
     def decide(
         self, approval_id: str, approved: bool, reason: str = "", args_hash: str | None = None
@@ -115,13 +126,17 @@ class ApprovalDesk:
         """Approve or deny a waiting request. With `args_hash`, only if it names the arguments
         the request was made for."""
         entry = self.pending.get(approval_id)
-        if entry is None:
+        given = self.decided.get(approval_id)
+        if entry is not None and entry[1].done() and not entry[1].cancelled():
+            given = entry[1].result()  # decided a moment ago, not yet taken by the run
+        if given is not None:
+            raise decided_already(approval_id, given.approved, given.reason)
+        if entry is None or entry[1].done():
             raise ApprovalError(f"no approval {approval_id!r} is waiting (decided or expired)")
         request, future = entry
         if args_hash is not None and args_hash != request.args_hash:
             raise ApprovalError(f"approval {approval_id!r} was shown other arguments")
-        if not future.done():
-            future.set_result(Decision(approved, reason or ("approved" if approved else "denied")))
+        future.set_result(Decision(approved, reason or ("approved" if approved else "denied")))
 
     def waiting(self) -> list[ApprovalRequest]:
         return [request for request, _ in self.pending.values()]

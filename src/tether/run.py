@@ -226,8 +226,10 @@ class Run:
         self.task_handle.cancel()
         return True
 
-    def approve(self, approval_id: str, args_hash: str | None = None) -> None:
-        self.desk.decide(approval_id, True, "approved", args_hash)
+    def approve(
+        self, approval_id: str, args_hash: str | None = None, reason: str = "approved by the user"
+    ) -> None:
+        self.desk.decide(approval_id, True, reason, args_hash)
 
     def deny(self, approval_id: str, reason: str = "denied by the user") -> None:
         self.desk.decide(approval_id, False, reason)

@@ -462,9 +462,16 @@ class Runtime:
         """Stop the run now (inside a model stream or a tool call too); False if it had ended."""
         return bool(self.get(run_id).cancel())
 
-    def approve(self, run_id: str, approval_id: str, args_hash: str | None = None) -> None:
-        """Approve a waiting call (with `args_hash`, only for the arguments it showed)."""
-        self.get(run_id).approve(approval_id, args_hash)
+    def approve(
+        self,
+        run_id: str,
+        approval_id: str,
+        args_hash: str | None = None,
+        reason: str = "approved by the user",
+    ) -> None:
+        """Approve a waiting call (with `args_hash`, only for the arguments it showed);
+        `reason` says who did, to whoever decides it again too late."""
+        self.get(run_id).approve(approval_id, args_hash, reason)
 
     def deny(self, run_id: str, approval_id: str, reason: str = "denied by the user") -> None:
         self.get(run_id).deny(approval_id, reason)
@@ -490,8 +497,12 @@ class Runtime:
             await self.backend.answer(run_id, question_id, given)
 
     def asked(self, run_id: str) -> list[Question]:
-        """The questions a run of this process waits on."""
-        return self.questions.of_run(run_id)
+        """The questions a run waits on: of this process, else of the store (a run a worker
+        elsewhere executes)."""
+        here = self.questions.of_run(run_id)
+        if here or self.view is None or run_id in self.runs:
+            return here
+        return self.view.questions(run_id)
 
     async def work(
         self, concurrency: int = 16, beat: float = 2.0, dead_after: float = 10.0

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from ..approvals import ApprovalRequest
+from ..approvals import ApprovalRequest, decided_already
 from ..bus import EventLog
 from ..dashboard import Ended
 from ..errors import ApprovalError, ConfigError, NoSuchRun, QuestionError, RunEnded
@@ -39,6 +39,7 @@ from .view import (
     listing,
     messages_of,
     page_runs,
+    questions_waiting,
     state_counts,
     status_of,
     waiting_state,
@@ -56,6 +57,9 @@ def answer_approval(
     if status.status in ENDED:
         raise ConfigError(f"run {run_id} has ended ({status.status.lower()})")
     request = store.get_event(run_id, approval_id, timeout_seconds=0)
+    if isinstance(request, dict) and request.get("state") == "decided":
+        approved, reason = bool(request.get("approved")), str(request.get("reason", ""))
+        raise decided_already(approval_id, approved, reason)
     if not isinstance(request, dict) or request.get("state") != "waiting":
         raise ConfigError(
             f"run {run_id} is not waiting for approval {approval_id} (decided already, or "
@@ -214,6 +218,10 @@ class StoreView:
             model_seconds_since(self.client, since),
         )
 
+    def questions(self, run_id: str) -> list[Question]:
+        """The questions a run of the store waits on, wherever it executes."""
+        return questions_waiting(self.ledger, run_id)
+
     def row(self, run_id: str) -> dict[str, Any] | None:
         try:
             found = listing(status_of(self.client, run_id))
@@ -276,8 +284,10 @@ class RemoteRun:
         self.view.client.cancel_workflow(self.id)
         return True
 
-    def approve(self, approval_id: str, args_hash: str | None = None) -> None:
-        self.answer(approval_id, {"approved": True, "reason": "approved by the user"}, args_hash)
+    def approve(
+        self, approval_id: str, args_hash: str | None = None, reason: str = "approved by the user"
+    ) -> None:
+        self.answer(approval_id, {"approved": True, "reason": reason}, args_hash)
 
     def deny(self, approval_id: str, reason: str = "denied by the user") -> None:
         self.answer(approval_id, {"approved": False, "reason": reason}, None)

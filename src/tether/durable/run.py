@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..agent import Agent
-from ..approvals import ApprovalRequest, arguments_hash
+from ..approvals import ApprovalRequest, arguments_hash, decided_already
 from ..bus import Bus, EventLog
 from ..errors import ApprovalError, ConfigError, NoSuchRun, RunEnded, StoreUnavailable
 from ..events import Emitter, Event, Sink
@@ -203,8 +203,10 @@ class DurableRun:
         seq = self.host.ledger.send(self.id, text)  # announced when the run takes it
         self.host.spawn(DBOS.send_async(self.id, seq, topic=MAIL))  # wakes it if idle
 
-    def approve(self, approval_id: str, args_hash: str | None = None) -> None:
-        self.answer(approval_id, True, "approved by the user", args_hash)
+    def approve(
+        self, approval_id: str, args_hash: str | None = None, reason: str = "approved by the user"
+    ) -> None:
+        self.answer(approval_id, True, reason, args_hash)
 
     def deny(self, approval_id: str, reason: str = "denied by the user") -> None:
         self.answer(approval_id, False, reason, None)
@@ -216,7 +218,7 @@ class DurableRun:
         the caller told it worked, when it never reached the run)."""
         request = self.pending.get(approval_id)
         if request is None:
-            raise ApprovalError(f"no approval {approval_id!r} is waiting (decided or expired)")
+            raise self.not_waiting(approval_id)
         if args_hash is not None and args_hash != request.args_hash:
             raise ApprovalError(f"approval {approval_id!r} was shown other arguments")
         reply = {"approved": approved, "reason": reason}
@@ -229,6 +231,19 @@ class DurableRun:
                 "the call still waits for it"
             ) from None
         self.pending.pop(approval_id, None)
+
+    def not_waiting(self, approval_id: str) -> ApprovalError:
+        """Why a decision for this approval is too late: how it was decided, as the store
+        recorded it, or that it was never asked."""
+        try:
+            with said_by_us():
+                asked = self.host.reader.get_event(self.id, approval_id, timeout_seconds=0)
+        except Exception:  # the store does not answer: the plain refusal
+            asked = None
+        if isinstance(asked, dict) and asked.get("state") == "decided":
+            approved, reason = bool(asked.get("approved")), str(asked.get("reason", ""))
+            return decided_already(approval_id, approved, reason)
+        return ApprovalError(f"no approval {approval_id!r} is waiting (decided or expired)")
 
     def cancel(self) -> bool:
         if self.ended.is_set():

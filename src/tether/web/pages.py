@@ -191,6 +191,25 @@ function el(tag, cls, text) {
 }
 const inbox = document.getElementById('inbox');
 const shown = new Map();  // run and approval id -> its box: kept across refreshes (a reason typed stays)
+__QUESTION_FORM__
+// One question a run's tool asked a person: its run, and the form its schema makes.
+function question(q) {
+  const box = el('div', 'item question inbox-item'); box.dataset.questionId = q.question_id;
+  const head = box.appendChild(el('div', ''));
+  const link = head.appendChild(el('a', '', 'run ' + q.run_id));
+  link.href = '/runs/' + encodeURIComponent(q.run_id);
+  head.appendChild(el('span', 'note', ' ' + (q.task || '')));
+  const said = el('span', 'note said');
+  box.append(questionForm(q, async (form, questionId, body) => {
+    form.querySelectorAll('button').forEach(b => b.disabled = true);
+    const r = await api('/api/runs/' + encodeURIComponent(q.run_id) + '/answer',
+      {method: 'POST', body: JSON.stringify(Object.assign({question_id: questionId}, body)),
+       headers: {'Content-Type': 'application/json'}});
+    said.textContent = r.ok ? (body.action === 'accept' ? 'Answered' : 'Declined')
+      : (await r.json()).error || 'refused';
+  }), said);
+  return box;
+}
 // One call waiting for a person: its run (a link) and task, the tool and its full arguments,
 // Approve, and Deny with a reason. A call decided elsewhere meanwhile says so.
 function item(a) {
@@ -221,8 +240,8 @@ function item(a) {
 // The API gives the calls of 50 runs at a time (the oldest first) and names the next page in a
 // `Link` header; the inbox reads as many pages as "More" asked for, each time it refreshes.
 let pages = 1;
-async function calls() {
-  let url = '/api/approvals?limit=50', all = [];
+async function fetchWaiting() {
+  let url = '/api/inbox?limit=50', all = [];
   for (let n = 0; url && n < pages; n++) {
     const r = await api(url); if (!r.ok) return null;
     all = all.concat(await r.json());
@@ -234,18 +253,21 @@ async function calls() {
 }
 document.getElementById('more').addEventListener('click', () => { pages += 1; refresh(); });
 async function refresh() {
-  const waiting = await calls(); if (waiting === null) return;
-  const key = (a) => a.run_id + ' ' + a.approval_id;
+  const waiting = await fetchWaiting(); if (waiting === null) return;
+  const key = (a) => a.run_id + ' ' + (a.kind === 'question' ? 'q ' + a.question_id : a.approval_id);
   const ids = new Set(waiting.map(key));  // an approval's id is its call's: unique in its run
   for (const [id, box] of shown) if (!ids.has(id) && !box.querySelector('.said').textContent) {
     box.remove(); shown.delete(id);
   }
   for (const a of waiting) {  // in the API's order (appending a box that is there moves it)
-    if (!shown.has(key(a))) shown.set(key(a), item(a));
+    if (!shown.has(key(a))) shown.set(key(a), a.kind === 'question' ? question(a) : item(a));
     inbox.appendChild(shown.get(key(a)));
   }
-  document.getElementById('inbox-count').textContent = waiting.length
-    ? `${waiting.length} calls wait for a person, the oldest run's first.` : 'No call waits for a person.';
+  const calls = waiting.filter(a => a.kind !== 'question').length, asked = waiting.length - calls;
+  const count = (n, one) => n ? `${n} ${one}${n === 1 ? '' : 's'}` : '';
+  const what = [count(calls, 'call'), count(asked, 'question')].filter(Boolean).join(' and ');
+  document.getElementById('inbox-count').textContent = !waiting.length ? 'No call waits for a person.'
+    : `${what} ${waiting.length === 1 ? 'waits' : 'wait'} for a person, the oldest run's first.`;
 }
 if (token) { refresh(); setInterval(refresh, 1000); }
 </script>
@@ -320,49 +342,7 @@ function answer(form, questionId, body) {
     buttons.forEach(b => b.disabled = false);
   });
 }
-// A question's form, built from the flat schema the server sent: a field a property, typed
-// as it says (a checkbox, a list of choices, a number, text), its default filled in.
-function questionForm(d) {
-  const form = el('form', 'question'); form.dataset.questionId = d.question_id;
-  form.appendChild(el('div', '', `${d.asker} asks: ${d.message}`));
-  if (d.url) {
-    const a = el('a', '', d.url); a.href = d.url; a.target = '_blank'; a.rel = 'noopener noreferrer';
-    form.appendChild(a);
-  }
-  for (const [name, spec] of Object.entries((d.schema && d.schema.properties) || {})) {
-    const label = el('label', '', (spec.title || name) + ' '); let input;
-    if (spec.type === 'boolean') {
-      input = el('input'); input.type = 'checkbox'; input.checked = spec.default === true;
-    } else if (Array.isArray(spec.enum)) {
-      input = el('select');
-      for (const v of spec.enum) { const o = el('option', '', String(v)); o.value = v; input.appendChild(o); }
-      if (spec.default !== undefined) input.value = spec.default;
-    } else {
-      input = el('input'); input.type = ['integer', 'number'].includes(spec.type) ? 'number' : 'text';
-      if (spec.type === 'number') input.step = 'any';
-      if (spec.default !== undefined) input.value = spec.default;
-    }
-    input.name = name; input.dataset.kind = spec.type || 'string';
-    label.appendChild(input); form.appendChild(label);
-  }
-  const yes = el('button', 'answer', 'Answer'); yes.type = 'submit';
-  const no = el('button', 'decline', 'Decline'); no.type = 'button';
-  form.append(yes, ' ', no, ' ', el('span', 'note error'));
-  form.onsubmit = (ev) => {
-    ev.preventDefault(); const content = {};
-    for (const i of form.querySelectorAll('[name]')) {
-      const kind = i.dataset.kind;
-      if (kind === 'boolean') content[i.name] = i.checked;
-      else if (i.value === '') continue;
-      else if (kind === 'integer') content[i.name] = parseInt(i.value, 10);
-      else if (kind === 'number') content[i.name] = Number(i.value);
-      else content[i.name] = i.value;
-    }
-    answer(form, d.question_id, {action: 'accept', content});
-  };
-  no.onclick = () => answer(form, d.question_id, {action: 'decline', reason: 'declined in the web page'});
-  return form;
-}
+__QUESTION_FORM__
 // The timeline: each model call and tool call a bar from its start to its end (event times),
 // model calls on the top row, tool calls on the first row free at their start.
 const timeline = {t0: null, bars: [], open: {}};
@@ -474,7 +454,7 @@ const render = {
     no.onclick = () => decide(ask, d.approval_id, d.args_hash, false);
     ask.append(yes, ' ', no); box.appendChild(ask);
   },
-  question_asked(d) { (state.calls[d.id] || add(el('div', 'item tool'))).appendChild(questionForm(d)); },
+  question_asked(d) { (state.calls[d.id] || add(el('div', 'item tool'))).appendChild(questionForm(d, answer)); },
   question_answered(d) {
     const form = document.querySelector(`[data-question-id="${CSS.escape(d.question_id)}"]`);
     if (form) form.replaceChildren(el('span', 'decision', `Answered: ${d.action}` + (d.reason ? ` (${d.reason})` : '')));
@@ -530,6 +510,52 @@ document.getElementById('send').addEventListener('submit', async (ev) => {
 """
 
 
+QUESTION_FORM = """// A question's form, built from the flat schema the server sent: a field a property, typed
+// as it says (a checkbox, a list of choices, a number, text), its default filled in.
+function questionForm(d, answer) {  // answer(form, questionId, body) sends it
+  const form = el('form', 'question'); form.dataset.questionId = d.question_id;
+  form.appendChild(el('div', '', `${d.asker} asks: ${d.message}`));
+  if (d.url) {
+    const a = el('a', '', d.url); a.href = d.url; a.target = '_blank'; a.rel = 'noopener noreferrer';
+    form.appendChild(a);
+  }
+  for (const [name, spec] of Object.entries((d.schema && d.schema.properties) || {})) {
+    const label = el('label', '', (spec.title || name) + ' '); let input;
+    if (spec.type === 'boolean') {
+      input = el('input'); input.type = 'checkbox'; input.checked = spec.default === true;
+    } else if (Array.isArray(spec.enum)) {
+      input = el('select');
+      for (const v of spec.enum) { const o = el('option', '', String(v)); o.value = v; input.appendChild(o); }
+      if (spec.default !== undefined) input.value = spec.default;
+    } else {
+      input = el('input'); input.type = ['integer', 'number'].includes(spec.type) ? 'number' : 'text';
+      if (spec.type === 'number') input.step = 'any';
+      if (spec.default !== undefined) input.value = spec.default;
+    }
+    input.name = name; input.dataset.kind = spec.type || 'string';
+    label.appendChild(input); form.appendChild(label);
+  }
+  const yes = el('button', 'answer', 'Answer'); yes.type = 'submit';
+  const no = el('button', 'decline', 'Decline'); no.type = 'button';
+  form.append(yes, ' ', no, ' ', el('span', 'note error'));
+  form.onsubmit = (ev) => {
+    ev.preventDefault(); const content = {};
+    for (const i of form.querySelectorAll('[name]')) {
+      const kind = i.dataset.kind;
+      if (kind === 'boolean') content[i.name] = i.checked;
+      else if (i.value === '') continue;
+      else if (kind === 'integer') content[i.name] = parseInt(i.value, 10);
+      else if (kind === 'number') content[i.name] = Number(i.value);
+      else content[i.name] = i.value;
+    }
+    answer(form, d.question_id, {action: 'accept', content});
+  };
+  no.onclick = () => answer(form, d.question_id, {action: 'decline', reason: 'declined in the web page'});
+  return form;
+}
+"""
+"""A question's form, on a run's page and in the inbox (each sends its answer its own way)."""
+
 AUTH = """const TOKEN_KEY = 'tether-token';
 (() => {  // the link's token goes to this origin's own storage (an origin includes the port)
   const u = new URL(location.href); const t = u.searchParams.get('token');
@@ -556,6 +582,7 @@ opens would receive it)."""
 def fill(template: str, **values: Any) -> str:
     """Put already-escaped values in a page (markers look like __NAME__)."""
     out = template.replace("__STYLE__", STYLE).replace("__AUTH__", AUTH.rstrip("\n"))
+    out = out.replace("__QUESTION_FORM__", QUESTION_FORM.rstrip("\n"))
     for name, value in values.items():
         out = out.replace(f"__{name.upper()}__", str(value))
     return out

@@ -148,6 +148,7 @@ class WebApp:
         app.router.add_get("/dashboard", self.dashboard_page)
         app.router.add_get("/api/dashboard", self.dashboard)
         app.router.add_get("/api/approvals", self.approvals)
+        app.router.add_get("/api/inbox", self.inbox)
         app.router.add_post("/api/runs", self.start_run)
         app.router.add_get("/api/runs", self.list_runs)
         app.router.add_get("/api/list", self.list_page)
@@ -411,6 +412,16 @@ class WebApp:
     async def approvals(self, request: web.Request) -> web.Response:
         """Every call waiting for a person across the runs of this server and its store,
         the oldest run's first: each with its run, task and full arguments."""
+        return await self.waiting_for_people(request, questions=False)
+
+    async def inbox(self, request: web.Request) -> web.Response:
+        """The approvals inbox's items: each run's waiting calls (`kind` approval) and its
+        tools' questions (`kind` question), the oldest run's first."""
+        return await self.waiting_for_people(request, questions=True)
+
+    async def waiting_for_people(self, request: web.Request, questions: bool) -> web.Response:
+        """What waits for a person, the runs that wait a page at a time (`limit`, `cursor`),
+        the next page named by a `Link` header."""
         try:
             limit, after = paging(request)
         except ConfigError as e:
@@ -426,11 +437,16 @@ class WebApp:
                 run = await asyncio.to_thread(self.runtime.get, s["id"])
             except NoSuchRun:
                 continue
+            of_run = {"run_id": s["id"], "task": s.get("task")}
             for r in await act(run, run.waiting):
-                found.append({**r.to_dict(), "run_id": s["id"], "task": s.get("task")})
+                kind = {"kind": "approval"} if questions else {}
+                found.append({**r.to_dict(), **of_run, **kind})
+            if questions:
+                asked = await asyncio.to_thread(self.runtime.asked, s["id"])
+                found += [{**q.to_dict(), **of_run, "kind": "question"} for q in asked]
         response = web.json_response(found, dumps=dumps)
         if page.next is not None:
-            more = f"/api/approvals?limit={limit}&cursor={page.next.encode()}"
+            more = f"{request.path}?limit={limit}&cursor={page.next.encode()}"
             response.headers["Link"] = f'<{more}>; rel="next"'
         return response
 
@@ -441,7 +457,8 @@ class WebApp:
         for run_id, log in list(self.runtime.bus.logs.items()):
             s = self.summary(run_id)
             run = self.runtime.runs.get(run_id)
-            if run is not None and s["status"] not in ENDED_STATES and run.waiting():
+            asks = run is not None and (run.waiting() or self.runtime.asked(run_id))
+            if asks and s["status"] not in ENDED_STATES:
                 s["status"] = "waiting"
             keyed.append((Cursor(first_ms(log.events), run_id), s))
         return keyed
@@ -464,7 +481,8 @@ class WebApp:
             transcript, waiting = await act(run, lambda: (run.transcript, run.waiting()))
             summary["transcript"] = [message_dict(m) for m in transcript]
             summary["approvals"] = [r.to_dict() for r in waiting]
-        summary["questions"] = [q.to_dict() for q in self.runtime.asked(run_id)]
+        asked = await asyncio.to_thread(self.runtime.asked, run_id)
+        summary["questions"] = [q.to_dict() for q in asked]
         return web.json_response(summary, dumps=dumps)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
@@ -533,7 +551,8 @@ class WebApp:
         run = await self.live(request)
         try:
             if approved:
-                await act(run, lambda: run.approve(approval_id, body.get("args_hash")))
+                shown = body.get("args_hash")
+                await act(run, lambda: run.approve(approval_id, shown, "approved in the web page"))
             else:
                 reason = str(body.get("reason") or "denied in the web page")
                 await act(run, lambda: run.deny(approval_id, reason))
