@@ -192,13 +192,16 @@ function el(tag, cls, text) {
 const inbox = document.getElementById('inbox');
 const shown = new Map();  // run and approval id -> its box: kept across refreshes (a reason typed stays)
 __QUESTION_FORM__
+// An item's box, headed by its run (a link) and the run's task.
+function itemBox(kind, a) {
+  const box = el('div', 'item inbox-item ' + kind); const head = box.appendChild(el('div', ''));
+  const link = head.appendChild(el('a', '', 'run ' + a.run_id));
+  link.href = '/runs/' + encodeURIComponent(a.run_id);
+  head.appendChild(el('span', 'note', ' ' + (a.task || ''))); return box;
+}
 // One question a run's tool asked a person: its run, and the form its schema makes.
 function question(q) {
-  const box = el('div', 'item question inbox-item'); box.dataset.questionId = q.question_id;
-  const head = box.appendChild(el('div', ''));
-  const link = head.appendChild(el('a', '', 'run ' + q.run_id));
-  link.href = '/runs/' + encodeURIComponent(q.run_id);
-  head.appendChild(el('span', 'note', ' ' + (q.task || '')));
+  const box = itemBox('question', q); box.dataset.questionId = q.question_id;
   const said = el('span', 'note said');
   box.append(questionForm(q, async (form, questionId, body) => {
     form.querySelectorAll('button').forEach(b => b.disabled = true);
@@ -213,11 +216,7 @@ function question(q) {
 // One call waiting for a person: its run (a link) and task, the tool and its full arguments,
 // Approve, and Deny with a reason. A call decided elsewhere meanwhile says so.
 function item(a) {
-  const box = el('div', 'item approval inbox-item'); box.dataset.approvalId = a.approval_id;
-  const head = box.appendChild(el('div', ''));
-  const link = head.appendChild(el('a', '', 'run ' + a.run_id));
-  link.href = '/runs/' + encodeURIComponent(a.run_id);
-  head.appendChild(el('span', 'note', ' ' + (a.task || '')));
+  const box = itemBox('approval', a); box.dataset.approvalId = a.approval_id;
   box.appendChild(el('div', 'name', `${a.name} wants to run with:`));
   box.appendChild(el('pre', 'args', JSON.stringify(a.arguments, null, 2)));
   const reason = el('input'); reason.placeholder = 'reason (for a deny)'; reason.size = 40;
