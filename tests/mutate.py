@@ -12,11 +12,12 @@ timeout), and survives when they pass: a survivor is either a test to write or a
 change (one that no caller could tell apart), to be named as such. The source file is put back
 after every mutant, and at the end whatever happens.
 
-Each mutant runs first the tests that ran its line (measured once a module, with coverage, in
-this process's tests; `pytest_runtest_protocol` below names each test's lines), and only when
-those pass the module's whole list: a mutant that line's tests catch costs a few tests, not
-all of them (a full run took 82 minutes loaded before, 10 s a mutant). A line run only in a
-subprocess (a durable run's) has no tests of its own and runs the whole list.
+Each mutant runs first the tests that ran its line, the quickest first (both measured once a
+module, by one run of its tests under coverage with this file as a plugin, which names each
+test's lines and times it), and only when those pass the rest of the module's list: a mutant
+those tests catch costs a few tests, not all of them (a full run took 82 minutes loaded
+before, 10 s a mutant). A line run only in a subprocess (a durable run's) has no tests of its
+own and runs the whole list.
 
 Not part of CI: a module takes minutes. Run directly
 (`.venv/bin/python tests/mutate.py`), it changes the checkout's own files: run no other tests
@@ -29,6 +30,7 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -251,10 +253,15 @@ def replace_node(tree: ast.AST, old: ast.AST, new: ast.AST) -> str:
 PYTEST = ["-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider"]
 
 
-def killed(tests: list[str], timeout: float, coverage: list[str] | None = None) -> bool:
+def killed(
+    tests: list[str],
+    timeout: float,
+    coverage: list[str] | None = None,
+    times: Path | None = None,
+) -> bool:
     """Whether the tests fail (or hang) against the module as it is on disk now. With
     `coverage` (its options), they run under it with this file as a plugin, each test's lines
-    recorded under the test's id."""
+    recorded under the test's id, and how long each took written to `times`."""
     if coverage is None:
         command = [PYTHON, *PYTEST, *tests]
     else:
@@ -273,6 +280,7 @@ def killed(tests: list[str], timeout: float, coverage: list[str] | None = None) 
             "PYTHONPATH": os.pathsep.join(
                 filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])
             ),
+            **({"MUTATE_TIMES": str(times)} if times is not None else {}),
         },
     )
     try:
@@ -297,46 +305,77 @@ def missing(tests: list[str]) -> list[str]:
     return gone
 
 
+TIMES = pytest.StashKey[dict[str, float]]()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
-    """As a plugin of the coverage run (`-p mutate`): each test's lines under its id."""
+    """As a plugin of the coverage run (`-p mutate`): each test's lines under its id, and how
+    long it took (written at the end to $MUTATE_TIMES)."""
     import coverage
 
     current = coverage.Coverage.current()
     if current is not None:
         current.switch_context(item.nodeid)
+    began = time.perf_counter()
     try:
         return (yield)
     finally:
+        item.config.stash.setdefault(TIMES, {})[item.nodeid] = time.perf_counter() - began
         if current is not None:
             current.switch_context("")
 
 
-def tests_by_line(module: str, timeout: float) -> dict[int, set[str]] | None:
-    """The ids of the tests that ran each line of the module (in the tests' own process), from
-    one run of its tests under coverage; None when they fail with no mutant."""
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if path := os.environ.get("MUTATE_TIMES"):
+        Path(path).write_text(json.dumps(session.config.stash.get(TIMES, {})))
+
+
+@dataclass
+class Tests:
+    """A module's tests as one run of them under coverage saw them: the ids of those that ran
+    each line (in the tests' own process), and how long each took."""
+
+    by_line: dict[int, set[str]]
+    seconds: dict[str, float]
+
+    def of(self, site: Site) -> list[str]:
+        """The tests that ran the site's lines, the quickest first (a mutant they catch is
+        most often caught by any of them)."""
+        found = set().union(*(self.by_line.get(line, set()) for line in site.lines))
+        return sorted(found, key=lambda t: (self.seconds.get(t, float("inf")), t))
+
+
+def measured(module: str, timeout: float) -> Tests | None:
+    """The module's tests run once under coverage; None when they fail with no mutant."""
     import coverage
 
     data_file = ROOT / f".mutate-coverage-{os.getpid()}"
+    times = ROOT / f".mutate-times-{os.getpid()}.json"
     options = [f"--data-file={data_file}", f"--include={ROOT / module}"]
     try:
-        if killed(TARGETS[module], 3 * timeout, coverage=options):  # coverage slows them
+        # coverage slows them
+        if killed(TARGETS[module], 3 * timeout, coverage=options, times=times):
             return None
         data = coverage.CoverageData(basename=str(data_file))
         data.read()
-        return {
+        by_line = {
             line: {c for c in contexts if c}
             for line, contexts in data.contexts_by_lineno(str(ROOT / module)).items()
         }
+        return Tests(by_line, json.loads(times.read_text()))
     finally:
         data_file.unlink(missing_ok=True)
+        times.unlink(missing_ok=True)
 
 
-def caught(site: Site, by_line: dict[int, set[str]], tests: list[str], timeout: float) -> bool:
-    """Whether the tests catch the mutant on disk: first those that ran its line, then, when
-    they pass (or none did), the module's whole list."""
-    first = sorted(set().union(*(by_line.get(line, set()) for line in site.lines)))
-    return (bool(first) and killed(first, timeout)) or killed(tests, timeout)
+def caught(site: Site, tests: Tests, every: list[str], timeout: float) -> bool:
+    """Whether the tests catch the mutant on disk: first those that ran its line, the
+    quickest first, then, when they pass (or none did), the rest of the module's list."""
+    first = tests.of(site)
+    if first and killed(first, timeout):
+        return True
+    return killed([*every, *(f"--deselect={t}" for t in first)], timeout)
 
 
 def run(
@@ -346,8 +385,8 @@ def run(
     original = path.read_text()
     if gone := missing(TARGETS[module]):
         sys.exit(f"mutate: {module}'s tests name what is not there: {', '.join(gone)}")
-    by_line = tests_by_line(module, timeout)
-    if by_line is None:  # else every mutant would count as caught
+    tests = measured(module, timeout)
+    if tests is None:  # else every mutant would count as caught
         sys.exit(f"mutate: {module}'s tests fail with no mutant; run them: {TARGETS[module]}")
     found = sites(original, only)[:limit]
     survivors = []
@@ -355,7 +394,7 @@ def run(
     try:
         for n, site in enumerate(found, 1):
             path.write_text(mutant(original, site.index))
-            if not caught(site, by_line, TARGETS[module], timeout):
+            if not caught(site, tests, TARGETS[module], timeout):
                 code = lines[site.line - 1].strip() if site.line else ""
                 survivors.append(f"{module}:{site.line}: {site.what}    {code}")
                 print(f"\rsurvived: {survivors[-1]}", flush=True)  # a run cut short keeps it
