@@ -3,7 +3,9 @@
     python ../shared/bench/bench.py --add $PWD/bench/tether_driver.py:chat:1
 
 Each run is a run of a `Runtime` in memory (its own task, mailbox and event log), as in
-production; `--opt runtime=0` calls the bare Agent loop instead.
+production; `--opt runtime=0` calls the bare Agent loop instead; `--opt store=URL` makes the
+Runtime durable on that store (sqlite:///PATH or postgresql://...): each model reply and each
+tool call recorded as it completes.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ async def setup(ctx: Any) -> Any:
     model = make_model(ctx)
     agent = Agent(model, [sleep_tool], system="You are a benchmark agent.", name="bench")
 
-    runtime = Runtime(agents=[agent]) if ctx.opts.get("runtime", "1") == "1" else None
+    store = ctx.opts.get("store")
+    runtime = None
+    if ctx.opts.get("runtime", "1") == "1":
+        runtime = Runtime(store, [agent], take_over=False) if store else Runtime(agents=[agent])
     if runtime is not None:
         await runtime.open()
 

@@ -1,0 +1,377 @@
+"""Tether beside every peer on the same task, the same mock model and the same machine, in one
+command (`bench/peers`, which makes its own venv and runs this).
+
+Each variant runs in a process of its own (the shared rig's `harness.py`), the variants taking
+turns within each repetition, against the rig's mock LLM (`mock_llm.py`, OpenAI Chat
+Completions, streamed). Scenarios (K model turns of T parallel `sleep_tool` calls):
+
+- a: one run at a time, K=5, T=1, no latency, 20 runs: the CPU a runtime adds per model turn;
+- c100 and c1000: 100 and 1,000 runs at once, K=3, T=3, 50 ms model latency and 50 ms tools.
+
+Every durable variant gets a fresh store (a new SQLite file, a new Postgres database), and after
+its run the store's rows are counted: what each runtime records of a run (its steps, its tool
+calls), so "durable" means the same thing on every row, and a peer that keeps no record of tool
+calls is marked so.
+
+    bench/peers [--scenarios a,c100,c1000] [--reps 2] [--only NAME,...] [--postgres URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RIG = Path(os.environ.get("BENCH_RIG", HERE.parent.parent / "shared" / "bench")).resolve()
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "a": dict(
+        mock=dict(steps=5, tools=1, latency_ms=0, tool_ms=0, deltas=8),
+        n=1,
+        repeat=20,
+        warmup=3,
+        timeout=120,
+    ),
+    "c100": dict(
+        mock=dict(steps=3, tools=3, latency_ms=50, tool_ms=50, deltas=8),
+        n=100,
+        repeat=1,
+        warmup=1,
+        timeout=240,
+    ),
+    "c1000": dict(
+        mock=dict(steps=3, tools=3, latency_ms=50, tool_ms=50, deltas=8),
+        n=1000,
+        repeat=1,
+        warmup=1,
+        timeout=240,
+    ),
+}
+
+
+@dataclass
+class Variant:
+    """One runtime in one mode: its driver, its options, the store it records in (none, a
+    SQLite file or a Postgres database), and how to count what it recorded there."""
+
+    name: str
+    driver: Path
+    opts: dict[str, str] = field(default_factory=dict)
+    store: str = ""  # "", "sqlite" or "postgres"
+    store_opt: str = "store"
+    sqlite_url: bool = True  # the driver takes sqlite:///PATH (else a bare path)
+    counts: dict[str, str] = field(default_factory=dict)  # what: SQL counting it
+    memory_twin: str = ""  # the variant of the same runtime without a store
+    stream: int = 1
+
+
+TETHER = HERE / "tether_driver.py"
+LANGGRAPH = HERE / "langgraph_driver.py"
+PAI_DBOS = RIG / "drivers" / "pydantic_ai_dbos_driver.py"
+TETHER_COUNTS = {  # on SQLite the ledger is a file of its own beside the store: {ledger}
+    "runs": "SELECT count(*) FROM {dbos}workflow_status",
+    "steps": "{ledger}SELECT count(*) FROM tether_steps",
+    "tool calls": "{ledger}SELECT count(*) FROM tether_tool_calls",
+}
+DBOS_COUNTS = {
+    "runs": "SELECT count(*) FROM {dbos}workflow_status",
+    "steps": "SELECT count(*) FROM {dbos}operation_outputs",
+}
+LANGGRAPH_COUNTS = {
+    "checkpoints": "SELECT count(*) FROM checkpoints",
+    "writes": "SELECT count(*) FROM {writes}",
+}
+
+VARIANTS = [
+    Variant("bare aiohttp loop", RIG / "drivers" / "baseline_aiohttp.py"),
+    Variant("tether", TETHER),
+    Variant("tether sqlite", TETHER, store="sqlite", counts=TETHER_COUNTS, memory_twin="tether"),
+    Variant(
+        "tether postgres", TETHER, store="postgres", counts=TETHER_COUNTS, memory_twin="tether"
+    ),
+    Variant("pydantic-ai", RIG / "drivers" / "pydantic_ai_driver.py"),
+    Variant(
+        "pydantic-ai dbos sqlite",
+        PAI_DBOS,
+        store="sqlite",
+        counts=DBOS_COUNTS,
+        memory_twin="pydantic-ai",
+        stream=0,
+    ),
+    Variant(
+        "pydantic-ai dbos postgres",
+        PAI_DBOS,
+        store="postgres",
+        counts=DBOS_COUNTS,
+        memory_twin="pydantic-ai",
+        stream=0,
+    ),
+    Variant("openai-agents", RIG / "drivers" / "openai_agents_driver.py"),
+    Variant("langgraph", LANGGRAPH, {"saver": "none"}),
+    Variant(
+        "langgraph sqlite",
+        LANGGRAPH,
+        {"saver": "sqlite"},
+        store="sqlite",
+        sqlite_url=False,
+        counts=LANGGRAPH_COUNTS,
+        memory_twin="langgraph",
+    ),
+    Variant(
+        "langgraph postgres",
+        LANGGRAPH,
+        {"saver": "postgres"},
+        store="postgres",
+        counts=LANGGRAPH_COUNTS,
+        memory_twin="langgraph",
+    ),
+]
+BARE = "bare aiohttp loop"
+TOOLS_NOT_RECORDED = {"pydantic-ai dbos sqlite", "pydantic-ai dbos postgres"}
+"""DBOSAgent runs function tools inline in its workflow: a tool call is not a recorded step.
+It also runs unstreamed here (stream=0): its stream handler, a local function, cannot be
+pickled into a DBOS step."""
+
+
+def rig() -> Any:
+    """The shared rig's runner (its mock, its harness) as a module."""
+    spec = importlib.util.spec_from_file_location("rig_bench", RIG / "bench.py")
+    if spec is None or spec.loader is None:
+        sys.exit(f"peers: no benchmark rig at {RIG} (set BENCH_RIG)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Stores:
+    """Fresh stores for the durable variants, and the count of what each recorded."""
+
+    def __init__(self, postgres: str) -> None:
+        self.postgres = postgres.rstrip("/")
+        self.made = 0
+
+    def fresh(self, kind: str) -> tuple[str, Callable[[dict[str, str]], dict[str, int]]]:
+        """A new store's URL (or path), and how to count its rows and drop it."""
+        self.made += 1
+        if kind == "sqlite":
+            path = Path(tempfile.mkdtemp(prefix="peers-")) / "store.sqlite"
+
+            def count_here(counts: dict[str, str]) -> dict[str, int]:
+                try:
+                    return sqlite_counts(path, counts)
+                finally:
+                    shutil.rmtree(path.parent, ignore_errors=True)
+
+            return str(path), count_here
+        name = f"tether_peers_{os.getpid()}_{self.made}"
+        self.admin(f"DROP DATABASE IF EXISTS {name}")
+        self.admin(f"CREATE DATABASE {name}")
+        url = f"{self.postgres}/{name}"
+
+        def count(counts: dict[str, str]) -> dict[str, int]:
+            try:
+                return postgres_counts(url, counts)
+            finally:
+                self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+        return url, count
+
+    def admin(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(f"{self.postgres}/postgres", autocommit=True) as c:
+            c.execute(sql)  # type: ignore[arg-type]
+
+
+def sqlite_counts(path: Path, counts: dict[str, str]) -> dict[str, int]:
+    import sqlite3
+
+    found = {}
+    for what, sql in counts.items():
+        where = Path(f"{path}-effects") if sql.startswith("{ledger}") else path
+        with sqlite3.connect(where) as c:
+            q = sql.format(dbos="", writes="writes", ledger="")
+            found[what] = int(c.execute(q).fetchone()[0])
+    return found
+
+
+def postgres_counts(url: str, counts: dict[str, str]) -> dict[str, int]:
+    import psycopg
+
+    found = {}
+    with psycopg.connect(url) as c:
+        for what, sql in counts.items():
+            q = sql.format(dbos="dbos.", writes="checkpoint_writes", ledger="")
+            found[what] = int(c.execute(q).fetchone()[0])  # type: ignore[arg-type, index]
+    return found
+
+
+def run_one(r: Any, port: int, scenario: str, v: Variant, stores: Stores) -> dict[str, Any]:
+    sc = dict(SCENARIOS[scenario], name=scenario)
+    opts = dict(v.opts)
+    count = None
+    if v.store:
+        where, count = stores.fresh(v.store)
+        if v.store == "sqlite" and v.sqlite_url:
+            where = f"sqlite:///{where}"
+        opts[v.store_opt] = where
+    res: dict[str, Any] = r.run_variant(
+        port, sc, v.name, (str(v.driver), "chat", v.stream), [f"{k}={x}" for k, x in opts.items()]
+    )
+    if count is not None:
+        try:
+            res["recorded"] = count(v.counts)
+        except Exception as e:  # a store the run never made: say so in the row
+            res["recorded"] = {"error": f"{type(e).__name__}: {e}"}
+    return res
+
+
+def median(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [row[key] for row in rows if isinstance(row.get(key), int | float)]
+    return statistics.median(values) if values else None
+
+
+def summary(results: list[dict[str, Any]], scenario: str) -> list[dict[str, Any]]:
+    """One row a variant: medians over the repetitions, and the ratios."""
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for res in results:
+        if res["scenario"] == scenario:
+            by_name.setdefault(res["variant"], []).append(res)
+    rows = []
+    for v in VARIANTS:
+        runs = by_name.get(v.name)
+        if not runs:
+            continue
+        total = sum(r.get("n", 0) * r.get("repeat", 1) for r in runs)
+        ok = sum(r.get("completed_ok", 0) for r in runs)
+        rows.append(
+            {
+                "variant": v.name,
+                "ok": f"{ok}/{total}",
+                "cpu_ms_per_turn": median(runs, "cpu_ms_per_model_turn"),
+                "wall_s": median(runs, "wall_per_batch_s"),
+                "peak_rss_mb": median(runs, "peak_rss_mb"),
+                "tools_in_flight": max((r.get("max_tools_in_flight") or 0) for r in runs),
+                "recorded": runs[-1].get("recorded"),
+                "memory_twin": v.memory_twin,
+                "errors": sorted({e for r in runs for e in (r.get("errors") or {})})[:1]
+                or [r["fatal"] for r in runs if "fatal" in r][:1],
+            }
+        )
+    bare = next((r["cpu_ms_per_turn"] for r in rows if r["variant"] == BARE), None)
+    cpu = {r["variant"]: r["cpu_ms_per_turn"] for r in rows}
+    for row in rows:
+        row["x_bare"] = ratio(row["cpu_ms_per_turn"], bare)
+        row["x_memory"] = ratio(row["cpu_ms_per_turn"], cpu.get(row["memory_twin"]))
+    return rows
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 1) if a and b else None
+
+
+def recorded_text(row: dict[str, Any]) -> str:
+    found = row.get("recorded")
+    if not found:
+        return ""
+    if "error" in found:
+        return str(found["error"])[:60]
+    text = ", ".join(f"{n:,} {what}" for what, n in found.items())
+    return text + ("; tool calls not recorded" if row["variant"] in TOOLS_NOT_RECORDED else "")
+
+
+def table(rows: list[dict[str, Any]], scenario: str) -> str:
+    def num(x: float | None, f: str = "{:.2f}") -> str:
+        return "-" if x is None else f.format(x)
+
+    lines = [
+        f"scenario {scenario}",
+        "",
+        "| variant | runs ok | CPU ms / model turn | x bare loop | x own memory mode | wall s "
+        "| peak RSS MB | tools in flight | recorded |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['variant']} | {r['ok']} | {num(r['cpu_ms_per_turn'])} | "
+            f"{num(r['x_bare'], '{:.1f}')} | {num(r['x_memory'], '{:.1f}')} | "
+            f"{num(r['wall_s'])} | {num(r['peak_rss_mb'], '{:.0f}')} | {r['tools_in_flight']} | "
+            f"{recorded_text(r)} |"
+        )
+    return "\n".join(lines)
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for dist in ("tether", "pydantic-ai-slim", "openai-agents", "langgraph", "dbos", "openai"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[dist] = metadata.version(dist)
+    return found
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenarios", default="a,c100,c1000")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--only", help="variants by name, comma-separated")
+    ap.add_argument(
+        "--postgres",
+        default=os.environ.get("TETHER_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432"),
+        help="a server where fresh databases may be made",
+    )
+    args = ap.parse_args()
+    chosen = [v for v in VARIANTS if not args.only or v.name in args.only.split(",")]
+    r = rig()
+    stores = Stores(args.postgres)
+    results: list[dict[str, Any]] = []
+    began = time.monotonic()
+    for scenario in args.scenarios.split(","):
+        sc = SCENARIOS[scenario]
+        port = r.free_port()
+        mock = r.start_mock(port, sc["mock"])
+        try:
+            for rep in range(1, args.reps + 1):
+                for v in chosen:  # in turn, so drift in the machine falls on every variant
+                    res = run_one(r, port, scenario, v, stores)
+                    res["rep"] = rep
+                    results.append(res)
+                    print(r.fmt_row(res), recorded_text({**res, "variant": v.name}), flush=True)
+        finally:
+            mock.kill()
+            mock.wait()
+    took = time.monotonic() - began
+    out = HERE / f"peers-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
+        ).stdout.strip(),
+        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
+        "versions": versions(),
+        "took_s": round(took),
+        "scenarios": {k: SCENARIOS[k] for k in args.scenarios.split(",")},
+    }
+    rows = {s: summary(results, s) for s in args.scenarios.split(",")}
+    out.write_text(json.dumps({"meta": meta, "rows": rows, "results": results}, indent=1))
+    print(f"\n{json.dumps(meta['versions'])}; {meta['machine']}; {took:.0f} s; {out.name}\n")
+    for s in args.scenarios.split(","):
+        print(table(rows[s], s), "\n")
+
+
+if __name__ == "__main__":
+    main()
