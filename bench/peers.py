@@ -13,7 +13,12 @@ its run the store's rows are counted: what each runtime records of a run (its st
 calls), so "durable" means the same thing on every row, and a peer that keeps no record of tool
 calls is marked so.
 
-    bench/peers [--scenarios a,c100,c1000] [--reps 2] [--only NAME,...] [--postgres URL]
+Then start-up: each runtime started from nothing for one run (its command-line tool where it
+has one, else the smallest script its docs show), the time from the process's start to its
+first request at the mock, medians of 5, the runtimes in turn.
+
+    bench/peers [--scenarios a,c100,c1000] [--reps 2] [--only NAME,...] [--startup 5]
+                [--postgres URL]
 """
 
 from __future__ import annotations
@@ -316,6 +321,114 @@ def table(rows: list[dict[str, Any]], scenario: str) -> str:
     return "\n".join(lines)
 
 
+STARTUP = {
+    "tether (CLI)": [
+        "{bin}/tether",
+        "run",
+        "hi",
+        "--base-url",
+        "{base}",
+        "--model",
+        "m",
+        "--store",
+        "memory",
+        "--no-sandbox",
+    ],
+    "tether": [
+        "{bin}/python",
+        "-c",
+        """
+import asyncio
+from tether import Agent, OpenAIChatModel
+async def main():
+    async with OpenAIChatModel("m", base_url="{base}", api_key="x") as model:
+        print((await Agent(model, []).run("hi")).answer)
+asyncio.run(main())
+""",
+    ],
+    "pydantic-ai": [
+        "{bin}/python",
+        "-c",
+        """
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+model = OpenAIChatModel("m", provider=OpenAIProvider(base_url="{base}", api_key="x"))
+print(Agent(model).run_sync("hi").output)
+""",
+    ],
+    "openai-agents": [
+        "{bin}/python",
+        "-c",
+        """
+from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+from openai import AsyncOpenAI
+set_tracing_disabled(True)
+model = OpenAIChatCompletionsModel("m", AsyncOpenAI(base_url="{base}", api_key="x"))
+print(Runner.run_sync(Agent("a", model=model), "hi").final_output)
+""",
+    ],
+    "langgraph": [
+        "{bin}/python",
+        "-c",
+        """
+from langchain_openai import ChatOpenAI
+from langgraph.prebuilt import create_react_agent
+agent = create_react_agent(ChatOpenAI(model="m", base_url="{base}", api_key="x"), [])
+print(agent.invoke({{"messages": [("user", "hi")]}})["messages"][-1].content)
+""",
+    ],
+}
+"""How each runtime is started for one run, from nothing: its command-line tool where it has
+one, else the smallest script its docs show."""
+
+
+def served(port: int) -> int:
+    """How many requests the mock has answered."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as r:
+        stats = json.loads(r.read())
+    return sum(v for k, v in stats.items() if isinstance(v, int) and k != "maxrss_kb")
+
+
+def first_request_s(command: list[str], port: int) -> float:
+    """Seconds from the process's start to its first request reaching the mock (the mock's
+    counters read every 2 ms); the process is then let finish."""
+    before = served(port)
+    env = {**os.environ, "OPENAI_API_KEY": "x", "TETHER_NO_SPINNER": "1"}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        while served(port) == before:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{command[:3]} ended first: {proc.stderr.read()[-300:]!r}")  # type: ignore[union-attr]
+            time.sleep(0.002)
+        return time.perf_counter() - t0
+    finally:
+        proc.wait(60)
+
+
+def startup(r: Any, reps: int) -> dict[str, float]:
+    """The median seconds to the first request of each runtime, started in turn."""
+    port = r.free_port()
+    mock = r.start_mock(port, dict(steps=0, tools=1, latency_ms=0, tool_ms=0, deltas=1))
+    bin_dir = str(Path(sys.executable).parent)
+    taken: dict[str, list[float]] = {name: [] for name in STARTUP}
+    try:
+        for _ in range(reps):
+            for name, template in STARTUP.items():
+                command = [
+                    part.format(bin=bin_dir, base=f"http://127.0.0.1:{port}/v1")
+                    for part in template
+                ]
+                taken[name].append(first_request_s(command, port))
+    finally:
+        mock.kill()
+        mock.wait()
+    return {name: round(statistics.median(s), 3) for name, s in taken.items()}
+
+
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
     for dist in ("tether", "pydantic-ai-slim", "openai-agents", "langgraph", "dbos", "openai"):
@@ -329,6 +442,9 @@ def main() -> None:
     ap.add_argument("--scenarios", default="a,c100,c1000")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--only", help="variants by name, comma-separated")
+    ap.add_argument(
+        "--startup", type=int, default=5, help="starts of each runtime to time (0: none)"
+    )
     ap.add_argument(
         "--postgres",
         default=os.environ.get("TETHER_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432"),
@@ -354,6 +470,7 @@ def main() -> None:
         finally:
             mock.kill()
             mock.wait()
+    started = startup(r, args.startup) if args.startup else {}
     took = time.monotonic() - began
     out = HERE / f"peers-{time.strftime('%Y%m%d-%H%M%S')}.json"
     meta = {
@@ -367,10 +484,15 @@ def main() -> None:
         "scenarios": {k: SCENARIOS[k] for k in args.scenarios.split(",")},
     }
     rows = {s: summary(results, s) for s in args.scenarios.split(",")}
-    out.write_text(json.dumps({"meta": meta, "rows": rows, "results": results}, indent=1))
+    everything = {"meta": meta, "rows": rows, "startup_s": started, "results": results}
+    out.write_text(json.dumps(everything, indent=1))
     print(f"\n{json.dumps(meta['versions'])}; {meta['machine']}; {took:.0f} s; {out.name}\n")
     for s in args.scenarios.split(","):
         print(table(rows[s], s), "\n")
+    if started:
+        print(f"start-up: process start to the first request at the mock, median of {args.startup}")
+        print("\n| runtime | seconds |\n| --- | --- |")
+        print("\n".join(f"| {name} | {s:.3f} |" for name, s in started.items()))
 
 
 if __name__ == "__main__":
