@@ -315,7 +315,10 @@ class Ledger:
                     )
                 return int(seq)
             except Exception as e:  # a concurrent sender took that number: try the next
-                if "unique" not in str(e).lower() and "duplicate" not in str(e).lower():
+                # (Postgres only: SQLite's BEGIN IMMEDIATE makes a second sender wait for the
+                # first's commit before it reads the number; the DB-API's and SQLAlchemy's
+                # unique violation are both named so)
+                if type(e).__name__ != "IntegrityError":
                     raise
         raise RuntimeError(f"could not append to the inbox of {run_id}")
 
