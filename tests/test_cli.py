@@ -520,6 +520,14 @@ def test_a_batch_of_tasks_is_queued_at_once_and_listed_by_state(tmp_path: Path) 
     assert all(r["queued_at"] > 0 and r["started_at"] is None for r in rows)
     assert len(tether("runs", "--store", store, "--state", "queued").stdout.splitlines()) == 3
     assert tether("runs", "--store", store, "--state", "done,failed").stdout == ""
+    # the most recent N, and filters: read newest first, printed oldest first as above
+    recent = json_lines(tether("runs", "--store", store, "--json", "--limit", "2").stdout)
+    assert [r["id"] for r in recent] == ["batch-2", "batch-3"]
+    found = tether("runs", "--store", store, "--search", "SECOND", "--state", "queued")
+    assert [line.split("\t")[0] for line in found.stdout.splitlines()] == ["batch-2"]
+    assert tether("runs", "--store", store, "--agent", "someone-else").stdout == ""
+    agent = rows[0]["agent"]
+    assert len(tether("runs", "--store", store, "--agent", agent).stdout.splitlines()) == 3
     from_stdin = tether(*queue, "--tasks", "-", stdin="a\nb\n")
     assert from_stdin.returncode == 0 and len(from_stdin.stdout.split()) == 2
     bad = {
@@ -530,6 +538,8 @@ def test_a_batch_of_tasks_is_queued_at_once_and_listed_by_state(tmp_path: Path) 
         "empty": tether(*queue, "--tasks", "-", stdin="\n \n"),
         "missing": tether(*queue, "--tasks", str(tmp_path / "nope.txt")),
         "state": tether("runs", "--store", store, "--state", "sleeping"),
+        "limit": tether("runs", "--store", store, "--limit", "0"),
+        "filtered state": tether("runs", "--store", store, "--search", "x", "--state", "nap"),
     }
     for what, refused in bad.items():
         assert refused.returncode == 2, (what, refused.stderr)

@@ -182,6 +182,17 @@ def store_commands(sub: Subparsers) -> None:
         help="only runs in these states, comma-separated: queued, running, waiting (for "
         "approval), done, halted, failed, cancelled",
     )
+    runs.add_argument("--agent", metavar="NAME", help="only runs of this agent")
+    runs.add_argument(
+        "--search", metavar="TEXT", help="only runs whose task, id or agent holds TEXT (any case)"
+    )
+    runs.add_argument(
+        "--limit",
+        metavar="N",
+        type=int,
+        help="the N most recent runs that match (read newest first by the store's index, so "
+        "as fast in a store of 100,000 runs as of 100); still printed oldest first",
+    )
     send = sub.add_parser("send", help="send a message to a durable run (kept until it is read)")
     send.add_argument("run_id", metavar="RUN_ID")
     send.add_argument("text", metavar="TEXT")

@@ -49,7 +49,11 @@ def command_store(args: argparse.Namespace) -> int:
         store = client(args.store)
         if args.command == "runs":
             states = args.state.split(",") if args.state else None
-            for line in list_runs(store, states):
+            if args.agent or args.search or args.limit is not None:
+                listed = matching_runs(store, states, args.agent, args.search, args.limit)
+            else:
+                listed = list_runs(store, states)
+            for line in listed:
                 print(orjson.dumps(line).decode() if args.json else runs_line(line))
             return 0
         said = control(store, args)
@@ -57,6 +61,30 @@ def command_store(args: argparse.Namespace) -> int:
         return error(str(e))
     print(said)
     return 0
+
+
+def matching_runs(
+    store: Any, states: list[str] | None, agent: str | None, text: str | None, limit: int | None
+) -> list[dict[str, Any]]:
+    """The store's runs that match, the `limit` most recent (all without), oldest first: read
+    a page at a time, newest first, as the page's list reads them."""
+    from ..durable.view import RUN_STATES, page_runs
+    from ..run_filter import MAX_PAGE, RunFilter
+
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit {limit}: give 1 or more")
+    unknown = sorted(set(states or ()) - set(RUN_STATES))
+    if unknown:
+        raise ConfigError(f"--state {', '.join(unknown)}: use {', '.join(RUN_STATES)}")
+    flt = RunFilter(frozenset(states or ()), agent or "", text or "")
+    found: list[dict[str, Any]] = []
+    page = page_runs(store, flt, None, min(limit or MAX_PAGE, MAX_PAGE))
+    found += page.rows
+    while page.next is not None and (limit is None or len(found) < limit):
+        wanted = MAX_PAGE if limit is None else min(limit - len(found), MAX_PAGE)
+        page = page_runs(store, flt, page.next, wanted)
+        found += page.rows
+    return found[::-1]
 
 
 def answer(store: Any, args: argparse.Namespace) -> str:
