@@ -346,6 +346,7 @@ async def main():
 asyncio.run(main())
 """,
     ],
+    "pydantic-ai (clai)": ["{clai}", "-m", "openai:m", "--no-stream", "hi"],
     "pydantic-ai": [
         "{bin}/python",
         "-c",
@@ -380,7 +381,8 @@ print(agent.invoke({{"messages": [("user", "hi")]}})["messages"][-1].content)
     ],
 }
 """How each runtime is started for one run, from nothing: its command-line tool where it has
-one, else the smallest script its docs show."""
+one (pydantic-ai's `clai`, in a venv of its own: it pins an older pydantic-ai), else the
+smallest script its docs show. mini-swe-agent's `mini` is not timed yet."""
 
 
 def served(port: int) -> int:
@@ -392,11 +394,15 @@ def served(port: int) -> int:
     return sum(v for k, v in stats.items() if isinstance(v, int) and k != "maxrss_kb")
 
 
+def base_of(port: int) -> str:
+    return f"http://127.0.0.1:{port}/v1"
+
+
 def first_request_s(command: list[str], port: int) -> float:
     """Seconds from the process's start to its first request reaching the mock (the mock's
     counters read every 2 ms); the process is then let finish."""
     before = served(port)
-    env = {**os.environ, "OPENAI_API_KEY": "x", "TETHER_NO_SPINNER": "1"}
+    env = {**os.environ, "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": base_of(port)}
     t0 = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
@@ -414,13 +420,14 @@ def startup(r: Any, reps: int) -> dict[str, float]:
     port = r.free_port()
     mock = r.start_mock(port, dict(steps=0, tools=1, latency_ms=0, tool_ms=0, deltas=1))
     bin_dir = str(Path(sys.executable).parent)
-    taken: dict[str, list[float]] = {name: [] for name in STARTUP}
+    clai = HERE / ".venv-clai" / "bin" / "clai"
+    chosen = {k: v for k, v in STARTUP.items() if clai.exists() or "{clai}" not in v}
+    taken: dict[str, list[float]] = {name: [] for name in chosen}
     try:
         for _ in range(reps):
-            for name, template in STARTUP.items():
+            for name, template in chosen.items():
                 command = [
-                    part.format(bin=bin_dir, base=f"http://127.0.0.1:{port}/v1")
-                    for part in template
+                    part.format(bin=bin_dir, base=base_of(port), clai=clai) for part in template
                 ]
                 taken[name].append(first_request_s(command, port))
     finally:
