@@ -44,6 +44,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 RIG = Path(os.environ.get("BENCH_RIG", HERE.parent.parent / "shared" / "bench")).resolve()
 
+
+def at_once(n: int) -> dict[str, Any]:
+    """n runs at once, each 3 turns of 3 parallel 50 ms tools, 50 ms model latency."""
+    mock = dict(steps=3, tools=3, latency_ms=50, tool_ms=50, deltas=8)
+    return dict(mock=mock, n=n, repeat=1, warmup=1, timeout=240)
+
+
 SCENARIOS: dict[str, dict[str, Any]] = {
     "a": dict(
         mock=dict(steps=5, tools=1, latency_ms=0, tool_ms=0, deltas=8),
@@ -52,20 +59,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         warmup=3,
         timeout=120,
     ),
-    "c100": dict(
-        mock=dict(steps=3, tools=3, latency_ms=50, tool_ms=50, deltas=8),
-        n=100,
-        repeat=1,
-        warmup=1,
-        timeout=240,
-    ),
-    "c1000": dict(
-        mock=dict(steps=3, tools=3, latency_ms=50, tool_ms=50, deltas=8),
-        n=1000,
-        repeat=1,
-        warmup=1,
-        timeout=240,
-    ),
+    "c100": at_once(100),
+    "c1000": at_once(1000),
 }
 
 

@@ -382,7 +382,7 @@ class WebApp:
                 self.summary(r["id"]) if r["id"] in logs else row_summary(r) for r in page.rows
             ]
             return page
-        keyed = [(Cursor(first_ms(logs[i].events), i), self.summary(i)) for i in list(logs)]
+        keyed = self.keyed_here()
         page = page_of(keyed, flt, after, limit, oldest_first)
         page.counts = dict(Counter(s["status"] for _, s in keyed))
         return page
@@ -430,7 +430,7 @@ class WebApp:
         if self.runtime.view is not None:
             page = await self.page(waits, after, limit, oldest_first=True)
         else:
-            page = page_of(await self.waiting_here(), waits, after, limit, oldest_first=True)
+            page = page_of(self.waiting_here(), waits, after, limit, oldest_first=True)
         found: list[dict[str, Any]] = []
         for s in page.rows:
             try:
@@ -450,17 +450,20 @@ class WebApp:
             response.headers["Link"] = f'<{more}>; rel="next"'
         return response
 
-    async def waiting_here(self) -> list[tuple[Cursor, dict[str, Any]]]:
-        """This server's runs in memory, keyed for a page, those waiting for a person as
-        `waiting` (a run in memory says `running` while its calls wait)."""
-        keyed = []
-        for run_id, log in list(self.runtime.bus.logs.items()):
-            s = self.summary(run_id)
-            run = self.runtime.runs.get(run_id)
-            asks = run is not None and (run.waiting() or self.runtime.asked(run_id))
+    def keyed_here(self) -> list[tuple[Cursor, dict[str, Any]]]:
+        """This server's runs in memory, each with its key in a page's order."""
+        logs = self.runtime.bus.logs
+        return [(Cursor(first_ms(logs[i].events), i), self.summary(i)) for i in list(logs)]
+
+    def waiting_here(self) -> list[tuple[Cursor, dict[str, Any]]]:
+        """`keyed_here`, those waiting for a person as `waiting` (a run in memory says
+        `running` while its calls wait)."""
+        keyed = self.keyed_here()
+        for _, s in keyed:
+            run = self.runtime.runs.get(s["id"])
+            asks = run is not None and (run.waiting() or self.runtime.asked(s["id"]))
             if asks and s["status"] not in ENDED_STATES:
                 s["status"] = "waiting"
-            keyed.append((Cursor(first_ms(log.events), run_id), s))
         return keyed
 
     async def get_run(self, request: web.Request) -> web.Response:
