@@ -45,10 +45,11 @@ HERE = Path(__file__).resolve().parent
 RIG = Path(os.environ.get("BENCH_RIG", HERE.parent.parent / "shared" / "bench")).resolve()
 
 
-def at_once(n: int) -> dict[str, Any]:
-    """n runs at once, each 3 turns of 3 parallel 50 ms tools, 50 ms model latency."""
+def at_once(n: int, most_reps: int | None = None) -> dict[str, Any]:
+    """n runs at once, each 3 turns of 3 parallel 50 ms tools, 50 ms model latency.
+    `most_reps`: repetitions at most, whatever `--reps` says."""
     mock = dict(steps=3, tools=3, latency_ms=50, tool_ms=50, deltas=8)
-    return dict(mock=mock, n=n, repeat=1, warmup=1, timeout=240)
+    return dict(mock=mock, n=n, repeat=1, warmup=1, timeout=240, most_reps=most_reps)
 
 
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -60,8 +61,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         timeout=120,
     ),
     "c100": at_once(100),
-    "c1000": at_once(1000),
+    "c1000": at_once(1000, most_reps=1),
 }
+"""c1000 runs once: its peers take 60-90 s a variant, so two repetitions alone took about 17
+minutes (over the 20 the command is meant to take), and its figures are already medians over a
+thousand runs."""
 
 
 @dataclass
@@ -342,6 +346,12 @@ asyncio.run(main())
 """,
     ],
     "pydantic-ai (clai)": ["{clai}", "-m", "openai:m", "--no-stream", "hi"],
+    "mini-swe-agent (mini)": [
+        "{mini}",
+        *("-m", "openai/m", "-t", "hi", "--yolo", "--exit-immediately", "--cost-limit", "0"),
+        *("-c", "mini.yaml", "-c", "model.model_kwargs.api_base={base}"),
+        *("-c", "agent.step_limit=1", "-o", "{scratch}/mini.traj.json"),
+    ],
     "pydantic-ai": [
         "{bin}/python",
         "-c",
@@ -376,8 +386,19 @@ print(agent.invoke({{"messages": [("user", "hi")]}})["messages"][-1].content)
     ],
 }
 """How each runtime is started for one run, from nothing: its command-line tool where it has
-one (pydantic-ai's `clai`, in a venv of its own: it pins an older pydantic-ai), else the
-smallest script its docs show. mini-swe-agent's `mini` is not timed yet."""
+one (pydantic-ai's `clai` and mini-swe-agent's `mini`, each in a venv of its own: `clai` pins
+an older pydantic-ai, `mini` brings litellm), else the smallest script its docs show."""
+
+TOOL_VENVS = {
+    "{clai}": HERE / ".venv-clai" / "bin" / "clai",
+    "{mini}": HERE / ".venv-mini" / "bin" / "mini",
+}
+QUIET_MINI = {
+    "MSWEA_CONFIGURED": "true",  # no first-run set-up questions
+    "MSWEA_SILENT_STARTUP": "1",
+    "MSWEA_COST_TRACKING": "ignore_errors",  # the mock's model has no price
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # litellm fetches its prices from the web otherwise
+}
 
 
 def served(port: int) -> int:
@@ -397,9 +418,15 @@ def first_request_s(command: list[str], port: int) -> float:
     """Seconds from the process's start to its first request reaching the mock (the mock's
     counters read every 2 ms); the process is then let finish."""
     before = served(port)
-    env = {**os.environ, "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": base_of(port)}
+    env = {**os.environ, **QUIET_MINI, "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": base_of(port)}
     t0 = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         while served(port) == before:
             if proc.poll() is not None:
@@ -415,19 +442,26 @@ def startup(r: Any, reps: int) -> dict[str, float]:
     port = r.free_port()
     mock = r.start_mock(port, dict(steps=0, tools=1, latency_ms=0, tool_ms=0, deltas=1))
     bin_dir = str(Path(sys.executable).parent)
-    clai = HERE / ".venv-clai" / "bin" / "clai"
-    chosen = {k: v for k, v in STARTUP.items() if clai.exists() or "{clai}" not in v}
+    chosen = {  # a tool whose venv is missing is left out
+        name: template
+        for name, template in STARTUP.items()
+        if all(path.exists() for tag, path in TOOL_VENVS.items() if tag in template)
+    }
     taken: dict[str, list[float]] = {name: [] for name in chosen}
+    scratch = tempfile.mkdtemp(prefix="peers-startup-")
+    tools = {tag.strip("{}"): str(path) for tag, path in TOOL_VENVS.items()}
     try:
         for _ in range(reps):
             for name, template in chosen.items():
                 command = [
-                    part.format(bin=bin_dir, base=base_of(port), clai=clai) for part in template
+                    part.format(bin=bin_dir, base=base_of(port), scratch=scratch, **tools)
+                    for part in template
                 ]
                 taken[name].append(first_request_s(command, port))
     finally:
         mock.kill()
         mock.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
     return {name: round(statistics.median(s), 3) for name, s in taken.items()}
 
 
@@ -463,7 +497,7 @@ def main() -> None:
         port = r.free_port()
         mock = r.start_mock(port, sc["mock"])
         try:
-            for rep in range(1, args.reps + 1):
+            for rep in range(1, min(args.reps, sc.get("most_reps") or args.reps) + 1):
                 for v in chosen:  # in turn, so drift in the machine falls on every variant
                     res = run_one(r, port, scenario, v, stores)
                     res["rep"] = rep
