@@ -132,6 +132,7 @@ API_GROUPS = {
         "Agent", "Runtime", "RunResult", "Budget", "RestartPolicy", "RunContext", "run_child",
         "approve_all", "deny_all", "Guardrail", "Event",
     ],
+    "Accounts": ["Limits", "Standing"],
     "Tools": ["tool", "Tool", "Toolbox", "BUILTINS"],
     "Models": [
         "Model", "OpenAIChatModel", "OpenAIResponsesModel", "AnthropicModel", "FallbackModel",
@@ -143,7 +144,8 @@ API_GROUPS = {
     ],
     "Errors": [
         "TetherError", "ConfigError", "MissingAPIKey", "RunError", "RunExists", "NoSuchRun",
-        "RunEnded", "ApprovalError", "QuestionError", "RecordError", "OutputInvalid",
+        "RunEnded", "ApprovalError", "QuestionError", "AccountOverBudget", "RecordError",
+        "OutputInvalid",
         "ChildRunEnded", "StoreUnavailable",
         "ProviderError", "ProviderConnectionError", "ProviderTimeout", "ProviderStatusError",
         "RateLimited", "ServerError", "ClientRequestError", "ProviderProtocolError",

@@ -6,6 +6,9 @@ import tether
 
 EXPECTED = {
     "BUILTINS",
+    "AccountOverBudget",
+    "Limits",
+    "Standing",
     "Agent",
     "AnthropicModel",
     "OpenAIResponsesModel",

@@ -547,6 +547,39 @@ def test_the_runs_list_filters_by_state_and_text_and_the_link_keeps_the_filter(
     shot(page, "runs-filtered")
 
 
+def test_the_dashboard_shows_each_accounts_spend_and_the_api_refuses_a_run_over_its_limit(
+    page: Page, server: Server
+) -> None:
+    """Limits set from the command line on the server's store; a run started from the API in
+    the account's name is counted against them; the next is refused (409, the limit named)
+    and nothing is started; a bad account name is a 400. The dashboard's Accounts table shows
+    the account's spend and limits, marked over its limit, with the reason as its tooltip."""
+    store = ("--data-dir", str(server.data))
+    assert tether("limits", "set", "acme", "--tokens-total", "1", *store).returncode == 0
+    first = server.api("POST", "/api/runs", {"task": "an unknown errand", "account": "acme"})
+    server.wait_for(first["id"], "done")
+    asked = len(server.wire.requests)
+    for body, status, said in [
+        ({"task": "an unknown errand", "account": "acme"}, 409, "account budget: acme has used"),
+        ({"task": "an unknown errand", "account": "a b"}, 400, "an account is"),
+    ]:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            server.api("POST", "/api/runs", body)
+        assert refused.value.code == status
+        assert said in json.loads(refused.value.read())["error"]
+    assert len(server.wire.requests) == asked  # nothing started
+    (acme,) = server.api("GET", "/api/accounts")["accounts"]
+    assert acme["account"] == "acme" and acme["spent"]["total"]["tokens"] > 1
+    assert acme["limits"] == {"tokens_total": 1, "when_over": "refuse"}
+    page.goto(f"{server.url}/dashboard")
+    row = page.locator("#accounts tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text(f"{acme['spent']['total']['tokens']} tokens")
+    expect(row).to_contain_text("tokens total 1; a new run over a limit: refused")
+    expect(row).to_have_class("status-halted")
+    expect(row).to_have_attribute("title", re.compile("account budget: acme has used"))
+
+
 def test_the_dashboard_draws_runs_of_every_outcome_with_their_reasons(
     page: Page, server: Server, browser: Browser
 ) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from .accounts import Limits, Standing
 from .agent import Agent, run_child
 from .approvals import approve_all, deny_all
 from .errors import (
+    AccountOverBudget,
     ApprovalError,
     ChildRunEnded,
     ClientRequestError,
@@ -63,6 +65,7 @@ from .version import __version__ as __version__
 
 __all__ = [
     "BUILTINS",
+    "AccountOverBudget",
     "Agent",
     "AnthropicModel",
     "ApprovalError",
@@ -76,6 +79,7 @@ __all__ = [
     "HTTPSettings",
     "ImagePart",
     "ImagesUnsupported",
+    "Limits",
     "Message",
     "MissingAPIKey",
     "Model",
@@ -104,6 +108,7 @@ __all__ = [
     "Runtime",
     "ScriptedModel",
     "ServerError",
+    "Standing",
     "StoreUnavailable",
     "TetherError",
     "TextPart",

@@ -18,12 +18,14 @@ import dataclasses
 import hashlib
 import time
 import uuid
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
 
+from .accounts import Cost, OverBudget, cost_of
+from .accounts import estimate as estimate_cost
 from .admission import Limiter
 from .approvals import Approver, Policy
 from .calls import respond
@@ -361,7 +363,10 @@ async def drive(
             refused = state.allowance.reserve() if state.allowance is not None else ""
             if refused:  # a limit of the tree this run is part of
                 return Finish("halted", last_answer(state.messages), refused)
-            response = await model_turn(agent, state, effects)
+            try:
+                response = await model_turn(agent, state, effects)
+            except OverBudget as e:  # its account has no room for the call
+                return Finish("halted", last_answer(state.messages), e.reason)
             happened = ModelReplied(response, agent.price_of(response))
         elif isinstance(action, RunTools):
             trip = await calls_trip(agent, effects, action.calls)
@@ -442,6 +447,51 @@ async def model_turn(agent: Agent, state: LoopState, effects: Effects) -> ModelR
             raise
         await effects.fit(state, True)
         return await effects.call_model(state)
+
+
+QUEUE_POLL_S = 5.0
+"""How often a run held for its account's room (a limit's `when_over="queue"`) asks again."""
+
+
+async def paid(
+    agent: Agent,
+    ctx: RunContext,
+    key: str,
+    request: ModelRequest,
+    first: bool,
+    emitter: Emitter,
+    call: Callable[[], Awaitable[ModelResponse]],
+) -> ModelResponse:
+    """`call` (the model call of `request`), reserved against the run's account before it is
+    made and settled with what it used after (`accounts.py`); `key` names the call within the
+    run. An account with no room raises `OverBudget` (the run halts), except before a run's
+    `first` call when its limit says to queue: the run then waits for room."""
+    accounts, account = ctx.accounts, ctx.account_id
+    if accounts is None or account is None:
+        return await call()
+    run_id, held = (
+        ctx.run_id,
+        estimate_cost(request.messages, request.system, request.max_output_tokens, agent.price),
+    )
+    waited = False
+    while refused := await accounts.reserve(account, run_id, key, held):
+        limits = (await accounts.standing(account)).limits
+        if not first or limits is None or limits.when_over != "queue":
+            raise OverBudget(refused)
+        if not waited:
+            emitter.emit("queued", what="account", account=account, reason=refused)
+            waited = True
+        await accounts.pause(QUEUE_POLL_S)
+    if waited:
+        emitter.emit("admitted", what="account")
+    try:
+        response = await call()
+    except BaseException:  # unmade or unfinished: nothing is known to be spent
+        await asyncio.shield(accounts.settle(account, run_id, key, Cost()))
+        raise
+    used = cost_of(response.usage, agent.price_of(response) or agent.price)
+    await accounts.settle(account, run_id, key, used)
+    return response
 
 
 async def execute(
@@ -547,6 +597,7 @@ class LocalEffects:
         self.agent, self.ctx, self.emitter = agent, ctx, emitter
         self.origin = ctx.origin
         self.approver, self.limiter = approver, limiter
+        self.calls = 0  # model calls made, which name each call to the run's account
         self.on_text: TextHook | None = None
         if emitter.active:
             self.on_text = lambda t: emitter.emit("text_delta", text=t)
@@ -578,14 +629,19 @@ class LocalEffects:
 
     async def call_model(self, state: LoopState) -> ModelResponse:
         request, emitter = self.agent.request(state), self.emitter
-        if emitter.active:
-            emitter.emit("model_request", messages=len(request.messages))
-        response = unique_calls(await self.respond(request), state.messages)
+        self.calls += 1
+        key, first = f"call {self.calls}", state.steps == 0
+        response = await paid(
+            self.agent, self.ctx, key, request, first, emitter, lambda: self.respond(request)
+        )
+        response = unique_calls(response, state.messages)
         if emitter.active:
             emitter.emit("model_response", **model_response_data(response))
         return response
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
+        if self.emitter.active:  # reserved: the request goes
+            self.emitter.emit("model_request", messages=len(request.messages))
         return await respond(
             self.agent.model, request, self.emitter, self.limiter, self.on_text, self.on_retry
         )

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .accounts import Accounts, MemoryAccounts
 from .agent import Agent
 from .approvals import ApprovalRequest, Approver, approve_all, deny_all
 from .bus import Bus
@@ -141,6 +142,11 @@ class Backend:
     def view(self) -> StoreView | None:
         return None
 
+    @property
+    def accounts(self) -> Accounts:
+        """Where accounts' limits and spend are kept for these runs."""
+        raise NotImplementedError
+
     async def start(self, s: Start) -> RunHandle:
         raise NotImplementedError
 
@@ -182,6 +188,7 @@ class InMemory(Backend):
 
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
+        self.kept_accounts = MemoryAccounts()  # this process's runs' accounts
 
     async def close(self, deadline: float) -> None:
         await self.supervisor.shutdown(deadline=deadline)
@@ -193,6 +200,10 @@ class InMemory(Backend):
     @property
     def runs(self) -> dict[str, Any]:
         return self.supervisor.runs
+
+    @property
+    def accounts(self) -> Accounts:
+        return self.kept_accounts
 
     async def start(self, s: Start) -> RunHandle:
         return self.supervisor.start(
@@ -286,6 +297,12 @@ class OnStore(Backend):
     @property
     def view(self) -> StoreView | None:
         return self.durable.view if self.durable is not None else None
+
+    @property
+    def accounts(self) -> Accounts:
+        found = self.opened.accounts
+        assert found is not None, "opened with its ledger"
+        return found
 
     async def start(self, s: Start) -> RunHandle:
         from .durable.run import record_of

@@ -8,7 +8,9 @@
      │    ├── NoSuchRun              no run has this id
      │    ├── RunEnded               the run is over: it takes no more messages
      │    ├── ApprovalError          no such approval waits, or it was shown other arguments
-     │    └── QuestionError          no such question waits, or an answer does not fit it
+     │    ├── QuestionError          no such question waits, or an answer does not fit it
+     │    └── AccountOverBudget      a new run's account is over a limit that refuses new runs
+     │                               (CLI exit status 3, as for a run halted by a budget)
      ├── RecordError                 a store's record Tether did not write (a pickle, a row
      │                               rewritten by hand): refused, nothing of it run
      ├── OutputInvalid               the model's answers never matched the agent's output type
@@ -72,6 +74,11 @@ class NoSuchRun(RunError, KeyError):
 
 class RunEnded(RunError):
     """The run is over: it takes no more messages, approvals or cancels."""
+
+
+class AccountOverBudget(RunError):
+    """A new run of an account over one of its limits, where the limit refuses new runs
+    (`accounts.Limits.when_over`): nothing was started or recorded."""
 
 
 class ApprovalError(RunError):

@@ -215,10 +215,17 @@ SCHEMA: dict[str, EventType] = {
         },
     ),
     "queued": EventType(
-        "work waits for a free slot (admission)",
-        {"what": "run or model_call", "position": "its place in the queue"},
+        "work waits for a free slot (admission), or a new run for room in its account's budget",
+        {
+            "what": "run, model_call, or account (a limit with when_over queue)",
+            "position": "its place in the queue (run, model_call)",
+            "account": "the account (account)",
+            "reason": "the limit reached, as a halt would say it (account)",
+        },
     ),
-    "admitted": EventType("queued work got its slot", {"what": "run or model_call"}),
+    "admitted": EventType(
+        "queued work got its slot, or its account room", {"what": "run, model_call or account"}
+    ),
     "context_trimmed": EventType(
         "old tool outputs were cut to head and tail to fit the context window",
         {

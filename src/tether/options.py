@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from .accounts import check_account
 from .agent import Agent
 from .context import ContextPolicy, window_for
 from .errors import ConfigError
@@ -78,6 +79,9 @@ class RunOptions:
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
     max_cost: float | None = None
+    account: str | None = None
+    """The account the run belongs to: its model calls count against the account's limits
+    (`accounts.py`, `tether limits`)."""
     prices: str | None = None
     timeout: float | None = None
     context_window: int | None = None
@@ -162,6 +166,8 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
             raise ConfigError(f"--{name.replace('_', '-')} must not be negative")
     if not Path(o.workspace).is_dir():
         raise ConfigError(f"--workspace: {o.workspace} is not a directory")
+    if o.account is not None:
+        check_account(o.account)
     if tools is None:
         tools = select_tools(o)
     if o.only is not None:  # the page's choice among every tool the options give

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .accounts import Limits, Standing, check_account
 from .agent import Agent
 from .approvals import Approver
 from .backends import (
@@ -46,7 +47,7 @@ from .backends import (
     StoreSettings,
 )
 from .bus import Bus
-from .errors import ConfigError, NoSuchRun, RunError
+from .errors import AccountOverBudget, ConfigError, NoSuchRun, RunError
 from .events import Event, Sink
 from .fork import fork_point
 from .journal import store_url
@@ -66,9 +67,12 @@ Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
 
 def context_for(options: dict[str, Any] | None) -> RunContext:
     """The tools' context of a run given no other: in the workspace its options name (the
-    page's and a worker's runs, built from options), else in the current directory."""
-    workspace = (options or {}).get("workspace")
-    return RunContext(workspace=Path(workspace)) if workspace else RunContext()
+    page's and a worker's runs, built from options), else in the current directory; of the
+    account they name (`--account`), if any."""
+    workspace, account = (options or {}).get("workspace"), (options or {}).get("account")
+    context = RunContext(workspace=Path(workspace)) if workspace else RunContext()
+    context.account_id = account or None
+    return context
 
 
 class Runtime:
@@ -314,11 +318,44 @@ class Runtime:
         runs here, its sinks seeing its children's events too."""
         start.run_id = check_run_id(start.run_id or uuid.uuid4().hex[:12])
         context = start.context
+        if context.account_id is not None:
+            await self.admit(context)
         if context.spawn is None:  # its tools start child runs here, as runs of their own
             context.spawn = self.spawner(start.approver)
         if context.parent is None and start.sinks and not context.tree_sinks:
             context.tree_sinks = list(start.sinks)  # the root's watchers see its children too
         return await self.backend.start(start)
+
+    async def admit(self, context: RunContext) -> None:
+        """Name the run's account book in its context and refuse a new run (not a child) of an
+        account over a limit that refuses new runs (`Limits.when_over`)."""
+        check_account(context.account_id)
+        accounts = context.accounts = context.accounts or self.backend.accounts
+        if context.parent is not None or context.account_id is None:
+            return
+        standing = await accounts.standing(context.account_id)
+        refused = standing.refusal()
+        if refused and standing.limits is not None and standing.limits.when_over == "refuse":
+            raise AccountOverBudget(f"{refused}: the run was not started")
+
+    # -- accounts ---------------------------------------------------------------------------
+
+    async def set_limits(self, account: str, limits: Limits | None) -> None:
+        """Set an account's limits (None: remove them), kept where the runs are (on a store,
+        for every process on it); they hold from the next model call of its runs."""
+        self.check_open()
+        await self.backend.accounts.set_limits(check_account(account), limits)
+
+    async def account(self, account: str) -> Standing:
+        """An account now: its limits, what it spent today, this month and in all, and what
+        its calls in flight hold."""
+        self.check_open()
+        return await self.backend.accounts.standing(check_account(account))
+
+    async def accounts(self) -> list[Standing]:
+        """Every account with limits or spend, by name."""
+        self.check_open()
+        return await self.backend.accounts.accounts()
 
     async def fork(
         self,

@@ -37,7 +37,8 @@ def check_store_settings(args: argparse.Namespace) -> str | None:
 
 
 STORE_COMMANDS = (
-    "resume", "fork", "runs", "send", "cancel", "approve", "deny", "worker", "migrate", "answer"
+    "resume", "fork", "runs", "send", "cancel", "approve", "deny", "worker", "migrate", "answer",
+    "limits",
 )  # fmt: skip
 DURABLE_BY_DEFAULT = ("run", "ask", "serve", *STORE_COMMANDS)
 
@@ -125,6 +126,10 @@ def command(args: argparse.Namespace) -> int:
         return error(wrong)
     if args.command in STORE_COMMANDS and not args.store:
         return error(f"{args.command} needs a store (--store URL)")
+    if args.command == "limits":
+        from .limits import command_limits
+
+        return command_limits(args)
     if args.command in STORE_COMMANDS:
         from .store import command_store
 

@@ -14,6 +14,7 @@ from ..providers import PROVIDERS
 from ..tools import BUILTINS
 from ..version import __version__
 from .common import STORE_HELP, data_dir
+from .limits import limits_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,6 +176,7 @@ def store_commands(sub: Subparsers) -> None:
     )
     fork = fork_command(sub)
     worker = worker_command(sub)
+    limits = limits_command(sub)
     runs = sub.add_parser("runs", help="list the runs of a durable store")
     runs.add_argument(
         "--state",
@@ -230,7 +232,7 @@ def store_commands(sub: Subparsers) -> None:
         "else is left as it was, named, and the command exits 1. Stop the store's workers "
         "first; running it again changes nothing more.",
     )
-    for p in (resume, fork, runs, send, cancel, approve, deny, worker, migrate, answer):
+    for p in (resume, fork, runs, send, cancel, approve, deny, worker, migrate, answer, limits):
         p.add_argument(
             "--store",
             metavar="URL",
@@ -493,6 +495,12 @@ def budget_options(b: Group) -> None:
     b.add_argument("--max-input-tokens", type=int, metavar="N")
     b.add_argument("--max-output-tokens", type=int, metavar="N")
     b.add_argument("--max-cost", type=float, metavar="USD", help="cost from the price table")
+    b.add_argument(
+        "--account",
+        metavar="NAME",
+        help="the account the run belongs to: each model call counts against its limits "
+        "(tether limits), across every run and worker of the store",
+    )
     b.add_argument("--prices", metavar="FILE", help="JSON price table laid over the defaults")
     b.add_argument("--timeout", type=float, metavar="SECONDS", help="wall-clock limit for a run")
     b.add_argument(

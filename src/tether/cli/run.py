@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from ..approvals import Approver, approve_all, deny_all
-from ..errors import ConfigError, RunError
+from ..errors import AccountOverBudget, ConfigError, RunError
 from ..events import Sink
 from ..messages import ImagePart, Message
 from ..options import CLI_AGENT, RunOptions
 from ..result import RunResult
-from ..runtime import Runtime
-from ..tools import RunContext
+from ..runtime import Runtime, context_for
 from .common import (
     TerminalApprover,
     asker_for,
@@ -52,6 +51,9 @@ def command_run(args: argparse.Namespace, options: RunOptions) -> int:
     try:
         images = tuple(load_image(path) for path in args.image)
         result = asyncio.run(run_task(args, options, run_id, sinks, images))
+    except AccountOverBudget as e:  # refused before it started: a budget's exit status
+        print(f"tether: {e}", file=sys.stderr)
+        return 3
     except (ConfigError, RunError) as e:
         return error(str(e))
     except (KeyboardInterrupt, asyncio.CancelledError):  # before the run was started
@@ -116,7 +118,7 @@ async def one_run(
         task,
         run_id=run_id,
         options=recorded,
-        context=RunContext(workspace=Path(options.workspace)),
+        context=context_for(recorded),
         history=history,
         approver=approver,
         sinks=[*sinks, *extra],
@@ -230,7 +232,7 @@ def command_enqueue(args: argparse.Namespace, options: RunOptions, run_id: str) 
         asyncio.run(agent.model.aclose())  # the run is built again by the worker
         rt = Runtime(args.store, [agent])
         approver, _ = approvals(rt, options, run_id, can_ask=False)
-        context = RunContext(workspace=Path(options.workspace))
+        context = context_for(options.to_dict())
         queued = rt.enqueue_many(
             CLI_AGENT,
             tasks,

@@ -21,8 +21,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from ..accounts import cost_of
 from ..admission import Limiter
-from ..agent import Agent, judge
+from ..agent import Agent, judge, paid
 from ..approvals import Decision, arguments_hash, needs_approval
 from ..calls import respond
 from ..context import fit
@@ -40,6 +41,7 @@ from ..messages import (
     hollow,
     hollow_result,
 )
+from ..tools.tool import RunContext
 from .ledger import CallState, Ledger
 from .run import DurableRun
 from .steps import KIND_OF, ContextStep, GuardStep, InboxStep, ModelStep, Step, ToolsStep, kind_of
@@ -68,6 +70,7 @@ class RecordedEffects:
         assert run.agent is not None and run.context is not None, "the run executes here"
         self.run, self.record, self.limiter = run, record, limiter
         self.agent: Agent = run.agent
+        self.context: RunContext = run.context
         self.ledger: Ledger = run.host.ledger
         self.clock = 0.0  # until the first model call (its recorded start), no time has passed
         self.seen = 0  # the last inbox message delivered
@@ -137,7 +140,10 @@ class RecordedEffects:
 
     async def call_model(self, state: LoopState) -> ModelResponse:
         request = self.agent.request(state)
-        out = await self.step(ModelStep, lambda: self.model_step(request))
+        key, replayed, first = f"step {self.n}", self.n in self.recorded, state.steps == 0
+        out = await self.step(ModelStep, lambda: self.model_step(request, key, first))
+        if replayed:  # made before a crash: settled, unless the crash came first
+            await self.settled(key, out.response)
         self.clock = out.ended
         if state.steps == 0:
             state.started_at = out.began
@@ -231,9 +237,17 @@ class RecordedEffects:
 
     # -- the work each step does when it is not replayed -----------------------------------
 
-    async def model_step(self, request: ModelRequest) -> ModelStep:
+    async def settled(self, key: str, response: ModelResponse) -> None:
+        """Settle the account's reservation for a recorded call, if one is left."""
+        accounts, account = self.context.accounts, self.context.account_id
+        if accounts is not None and account is not None:
+            used = cost_of(response.usage, self.agent.price_of(response) or self.agent.price)
+            await accounts.settle(account, self.run.id, key, used)
+
+    async def model_step(self, request: ModelRequest, key: str, first: bool) -> ModelStep:
         """One model call, with the user messages that arrived since message `seen`: the
-        recorded output says which went in, so a replay delivers the same ones."""
+        recorded output says which went in, so a replay delivers the same ones. The call is
+        reserved against the run's account as `key` (`agent.paid`)."""
         emitter, ledger, run_id, seen = self.run.emitter, self.ledger, self.run.id, self.seen
         arrived = await ledger.call(ledger.messages_after, run_id, seen)
         if arrived:
@@ -241,7 +255,6 @@ class RecordedEffects:
             request = dataclasses.replace(request, messages=request.messages + extra)
             for _, text in arrived:
                 emitter.emit("user_message", text=text)
-        emitter.emit("model_request", messages=len(request.messages))
 
         def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
             emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
@@ -251,7 +264,14 @@ class RecordedEffects:
 
         began = time.time()
         model = self.agent.model
-        response = await respond(model, request, emitter, self.limiter, on_text, on_retry)
+
+        async def call() -> ModelResponse:  # reserved: the request goes
+            nonlocal began  # from here: an account's queue is no model latency
+            began = time.time()
+            emitter.emit("model_request", messages=len(request.messages))
+            return await respond(model, request, emitter, self.limiter, on_text, on_retry)
+
+        response = await paid(self.agent, self.context, key, request, first, emitter, call)
         response = unique_calls(response, request.messages)  # recorded so: a replay agrees
         emitter.emit("model_response", **model_response_data(response))
         late: list[tuple[int, str]] = []

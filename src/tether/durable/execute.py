@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..accounts import Accounts
 from ..admission import Limiter
 from ..agent import Agent, execute
 from ..errors import ConfigError
@@ -40,6 +41,7 @@ class Executor:
     limiter_for: Callable[[Agent], Limiter | None]
     spawner: Callable[[str], Spawn] | None
     parent_of: Callable[[str], Allowance | None]
+    accounts: Accounts | None = None
 
 
 async def execute_run(
@@ -56,6 +58,7 @@ async def execute_run(
     ctx = context_of(run.id, record)
     ctx.tree_sinks = run.sinks
     ctx.parent = how.parent_of(run.id)
+    ctx.accounts = how.accounts
     if how.spawner is not None:
         ctx.spawn = how.spawner(record.get("approvals", "wait"))
     run.executes(agent, ctx)

@@ -1,5 +1,6 @@
 """What durable runs keep beside DBOS's tables: the record of each run's steps, the journal of
-tool calls, the inbox of user messages, and the workers' heartbeats.
+tool calls, the inbox of user messages, the workers' heartbeats, and accounts' budgets
+(`accounts.py` reads and writes those).
 
 A run's steps (each model reply, the results of each reply's tool calls, a fitted context, the
 guardrails' verdicts, a look at the inbox) are numbered in the order the run takes them, and
@@ -61,6 +62,17 @@ TABLES = (
     "asked_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, question_id))",
     "CREATE TABLE IF NOT EXISTS tether_executors (executor_id TEXT PRIMARY KEY, "
     "last_beat DOUBLE PRECISION NOT NULL)",
+    # accounts' limits, spend per period and calls in flight (`durable/accounts.py`)
+    "CREATE TABLE IF NOT EXISTS tether_account_limits (account TEXT PRIMARY KEY, "
+    "limits TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS tether_account_spend (account TEXT NOT NULL, "
+    "period TEXT NOT NULL, usd DOUBLE PRECISION NOT NULL, tokens BIGINT NOT NULL, "
+    "PRIMARY KEY (account, period))",
+    "CREATE TABLE IF NOT EXISTS tether_account_held (run_id TEXT NOT NULL, key TEXT NOT NULL, "
+    "account TEXT NOT NULL, usd DOUBLE PRECISION NOT NULL, tokens BIGINT NOT NULL, "
+    "day TEXT NOT NULL, month TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, "
+    "PRIMARY KEY (run_id, key))",
+    "CREATE INDEX IF NOT EXISTS tether_account_held_account ON tether_account_held (account)",
     # BYTEA: Postgres's bytes; SQLite keeps bytes as they are under any type name
     "CREATE TABLE IF NOT EXISTS tether_images (sha256 TEXT PRIMARY KEY, "
     "media_type TEXT NOT NULL, data BYTEA NOT NULL)",

@@ -34,6 +34,7 @@ from ..run import forget_old
 from ..tools.session import close_kept
 from ..tools.tool import Spawn
 from ..tree import Allowance
+from .accounts import StoredAccounts
 from .dbos_private import cancelled_errors, id_in_use_error, refuse_pickles
 from .execute import Executor, Resolver, execute_run
 from .ledger import Ledger
@@ -128,6 +129,7 @@ class DurableRuns:
         self.watcher: asyncio.Task[None] | None = None  # see watch
         self.view: StoreView | None = None  # the store read as from outside, once open
         self._ledger: Ledger | None = None
+        self.accounts: StoredAccounts | None = None  # accounts' budgets, in the ledger
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -142,6 +144,7 @@ class DurableRuns:
         workflow()
         try:
             self._ledger = Ledger(self.url, self.connections)
+            self.accounts = StoredAccounts(self._ledger)
             self.launch()
             self.view = StoreView(self.url, self._ledger)
         except TetherError:
@@ -487,7 +490,12 @@ class DurableRuns:
         run.task = asyncio.current_task()
         self.watch()
         how = Executor(
-            self.resolve, self.run_slots, self.limiter_for, self.spawner, self.parents.get
+            self.resolve,
+            self.run_slots,
+            self.limiter_for,
+            self.spawner,
+            self.parents.get,
+            self.accounts,
         )
         try:
             return await execute_run(how, run, record, task, history)

@@ -381,6 +381,7 @@ def listing(w: Any) -> dict[str, Any]:
         "cost_usd": out.get("cost_usd"),
         "usage": out.get("usage"),
         "answer": out.get("answer"),
+        "reason": out.get("reason") or None,  # why it halted or failed
         "status": w.status,
         "executor": w.executor_id,
         "worker": w.executor_id if w.status == "PENDING" else None,

@@ -30,6 +30,7 @@ from typing import Any, Protocol, overload
 import pydantic
 import pydantic_core
 
+from ..accounts import Accounts
 from ..approvals import Policy
 from ..events import Emitter, Sink
 from ..messages import ImagePart, ToolSpec, Usage
@@ -48,6 +49,9 @@ class RunContext:
     run_id: str = ""
     workspace: Path = field(default_factory=Path.cwd)
     account_id: str | None = None
+    accounts: Accounts | None = None
+    """Where the account's limits and spend are kept (set by the runtime): each model call
+    of the run is reserved there first (`accounts.py`)."""
     deps: Any = None
     config: dict[str, Any] = field(default_factory=dict)
     idempotency_key: str | None = None
@@ -95,6 +99,7 @@ class RunContext:
             run_id=run_id,
             workspace=self.workspace,
             account_id=self.account_id,
+            accounts=self.accounts,
             deps=self.deps,
             config=self.config,
             parent=self.allowance,

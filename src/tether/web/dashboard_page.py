@@ -1,6 +1,7 @@
 """The dashboard page of `tether serve`: runs started and ended, tokens and cost per period,
-failures and halts by reason and model-call latency, over the last hour or day. The figures
-come from `GET /api/dashboard` (`dashboard.figures`); the charts are SVG drawn here by a few
+failures and halts by reason and model-call latency, over the last hour or day, and each
+account's spend against its limits. The figures come from `GET /api/dashboard`
+(`dashboard.figures`) and `GET /api/accounts`; the charts are SVG drawn here by a few
 lines of script (no library, no CDN, no build step), each bar with its value as a tooltip and
 every text through `textContent`, as on the other pages."""
 
@@ -21,6 +22,9 @@ DASHBOARD_PAGE = """<!doctype html>
 <section class="panel"><h2>Failures and halts by reason</h2>
 <table><thead><tr><th>Outcome</th><th>Reason</th><th>Runs</th></tr></thead><tbody id="reasons"></tbody></table>
 <p class="note" id="no-reasons" hidden>No run failed or halted in this window.</p></section>
+<section class="panel"><h2>Accounts</h2>
+<table><thead><tr><th>Account</th><th>Today</th><th>This month</th><th>In all</th><th>In flight</th><th>Limits</th></tr></thead><tbody id="accounts"></tbody></table>
+<p class="note" id="no-accounts" hidden>No account has limits or spend (tether limits set ACCOUNT ...).</p></section>
 <section class="panel"><h2>Model-call latency</h2><p id="latency" class="note"></p>
 <svg class="chart" id="latency-chart" viewBox="0 0 900 90" role="img" aria-label="model-call latency percentiles"></svg></section>
 <script nonce="__NONCE__">
@@ -93,10 +97,30 @@ function reasons(f) {
     body.appendChild(tr);
   }
 }
+function money(c) { return '$' + c.usd.toFixed(4) + ' · ' + c.tokens + ' tokens'; }
+function limitsText(l) {
+  if (!l) return 'none';
+  const said = [];
+  for (const [k, v] of Object.entries(l)) if (k !== 'when_over') said.push(k.replaceAll('_', ' ') + ' ' + (k.startsWith('cost') ? '$' + v : v));
+  return said.join(', ') + '; a new run over a limit: ' + l.when_over + 'd';
+}
+async function accounts() {
+  const r = await api('/api/accounts'); if (!r.ok) return;
+  const found = await r.json(), body = document.getElementById('accounts'); body.replaceChildren();
+  document.getElementById('no-accounts').hidden = found.accounts.length > 0;
+  for (const a of found.accounts) {
+    const tr = document.createElement('tr');
+    const cells = [a.account, money(a.spent.day), money(a.spent.month), money(a.spent.total), money(a.held.total), limitsText(a.limits)];
+    for (const text of cells) { const td = document.createElement('td'); td.textContent = text; tr.appendChild(td); }
+    if (a.refusal) { tr.className = 'status-halted'; tr.title = a.refusal; }
+    body.appendChild(tr);
+  }
+}
 let last = null;  // the figures drawn: drawn again at the window's new size
 async function refresh() {
   const r = await api('/api/dashboard?window=' + windowName); if (!r.ok) return;
   draw(last = await r.json());
+  await accounts();
 }
 addEventListener('resize', () => { if (last) draw(last); });
 function draw(f) {

@@ -52,10 +52,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..accounts import check_account
 from ..backends import RunHandle
 from ..dashboard import figures, window_of
 from ..durable.remote import RemoteRun
 from ..errors import (
+    AccountOverBudget,
     ApprovalError,
     ConfigError,
     NoSuchRun,
@@ -148,6 +150,7 @@ class WebApp:
         app.router.add_get("/dashboard", self.dashboard_page)
         app.router.add_get("/api/dashboard", self.dashboard)
         app.router.add_get("/api/approvals", self.approvals)
+        app.router.add_get("/api/accounts", self.accounts)
         app.router.add_get("/api/inbox", self.inbox)
         app.router.add_post("/api/runs", self.start_run)
         app.router.add_get("/api/runs", self.list_runs)
@@ -301,14 +304,21 @@ class WebApp:
                 task.strip(),
                 run_id=run_id,
                 options=options,
-                context=RunContext(workspace=self.workspace),
+                context=self.context_of(body),
                 sinks=sinks,
             )
-        except RunExists as e:
+        except (RunExists, AccountOverBudget) as e:
             return json_error(409, str(e))
         except (ConfigError, ValueError, TypeError) as e:
             return json_error(400, str(e))
         return web.json_response({"id": run.id, "status": run.status}, status=201)
+
+    def context_of(self, body: dict[str, Any]) -> RunContext:
+        """A new run's context: this server's workspace, and the account the form names."""
+        account = body.get("account") or None
+        if account is not None:
+            check_account(account)  # a ConfigError: 400
+        return RunContext(workspace=self.workspace, account_id=account)
 
     async def queue_runs(self, body: dict[str, Any]) -> web.Response:
         """Runs for the store's workers, wherever they are: `tasks` (a list; `run_id`, if
@@ -337,7 +347,7 @@ class WebApp:
                 [x.strip() for x in tasks],
                 run_ids=ids,
                 options=options,
-                context=RunContext(workspace=self.workspace),
+                context=self.context_of(body),
             )
         except (ConfigError, ValueError, TypeError) as e:
             return json_error(400, str(e))
@@ -408,6 +418,12 @@ class WebApp:
                 ended += [end] if end is not None else []
                 took += seconds
         return web.json_response(figures(window, now, started, ended, took), dumps=dumps)
+
+    async def accounts(self, request: web.Request) -> web.Response:
+        """Every account with limits or spend: what it spent today, this month and in all,
+        what its calls in flight hold, its limits, and why it has no room, if it has none."""
+        found = await self.runtime.accounts()
+        return web.json_response({"accounts": [a.to_dict() for a in found]}, dumps=dumps)
 
     async def approvals(self, request: web.Request) -> web.Response:
         """Every call waiting for a person across the runs of this server and its store,

@@ -1,0 +1,125 @@
+"""`tether limits`: accounts' budgets in a store, set and read (`accounts.py` says how they
+hold). It opens the store's ledger only: setting a limit starts no runs and needs no worker.
+
+    tether limits                                   every account: spend against its limits
+    tether limits acme                              one account
+    tether limits set acme --cost-per-day 20 --tokens-total 5000000 [--when-over queue]
+    tether limits clear acme                        its limits removed (its spend is kept)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import TYPE_CHECKING
+
+import orjson
+
+from ..accounts import PERIODS, Limits, Standing, check_account
+from ..errors import ConfigError
+from .common import error
+
+if TYPE_CHECKING:  # not subscriptable at run time
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+AMOUNTS = (
+    ("cost_per_day", float, "USD"),
+    ("cost_per_month", float, "USD"),
+    ("cost_total", float, "USD"),
+    ("tokens_per_day", int, "N"),
+    ("tokens_per_month", int, "N"),
+    ("tokens_total", int, "N"),
+)
+
+
+def limits_command(sub: Subparsers) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "limits",
+        help="accounts' budgets: what each account's runs may spend, across every worker",
+        description="Set and read accounts' limits (cost and tokens, per day and month in UTC, "
+        "and in total). A run names its account with --account; before each model call it "
+        "reserves the call's estimate against the account, across every process of the "
+        "store, and halts (exit 3, 'account budget: ...') when a limit is reached. A new run "
+        "of an account over a limit is refused (exit 3), or with --when-over queue started "
+        "and held before its first call until there is room. A limit set below what was "
+        "spent already holds from the next call.",
+    )
+    p.add_argument(
+        "words",
+        nargs="*",
+        metavar="[set|clear] ACCOUNT",
+        help="nothing: every account; ACCOUNT: one; set ACCOUNT: set its limits (those not "
+        "given are removed); clear ACCOUNT: remove them",
+    )
+    for name, kind, unit in AMOUNTS:
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, metavar=unit)
+    p.add_argument(
+        "--when-over",
+        choices=("refuse", "queue"),
+        default="refuse",
+        help="what a new run of an account over a limit meets (default: refuse)",
+    )
+    return p
+
+
+def command_limits(args: argparse.Namespace) -> int:
+    """`tether limits ...`: its exit status."""
+    from ..durable.accounts import StoredAccounts
+    from ..durable.ledger import Ledger
+
+    words = list(args.words)
+    try:
+        given = {name: getattr(args, name) for name, _, _ in AMOUNTS}
+        for name, value in given.items():
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                option = "--" + name.replace("_", "-")
+                raise ConfigError(f"{option} must be a number of 0 or more, not {value}")
+        if words[:1] == ["set"] and len(words) == 2:
+            limits = Limits(**given, when_over=args.when_over)
+            if not any(v is not None for v in given.values()):
+                raise ConfigError("limits set: give at least one limit (see tether limits -h)")
+        elif any(v is not None for v in given.values()):
+            raise ConfigError("limits are given with: tether limits set ACCOUNT --cost-per-day ...")
+        if len(words) > 2 or (len(words) == 2 and words[0] not in ("set", "clear")):
+            raise ConfigError("usage: tether limits [ACCOUNT | set ACCOUNT ... | clear ACCOUNT]")
+        accounts = StoredAccounts(Ledger(args.store, connections=1))
+        if not words:
+            found = [accounts.standing_now(a) for a in accounts.names_now()]
+        elif len(words) == 1:
+            one = accounts.standing_now(check_account(words[0]))
+            if one.limits is None and not any(c.tokens or c.usd for c in one.spent.values()):
+                raise ConfigError(f"account {words[0]} has no limits and has spent nothing")
+            found = [one]
+        else:
+            account = check_account(words[1])
+            accounts.set_now(account, limits if words[0] == "set" else None)
+            found = [accounts.standing_now(account)]
+    except ConfigError as e:
+        return error(str(e))
+    for standing in found:
+        print(orjson.dumps(standing.to_dict()).decode() if args.json else described(standing))
+    if not found and not args.json:
+        print("no account has limits or spend in this store")
+    return 0
+
+
+def described(s: Standing) -> str:
+    """One account in a few lines: each period's spend, held and limits."""
+    lines = [s.account + ("" if s.limits is not None else " (no limits)")]
+    for period in PERIODS:
+        spent, held = s.spent[period], s.held[period]
+        row = f"  {period:<6} ${spent.usd:.4f}, {spent.tokens} tokens"
+        if held.usd or held.tokens:
+            row += f" (+${held.usd:.4f}, {held.tokens} tokens in flight)"
+        bounds = [
+            f"${value:g}" if what == "cost" else f"{int(value)} tokens"
+            for p, what, value in (s.limits.bounds() if s.limits is not None else [])
+            if p == period
+        ]
+        lines.append(row + (f"   limit {', '.join(bounds)}" if bounds else ""))
+    if s.limits is not None:
+        lines.append(f"  a new run over a limit: {s.limits.when_over}d")
+    refused = s.refusal()
+    if refused:
+        lines.append(f"  over: {refused}")
+    return "\n".join(lines)
