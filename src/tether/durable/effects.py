@@ -21,7 +21,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..accounts import cost_of
 from ..admission import Limiter
 from ..agent import Agent, judge, paid
 from ..approvals import Decision, arguments_hash, needs_approval
@@ -140,10 +139,9 @@ class RecordedEffects:
 
     async def call_model(self, state: LoopState) -> ModelResponse:
         request = self.agent.request(state)
-        key, replayed, first = f"step {self.n}", self.n in self.recorded, state.steps == 0
+        # the account is settled before the step is recorded: a replayed step was settled
+        key, first = f"step {self.n}", state.steps == 0
         out = await self.step(ModelStep, lambda: self.model_step(request, key, first))
-        if replayed:  # made before a crash: settled, unless the crash came first
-            await self.settled(key, out.response)
         self.clock = out.ended
         if state.steps == 0:
             state.started_at = out.began
@@ -236,13 +234,6 @@ class RecordedEffects:
         return decision
 
     # -- the work each step does when it is not replayed -----------------------------------
-
-    async def settled(self, key: str, response: ModelResponse) -> None:
-        """Settle the account's reservation for a recorded call, if one is left."""
-        accounts, account = self.context.accounts, self.context.account_id
-        if accounts is not None and account is not None:
-            used = cost_of(response.usage, self.agent.price_of(response) or self.agent.price)
-            await accounts.settle(account, self.run.id, key, used)
 
     async def model_step(self, request: ModelRequest, key: str, first: bool) -> ModelStep:
         """One model call, with the user messages that arrived since message `seen`: the
