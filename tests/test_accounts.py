@@ -23,6 +23,7 @@ from tether import (
     ConfigError,
     Limits,
     Price,
+    RateLimited,
     RunContext,
     Runtime,
     ScriptedModel,
@@ -36,6 +37,7 @@ from wire_server import WireServer, tool_results
 PRICE = Price(1000.0, 1000.0, 1000.0)
 """$0.001 a token, in and out: a wire call of 50 in and 10 out costs $0.06."""
 CALL = 0.06
+PRICED: dict[str, Any] = {"prices": {"scripted": PRICE}, "max_output_tokens": 60}
 
 
 # -- the rule, pure ------------------------------------------------------------------------------
@@ -186,6 +188,42 @@ def test_a_new_run_of_an_account_that_queues_waits_for_room_and_then_goes_on() -
             result = await second.wait()
             assert result is not None and result.outcome == "done"
             assert [e.type for e in events].count("admitted") == 1
+
+    asyncio.run(go())
+
+
+def test_a_refused_call_costs_nothing_and_a_cancelled_one_its_estimate() -> None:
+    """A call the server refused (an error status) was not paid for: nothing is counted. A
+    call cancelled in flight may have been: its estimate is counted. Nothing stays held."""
+
+    async def never(request: Any) -> Any:
+        await asyncio.Event().wait()
+
+    async def go() -> None:
+        refused = Agent(
+            ScriptedModel([RateLimited("slow down", status=429)]), name="refused", **PRICED
+        )
+        hanging = Agent(ScriptedModel([never]), name="hanging", **PRICED)
+        async with Runtime(agents=[refused, hanging]) as rt:
+            await rt.set_limits("acme", Limits(cost_total=10.0))
+            acme = RunContext(account_id="acme")
+            failed = await (await rt.start("refused", "go", context=acme)).wait()
+            assert failed is not None and failed.outcome == "failed"
+            assert (await rt.account("acme")).spent["total"] == Cost()
+            asked = asyncio.Event()
+            run = await rt.start(
+                "hanging",
+                "go",
+                context=RunContext(account_id="acme"),
+                sinks=[lambda e: asked.set() if e.type == "model_request" else None],
+            )
+            await asked.wait()
+            run.cancel()
+            assert (await run.wait()).outcome == "cancelled"  # type: ignore[union-attr]
+            standing = await rt.account("acme")
+            expected = estimate([Message.user("go")], None, 60, PRICE)
+            assert standing.spent["total"] == Cost(expected.usd, expected.tokens)
+            assert standing.held["total"] == Cost()
 
     asyncio.run(go())
 

@@ -19,6 +19,7 @@ from tether import (
     RateLimited,
     ScriptedModel,
     ToolCall,
+    ToolResult,
     Usage,
     reply,
     tool,
@@ -411,3 +412,24 @@ def test_a_fallback_that_answered_is_priced_at_its_own_price_and_a_summary_is_ch
     assert state.usage == Usage(1_000_000, 0, 500_000) and state.cost_usd == pytest.approx(2.0)
     agent.charge(state, Usage())
     assert state.cost_usd == pytest.approx(2.0)
+
+
+def test_a_plain_typed_function_is_a_tool_and_anything_else_says_what_a_tool_is() -> None:
+    """A newcomer's first agent passes a function without `@tool`: it is made a tool as `@tool`
+    would (its docstring and types the schema); a value that is no function is a TypeError that
+    says what a tool is, where the agent is made."""
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    model = ScriptedModel([reply(tool_calls=[("add", {"a": 2, "b": 3})]), reply("5")])
+    agent = Agent(model, [add])
+    assert [s.name for s in agent.toolbox.specs] == ["add"]
+    assert agent.toolbox.specs[0].description == "Add two numbers."
+    result = asyncio.run(agent.run("2 + 3?"))
+    assert result.outcome == "done"
+    results = [p for m in result.messages for p in m.parts if isinstance(p, ToolResult)]
+    assert [r.output for r in results] == ["5"]
+    with pytest.raises(TypeError, match="a tool is a function"):
+        Agent(model, ["add"])  # type: ignore[list-item]

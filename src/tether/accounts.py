@@ -18,7 +18,8 @@ A reservation is named by its run and the run's step (`key`): a durable run that
 interrupted mid-call makes that step again, elsewhere, under the same name, and finds the
 reservation the crash left. That call may have reached the model and nobody saw what it used,
 so its estimate is counted as spent, and the step reserves anew: none is lost for good, and a
-call is never counted as less than it may have cost. A call that fails is settled at nothing.
+call is never counted as less than it may have cost: one cancelled, timed out or whose stream
+dropped is counted at its estimate too. One the server refused (an error status) costs nothing.
 
 Where the book is kept: `MemoryAccounts` below, for the runs of one process; on a store, its
 ledger (`durable/accounts.py`), for every process that shares it. Both keep `Accounts`.

@@ -30,7 +30,13 @@ from .admission import Limiter
 from .approvals import Approver, Policy
 from .calls import respond
 from .context import ContextPolicy, estimate, fit, is_context_error
-from .errors import ChildRunEnded, OutputInvalid, ProviderError, StoreUnavailable
+from .errors import (
+    ChildRunEnded,
+    OutputInvalid,
+    ProviderError,
+    ProviderStatusError,
+    StoreUnavailable,
+)
 from .events import Emitter, Sink, images_data, model_response_data, tool_result_data
 from .guardrails import Guardrail, Kind, Verdict, tripped, verdicts
 from .loop import (
@@ -90,7 +96,9 @@ class Agent:
     store, crash recovery. `as_tool` makes it another agent's tool (a child run)."""
 
     model: Model
-    tools: Iterable[Tool] = ()
+    tools: Iterable[Tool | Callable[..., Any]] = ()
+    """Tools (`@tool` functions, `Agent.as_tool()`, a `Toolbox`), or plain typed functions,
+    made tools as `@tool` would."""
     system: str | None = None
     budget: Budget = field(default_factory=Budget)
     prices: dict[str, Price] | None = None
@@ -469,10 +477,8 @@ async def paid(
     accounts, account = ctx.accounts, ctx.account_id
     if accounts is None or account is None:
         return await call()
-    run_id, held = (
-        ctx.run_id,
-        estimate_cost(request.messages, request.system, request.max_output_tokens, agent.price),
-    )
+    run_id = ctx.run_id
+    held = estimate_cost(request.messages, request.system, request.max_output_tokens, agent.price)
     waited = False
     while refused := await accounts.reserve(account, run_id, key, held):
         limits = (await accounts.standing(account)).limits
@@ -486,8 +492,11 @@ async def paid(
         emitter.emit("admitted", what="account")
     try:
         response = await call()
-    except BaseException:  # unmade or unfinished: nothing is known to be spent
+    except ProviderStatusError:  # the server refused it (an error status): nothing spent
         await asyncio.shield(accounts.settle(account, run_id, key, Cost()))
+        raise
+    except BaseException:  # cut short (a cancel, a dropped stream): it may have been paid for
+        await asyncio.shield(accounts.settle(account, run_id, key, held))
         raise
     used = cost_of(response.usage, agent.price_of(response) or agent.price)
     await accounts.settle(account, run_id, key, used)

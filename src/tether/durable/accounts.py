@@ -74,9 +74,9 @@ class StoredAccounts:
         self.ledger = ledger
         self.lock = "" if ledger.conn is not None else " FOR UPDATE"  # SQLite: see above
         self.settle_sql = SETTLE if ledger.conn is not None else SETTLE_POSTGRES
-        self.limited: dict[str, bool] = {}
-        """Whether an account had limits when a call of this process last reserved: a call of
-        one with none is settled by adding it up (no held row to delete)."""
+        self.held_here: set[tuple[str, str]] = set()
+        """The calls (run id, key) this process holds a row for: settled by moving it to the
+        spend. Another call (its account had no limits) is settled by adding it up."""
 
     # -- reads and writes, each one transaction (run in a thread on Postgres: `Ledger.call`)
 
@@ -113,7 +113,6 @@ class StoredAccounts:
         now = time.time()
         with self.ledger.transaction() as run:
             limits = self.limits_in(run, account)  # locked first: see above
-            self.limited[account] = limits is not None
             if limits is None:
                 return ""
             standing, own = self.standing_in(run, account, limits, now, (run_id, key))
@@ -139,6 +138,7 @@ class StoredAccounts:
                     "at": now,
                 },
             )
+        self.held_here.add((run_id, key))
         return ""
 
     def release_now(self, run_id: str) -> None:
@@ -173,7 +173,8 @@ class StoredAccounts:
         return await self.ledger.call(self.reserve_now, account, run_id, key, cost)
 
     async def settle(self, account: str, run_id: str, key: str, cost: Cost) -> None:
-        if self.limited.get(account, True):
+        if (run_id, key) in self.held_here:
+            self.held_here.discard((run_id, key))
             params = {"r": run_id, "k": key, "u": cost.usd, "t": cost.tokens}
             await self.ledger.writer.write([(sql, params) for sql in self.settle_sql])
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..approvals import ApprovalRequest, Approver, Decision, needs_approval
@@ -17,7 +17,7 @@ from ..events import Emitter, call_dict, tool_result_data
 from ..messages import ToolCall, ToolResult, ToolSpec, Usage
 from ..redact import scrub
 from ..tree import child_run_id
-from .tool import RunContext, Tool, ToolArgumentsError
+from .tool import RunContext, Tool, ToolArgumentsError, tool_from_function
 
 
 class Toolbox:
@@ -25,14 +25,21 @@ class Toolbox:
     a tool's policy says so, runs the calls of one reply at the same time under their time
     limits, and turns every failure into an error result for the model."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self.tools: dict[str, Tool] = {}
         for t in tools:
             self.add(t)
 
-    def add(self, t: Tool) -> None:
-        """Add a tool; its arguments' model is built now, so a type pydantic cannot describe
-        is an error where the agent is made, not in the middle of a run."""
+    def add(self, t: Tool | Callable[..., Any]) -> None:
+        """Add a tool (a plain function is made one, as `@tool` would); its arguments' model is
+        built now, so a type pydantic cannot describe is an error where the agent is made, not
+        in the middle of a run. Anything else is a TypeError that says what a tool is."""
+        if not isinstance(t, Tool):
+            if not callable(t):
+                raise TypeError(
+                    f"a tool is a function (or @tool, or Agent.as_tool()), not {type(t).__name__}"
+                )
+            t = tool_from_function(t)
         if t.name in self.tools and self.tools[t.name] is not t:
             raise ValueError(f"two tools are named {t.name!r}")
         t.model()
