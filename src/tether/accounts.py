@@ -223,7 +223,8 @@ class Accounts(Protocol):
         ...
 
     async def release(self, run_id: str) -> None:
-        """Drop what the run still holds (its calls that failed): it ended."""
+        """The run ended: what it still holds (a call whose step was not recorded) counts as
+        spent, at its estimate."""
         ...
 
     async def set_limits(self, account: str, limits: Limits | None) -> None:
@@ -294,8 +295,8 @@ class MemoryAccounts:
         self.wake()
 
     async def release(self, run_id: str) -> None:
-        for k in [k for k in self.held if k[0] == run_id]:
-            del self.held[k]
+        for account, key in [(h.account, k[1]) for k, h in self.held.items() if k[0] == run_id]:
+            await self.settle(account, run_id, key, self.held[(run_id, key)].cost)
 
     async def set_limits(self, account: str, limits: Limits | None) -> None:
         if limits is None:

@@ -469,11 +469,13 @@ async def paid(
     first: bool,
     emitter: Emitter,
     call: Callable[[], Awaitable[ModelResponse]],
+    used: Callable[[Cost], Awaitable[None]] | None = None,
 ) -> ModelResponse:
     """`call` (the model call of `request`), reserved against the run's account before it is
     made and settled with what it used after (`accounts.py`); `key` names the call within the
     run. An account with no room raises `OverBudget` (the run halts), except before a run's
-    `first` call when its limit says to queue: the run then waits for room."""
+    `first` call when its limit says to queue: the run then waits for room. `used`, if given,
+    settles a call that answered instead (a durable run's rides with its step's record)."""
     accounts, account = ctx.accounts, ctx.account_id
     if accounts is None or account is None:
         return await call()
@@ -498,8 +500,8 @@ async def paid(
     except BaseException:  # cut short (a cancel, a dropped stream): it may have been paid for
         await asyncio.shield(accounts.settle(account, run_id, key, held))
         raise
-    used = cost_of(response.usage, agent.price_of(response) or agent.price)
-    await accounts.settle(account, run_id, key, used)
+    cost = cost_of(response.usage, agent.price_of(response) or agent.price)
+    await (used(cost) if used is not None else accounts.settle(account, run_id, key, cost))
     return response
 
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from ..accounts import Cost
 from ..admission import Limiter
 from ..agent import Agent, judge, paid
 from ..approvals import Decision, arguments_hash, needs_approval
@@ -41,6 +42,7 @@ from ..messages import (
     hollow_result,
 )
 from ..tools.tool import RunContext
+from .accounts import StoredAccounts
 from .ledger import CallState, Ledger
 from .run import DurableRun
 from .steps import KIND_OF, ContextStep, GuardStep, InboxStep, ModelStep, Step, ToolsStep, kind_of
@@ -76,6 +78,8 @@ class RecordedEffects:
         self.n = 0  # the number of the next step
         self.recorded: dict[int, tuple[str, bytes]] = {}  # what a replay has yet to go through
         self.origin = {k: record[k] for k in ORIGIN if k in record}  # a fork's
+        self.riders: list[tuple[str, dict[str, Any]]] = []
+        """Writes that go with the next step's record: its model call's settlement."""
 
     guard_beside_model = False  # its steps must keep one order: the guardrails ask first
 
@@ -100,8 +104,10 @@ class RecordedEffects:
                 )
             return recorded
         self.run.stepped = True  # live from here: its events are shown
+        self.riders = []  # a step that failed left its writes: its held call counts as spent
         out = await work()
-        await self.ledger.record_step(self.run.id, n, kind_of(out), step_record(out))
+        also, self.riders = self.riders, []
+        await self.ledger.record_step(self.run.id, n, kind_of(out), step_record(out), also)
         return out
 
     def now(self) -> float:
@@ -235,6 +241,19 @@ class RecordedEffects:
 
     # -- the work each step does when it is not replayed -----------------------------------
 
+    def riding(self, key: str) -> Callable[[Cost], Awaitable[None]] | None:
+        """How the call `key` is settled with its account on a store: in the transaction that
+        records its step (none of its own), so a recorded step is settled and one that is not
+        recorded still holds its estimate (a repeat counts it spent, as for a crash)."""
+        accounts, account = self.context.accounts, self.context.account_id
+        if not isinstance(accounts, StoredAccounts) or account is None:
+            return None
+
+        async def ride(cost: Cost) -> None:
+            self.riders.extend(accounts.settlement(account, self.run.id, key, cost))
+
+        return ride
+
     async def model_step(self, request: ModelRequest, key: str, first: bool) -> ModelStep:
         """One model call, with the user messages that arrived since message `seen`: the
         recorded output says which went in, so a replay delivers the same ones. The call is
@@ -262,7 +281,9 @@ class RecordedEffects:
             emitter.emit("model_request", messages=len(request.messages))
             return await respond(model, request, emitter, self.limiter, on_text, on_retry)
 
-        response = await paid(self.agent, self.context, key, request, first, emitter, call)
+        response = await paid(
+            self.agent, self.context, key, request, first, emitter, call, self.riding(key)
+        )
         response = unique_calls(response, request.messages)  # recorded so: a replay agrees
         emitter.emit("model_response", **model_response_data(response))
         late: list[tuple[int, str]] = []

@@ -73,7 +73,10 @@ async def execute_run(
         messages.append(Message.user(task, task_images(record)))
     attempts = Attempts(run, agent, effects, await effects.filled(messages))
     policy = RestartPolicy(**(record.get("restart") or {}))
-    return recorded(await supervise(attempts, policy, task, how.run_slots))
+    result = await supervise(attempts, policy, task, how.run_slots)
+    if ctx.accounts is not None and ctx.account_id is not None:
+        await ctx.accounts.release(run.id)  # what a failed step held counts as spent
+    return recorded(result)
 
 
 class Attempts:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
@@ -108,6 +108,8 @@ def connection_lost(e: Exception) -> bool:
 
 
 T = TypeVar("T")
+Writes = Sequence[tuple[str, dict[str, Any]]]
+"""Statements with `:name` parameters, to make in one transaction."""
 Params = dict[str, Any] | list[dict[str, Any]]
 Run = Callable[[str, Params], list[tuple[Any, ...]]]
 """Executes one statement (`:name` parameters) in the open transaction; the rows it returned.
@@ -143,6 +145,9 @@ class Ledger:
                 connect_args=dict(POSTGRES_CONNECT_ARGS),
             )
         self.writer = Writer(self)
+        self.autocommit: Any = None  # Postgres: the same pool, each statement committed alone
+        if self.engine is not None:
+            self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         with self.transaction() as run:
             if self.engine is not None:  # one process at a time (see SCHEMA_LOCK)
                 run("SELECT pg_advisory_xact_lock(:k)", {"k": SCHEMA_LOCK})
@@ -188,6 +193,18 @@ class Ledger:
         with self.transaction() as run:
             return run(sql, params)
 
+    def once(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """One statement, a transaction of its own: on Postgres in autocommit, one round trip
+        where a transaction takes three (begin, the statement, commit)."""
+        if self.conn is not None:
+            with self.transaction() as run:
+                return run(sql, params)
+        from sqlalchemy import text
+
+        with self.autocommit.connect() as c:
+            result = c.execute(text(sql), params)
+            return [tuple(r) for r in result] if result.returns_rows else []
+
     def write_many(self, writes: list[tuple[str, dict[str, Any]]]) -> None:
         """Make these writes in one transaction, each statement once for all its rows."""
         by_sql: dict[str, list[dict[str, Any]]] = {}
@@ -221,10 +238,14 @@ class Ledger:
 
     # -- a run's steps ------------------------------------------------------------------------
 
-    async def record_step(self, run_id: str, n: int, kind: str, output: bytes) -> None:
-        """Record step `n` of a run (returns once it is committed)."""
+    async def record_step(
+        self, run_id: str, n: int, kind: str, output: bytes, also: Writes = ()
+    ) -> None:
+        """Record step `n` of a run (returns once it is committed), with `also` (writes that
+        belong to the step: its model call's settlement with its account) in the same
+        transaction."""
         row = {"r": run_id, "n": n, "k": kind, "o": output, "t": time.time()}
-        await self.writer.write([(STEP_SQL, row)])
+        await self.writer.write([(STEP_SQL, row), *also])
 
     def steps_of(self, run_id: str) -> list[tuple[int, str, bytes, float]]:
         """A run's recorded steps, in order: (n, kind, output, when recorded)."""
