@@ -153,8 +153,15 @@ def test_runs_at_once_in_memory_stop_at_their_accounts_limit_and_a_new_run_is_re
             assert standing.held["total"] == Cost()
             with pytest.raises(AccountOverBudget, match="the run was not started"):
                 await rt.start("looker", "go", context=RunContext(account_id="acme"))
-            other = await rt.start("looker", "go", context=RunContext(account_id="beta"))
+            named: list[Any] = []
+            other = await rt.start(
+                "looker",
+                "go",
+                context=RunContext(account_id="beta"),
+                sinks=[lambda e: named.append(e.data) if e.type == "run_started" else None],
+            )
             assert (await other.wait()).outcome == "done"  # type: ignore[union-attr]
+            assert named[0]["account"] == "beta"  # its events say whose it is
             assert [s.account for s in await rt.accounts()] == ["acme", "beta"]
 
     asyncio.run(go())
@@ -275,6 +282,8 @@ def test_tether_limits_and_run_account_on_sqlite(wire: WireServer, tmp_path: Pat
     assert standing["spent"]["day"]["usd"] == pytest.approx(0.12)
     assert standing["held"]["total"]["usd"] == 0
     assert run("--account", "beta").returncode == 0  # no limits: it runs, and is counted
+    mine = tether("runs", "--account", "acme", "--json", "--store", store, env=env).stdout
+    assert [json.loads(line)["account"] for line in mine.splitlines()] == ["acme", "acme"]
     listed = tether("limits", "--store", store, env=env).stdout
     assert listed.splitlines()[0] == "acme" and "beta (no limits)" in listed
     for bad, said in [

@@ -568,6 +568,9 @@ def test_the_dashboard_shows_each_accounts_spend_and_the_api_refuses_a_run_over_
         assert refused.value.code == status
         assert said in json.loads(refused.value.read())["error"]
     assert len(server.wire.requests) == asked  # nothing started
+    listed = server.api("GET", "/api/list?account=acme")["runs"]
+    assert [r["id"] for r in listed] == [first["id"]] and listed[0]["account"] == "acme"
+    assert server.api("GET", "/api/list?account=beta")["runs"] == []
     (acme,) = server.api("GET", "/api/accounts")["accounts"]
     assert acme["account"] == "acme" and acme["spent"]["total"]["tokens"] > 1
     assert acme["limits"] == {"tokens_total": 1, "when_over": "refuse"}
@@ -578,6 +581,10 @@ def test_the_dashboard_shows_each_accounts_spend_and_the_api_refuses_a_run_over_
     expect(row).to_contain_text("tokens total 1; a new run over a limit: refused")
     expect(row).to_have_class("status-halted")
     expect(row).to_have_attribute("title", re.compile("account budget: acme has used"))
+    page.goto(f"{server.url}/?account=acme")  # the runs list, filtered by account
+    expect(page.locator("#runs tr")).to_have_count(1)
+    page.fill("#filter input[name=account]", "beta")
+    expect(page.locator("#none")).to_be_visible()
 
 
 def test_the_dashboard_draws_runs_of_every_outcome_with_their_reasons(

@@ -339,6 +339,9 @@ class Effects(Protocol):
     origin: dict[str, Any]
     """A fork's origin (`forked_from`, `at`), which its `run_started` carries; else empty."""
 
+    account: str | None
+    """The run's account (`accounts.py`), which its `run_started` names; None: none."""
+
 
 async def drive(
     agent: Agent, state: LoopState, effects: Effects, inputs: Awaitable[Verdict | None] | None
@@ -517,7 +520,10 @@ async def execute(
     limit cuts a model call or a tool call in flight, a cancel closes the open calls and keeps
     what completed, a failed model call or a bug ends the run `failed` with the error."""
     shown = state.messages[-1].images if task is not None and state.messages else []
-    emitter.emit("run_started", **agent.started(task, **images_data(shown), **effects.origin))
+    account = {"account": effects.account} if effects.account else {}
+    emitter.emit(
+        "run_started", **agent.started(task, **images_data(shown), **effects.origin, **account)
+    )
     error: dict[str, Any] | None = None
     limit = agent.budget.max_seconds
     inputs: asyncio.Task[Verdict | None] | None = None
@@ -606,7 +612,7 @@ class LocalEffects:
         limiter: Limiter | None,
     ) -> None:
         self.agent, self.ctx, self.emitter = agent, ctx, emitter
-        self.origin = ctx.origin
+        self.origin, self.account = ctx.origin, ctx.account_id
         self.approver, self.limiter = approver, limiter
         self.calls = 0  # model calls made, which name each call to the run's account
         self.on_text: TextHook | None = None

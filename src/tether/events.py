@@ -87,6 +87,7 @@ SCHEMA: dict[str, EventType] = {
             "images": IMAGES,
             "forked_from": "a fork's: the run it was forked from",
             "at": "a fork's: the step of that run it starts after",
+            "account": "the account the run belongs to, if it has one (tether limits)",
         },
     ),
     "run_resumed": EventType("a durable run goes on in this process after a crash or a stop", {}),

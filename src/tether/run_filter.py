@@ -27,17 +27,27 @@ MAX_PAGE = 500
 
 @dataclass(frozen=True)
 class RunFilter:
-    """What a run must be to be listed: one of `states` (none given: any), of `agent`, and
-    `text` found (any case) in its task, id or agent's name."""
+    """What a run must be to be listed: one of `states` (none given: any), of `agent`, of
+    `account`, and `text` found (any case) in its task, id or agent's name."""
 
     states: frozenset[str] = frozenset()
     agent: str = ""
     text: str = ""
+    account: str = ""
 
-    def matches(self, state: str, run_id: str, task: str | None, agent: str | None) -> bool:
+    def matches(
+        self,
+        state: str,
+        run_id: str,
+        task: str | None,
+        agent: str | None,
+        account: str | None = None,
+    ) -> bool:
         if self.states and state not in self.states:
             return False
         if self.agent and agent != self.agent:
+            return False
+        if self.account and account != self.account:
             return False
         needle = self.text.strip().lower()
         return not needle or needle in f"{task or ''}\n{run_id}\n{agent or ''}".lower()
@@ -103,7 +113,7 @@ def page_of(
         if after is not None and not past(key, after):
             continue
         scanned += 1
-        if flt.matches(s["status"], s["id"], s.get("task"), s.get("agent")):
+        if flt.matches(s["status"], s["id"], s.get("task"), s.get("agent"), s.get("account")):
             rows.append(s)
             if len(rows) == limit:
                 more = past(ordered[-1][0], key)  # runs past this one are left

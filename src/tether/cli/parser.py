@@ -185,6 +185,7 @@ def store_commands(sub: Subparsers) -> None:
         "approval), done, halted, failed, cancelled",
     )
     runs.add_argument("--agent", metavar="NAME", help="only runs of this agent")
+    runs.add_argument("--account", metavar="NAME", help="only runs of this account")
     runs.add_argument(
         "--search", metavar="TEXT", help="only runs whose task, id or agent holds TEXT (any case)"
     )

@@ -21,6 +21,7 @@ from ..errors import ConfigError, NoSuchRun, RunError, StoreUnavailable
 from ..options import RunOptions, absolute, select_tools
 from ..redact import scrub
 from ..result import RunResult
+from ..run_filter import RunFilter
 from .common import (
     cli_runtime,
     default_store,
@@ -49,8 +50,11 @@ def command_store(args: argparse.Namespace) -> int:
         store = client(args.store)
         if args.command == "runs":
             states = args.state.split(",") if args.state else None
-            if args.agent or args.search or args.limit is not None:
-                listed = matching_runs(store, states, args.agent, args.search, args.limit)
+            if args.agent or args.search or args.account or args.limit is not None:
+                flt = RunFilter(
+                    frozenset(states or ()), args.agent or "", args.search or "", args.account or ""
+                )
+                listed = matching_runs(store, flt, args.limit)
             else:
                 listed = list_runs(store, states)
             for line in listed:
@@ -63,20 +67,17 @@ def command_store(args: argparse.Namespace) -> int:
     return 0
 
 
-def matching_runs(
-    store: Any, states: list[str] | None, agent: str | None, text: str | None, limit: int | None
-) -> list[dict[str, Any]]:
+def matching_runs(store: Any, flt: RunFilter, limit: int | None) -> list[dict[str, Any]]:
     """The store's runs that match, the `limit` most recent (all without), oldest first: read
     a page at a time, newest first, as the page's list reads them."""
     from ..durable.view import RUN_STATES, page_runs
-    from ..run_filter import MAX_PAGE, RunFilter
+    from ..run_filter import MAX_PAGE
 
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit {limit}: give 1 or more")
-    unknown = sorted(set(states or ()) - set(RUN_STATES))
+    unknown = sorted(flt.states - set(RUN_STATES))
     if unknown:
         raise ConfigError(f"--state {', '.join(unknown)}: use {', '.join(RUN_STATES)}")
-    flt = RunFilter(frozenset(states or ()), agent or "", text or "")
     found: list[dict[str, Any]] = []
     page = page_runs(store, flt, None, min(limit or MAX_PAGE, MAX_PAGE))
     found += page.rows

@@ -373,6 +373,7 @@ def listing(w: Any) -> dict[str, Any]:
         "state": state or str(w.status).lower(),
         "task": task if isinstance(task, str) else "",
         "agent": record.get("agent"),
+        "account": record.get("account_id"),
         "version": record.get("version"),  # None: recorded before runs had versions
         "queued_at": (w.created_at or 0) / 1000 if queued else None,
         "started_at": started,
@@ -427,7 +428,9 @@ def page_runs(
     rows: list[dict[str, Any]] = []
     key = (after.at_ms, after.run_id) if after is not None else None
     scanned = 0
-    wanted = RunFilter(agent=flt.agent, text=flt.text)  # before its state is read in full
+    wanted = RunFilter(
+        agent=flt.agent, text=flt.text, account=flt.account
+    )  # before its state is read in full
     while scanned < SCAN_LIMIT:
         keys = run_keys(store, WORKFLOW, states, key, PAGE_BATCH, oldest_first)
         if not keys:
@@ -440,7 +443,9 @@ def page_runs(
             if w is None:  # deleted meanwhile
                 continue
             row = listing(w)
-            if not wanted.matches(row["state"], row["id"], row["task"], row["agent"]):
+            if not wanted.matches(
+                row["state"], row["id"], row["task"], row["agent"], row["account"]
+            ):
                 continue
             row = waiting_state(store, row)  # its own reads: for the runs shown only
             if flt.states and row["state"] not in flt.states:

@@ -81,6 +81,7 @@ INDEX_PAGE = """<!doctype html>
   <p><label>Model <input name="model" value="__MODEL__"></label>
      <label>Max steps <input name="max_steps" type="number" min="1" value="__MAX_STEPS__" size="5"></label>
      <label>Max cost (USD) <input name="max_cost" type="number" min="0" step="0.01" size="6"></label>
+     <label>Account <input name="account" size="10" placeholder="none"></label>
      <label>Tool choice <select name="tool_choice"><option value="">auto</option>
        <option>required</option><option>none</option></select></label></p>
   <p>Tools: __TOOLS__</p>
@@ -91,6 +92,7 @@ INDEX_PAGE = """<!doctype html>
   <option>waiting</option><option>idle</option><option>done</option><option>halted</option>
   <option>failed</option><option>cancelled</option><option>interrupted</option></select>
   <input name="agent" size="12" placeholder="agent" aria-label="agent">
+  <input name="account" size="12" placeholder="account" aria-label="account">
   <input name="q" type="search" size="32" placeholder="whose task, id or agent holds..."
   aria-label="text"> <span id="counts"></span></form>
 <table><thead><tr><th>Run</th><th>Task</th><th>Status</th><th>Steps</th><th>Tokens</th>
@@ -105,7 +107,8 @@ document.getElementById('start').addEventListener('submit', async (ev) => {
   const body = {task: f.get('task'), model: f.get('model') || null,
                 tools: f.getAll('tools'), max_steps: Number(f.get('max_steps')) || null,
                 max_cost: f.get('max_cost') ? Number(f.get('max_cost')) : null,
-                tool_choice: f.get('tool_choice') || null, queue: f.get('queue') === 'on'};
+                tool_choice: f.get('tool_choice') || null, queue: f.get('queue') === 'on',
+                account: f.get('account') || null};
   const r = await api('/api/runs', {method: 'POST', body: JSON.stringify(body),
     headers: {'Content-Type': 'application/json'}});
   const out = await r.json();
@@ -132,7 +135,7 @@ for (const [k, v] of new URLSearchParams(location.search)) if (filter.elements[k
 let shown = [], next = null, wanted = 50;
 function query(limit, cursor) {
   const p = new URLSearchParams(), url = new URL(location.href);
-  for (const k of ['state', 'agent', 'q']) {
+  for (const k of ['state', 'agent', 'account', 'q']) {
     const v = k === 'q' ? filter.elements[k].value.trim().toLowerCase() : filter.elements[k].value.trim();
     if (v) { p.set(k, v); url.searchParams.set(k, v); } else url.searchParams.delete(k);
   }

@@ -365,6 +365,7 @@ class WebApp:
             flt = RunFilter(
                 states=frozenset(s for v in q.getall("state", []) for s in v.split(",") if s),
                 agent=q.get("agent", ""),
+                account=q.get("account", ""),
                 text=q.get("q", ""),
             )
             limit, after = paging(request)

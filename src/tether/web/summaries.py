@@ -26,6 +26,7 @@ def row_summary(row: dict[str, Any]) -> dict[str, Any]:
         "usage": row.get("usage"),
         "model": "",
         "agent": row.get("agent"),
+        "account": row.get("account"),
         "version": row.get("version"),
         "worker": row.get("worker"),
     }
@@ -48,6 +49,7 @@ def summarize(events: list[Event]) -> dict[str, Any]:
         "usage": None,
         "model": "",
         "agent": None,
+        "account": None,
         "version": None,
         "parent_run_id": None,
     }
@@ -58,6 +60,7 @@ def summarize(events: list[Event]) -> dict[str, Any]:
             s["task"] = s["task"] or (d.get("task") or "")
             s["model"] = d.get("model", "")
             s["agent"], s["version"] = d.get("agent"), d.get("version")
+            s["account"] = d.get("account")
             s["started"] = s["started"] or e.ts
             s["status"] = "running"
         elif e.type == "model_response":
