@@ -302,6 +302,44 @@ def test_tether_limits_and_run_account_on_sqlite(wire: WireServer, tmp_path: Pat
     ] == {"cost_per_day": 0.1, "when_over": "refuse"}  # nothing changed by the bad ones
 
 
+def test_a_durable_run_queued_for_its_accounts_room_goes_on_when_the_limit_is_raised(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """On a store, `--when-over queue`: a new run of an account over its limit starts, says
+    it waits (its `queued` event names the limit) and asks the model nothing; `tether limits
+    set` from another process raises the limit, and the run goes on to its answer."""
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    wire.rule = lambda body: {"text": "hello"}
+    env = cli_env(OPENAI_API_KEY="sk-test")
+    limits = ("limits", "set", "acme", "--when-over", "queue", "--store", store)
+    assert tether(*limits, "--tokens-total", "1", env=env).returncode == 0
+    args = ("run", "hi", "--store", store, "--base-url", wire.url, "--account", "acme")
+    assert tether(*args, env=env).returncode == 0  # 60 tokens: the limit is passed
+    waiting = warm.Popen(
+        [*TETHER, *args, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
+    try:
+        assert waiting.stdout is not None
+        line = ""
+        while '"queued"' not in line:
+            line = waiting.stdout.readline()
+            assert line, "the run ended before it was queued"
+        assert json.loads(line)["what"] == "account" and "acme has used" in line
+        assert len(wire.requests) == 1
+        assert tether(*limits, "--tokens-total", "1000", env=env).returncode == 0
+        rest = waiting.stdout.read()
+        assert waiting.wait(30) == 0
+    finally:
+        waiting.kill()
+        waiting.wait()
+    assert '"admitted"' in rest and '"answer": "hello"' in rest.replace('":"', '": "')
+    assert len(wire.requests) == 2
+
+
 # -- four workers on one Postgres ---------------------------------------------------------------
 
 
