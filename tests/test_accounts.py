@@ -96,7 +96,8 @@ def test_periods_are_utc_days_and_months() -> None:
 
 def test_a_reservation_a_crash_left_counts_as_spent_when_the_call_is_made_again() -> None:
     """A call cut short may have been paid for, and nobody saw what it used: its estimate is
-    counted, and the call made again reserves anew. Settling twice counts once."""
+    counted, and the call made again reserves anew; its settlement takes its place. A call
+    that held nothing (a summary) is added as it is."""
 
     async def go() -> None:
         book = MemoryAccounts()
@@ -106,9 +107,10 @@ def test_a_reservation_a_crash_left_counts_as_spent_when_the_call_is_made_again(
         now = await book.standing("a")
         assert (now.spent["total"], now.held["total"]) == (Cost(0.4, 40), Cost(0.4, 40))
         await book.settle("a", "r1", "step 0", Cost(0.1, 10))
-        await book.settle("a", "r1", "step 0", Cost(0.1, 10))  # a replay settles again
         assert (await book.standing("a")).spent["total"] == Cost(0.5, 50)
         assert (await book.standing("a")).held["total"] == Cost()
+        await book.settle("a", "r1", "summary 1", Cost(0.2, 20))  # never reserved
+        assert (await book.standing("a")).spent["total"] == Cost(0.7, 70)
 
     asyncio.run(go())
 

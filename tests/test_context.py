@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from tether import Agent, Message, ModelRequest, ModelResponse, ScriptedModel, reply, tool
+from tether import (
+    Agent,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    RunContext,
+    Runtime,
+    ScriptedModel,
+    reply,
+    tool,
+)
 from tether.context import SUMMARY_MARK, SUMMARY_PROMPT, ContextPolicy, estimate
 from tether.errors import ClientRequestError
 from tether.events import Event
@@ -180,3 +190,17 @@ async def test_a_conversation_is_fitted_only_when_it_is_over_the_limit(
     assert ("context_trimmed" in [e.type for e in events]) is trimmed
     sent = model.requests[0].messages
     assert (sent[1].tool_results[0].output == "y" * 400) is not trimmed
+
+
+async def test_the_summary_calls_count_against_the_runs_account() -> None:
+    """A summary is a model call the run pays for: its tokens reach the run's account with the
+    rest, so the account's spend is the run's whole usage."""
+    reader = Reader()
+    policy = ContextPolicy(window=2000, reserve=500)
+    agent = Agent(ScriptedModel([reader] * 40), [dump], context=policy, name="reader")
+    async with Runtime(agents=[agent]) as rt:
+        run = await rt.start("reader", "Read the pages.", context=RunContext(account_id="acme"))
+        result = await run.wait()
+        assert result is not None and result.outcome == "done" and reader.summaries >= 1
+        spent = (await rt.account("acme")).spent["total"]
+        assert spent.tokens == result.usage.total_tokens > 0

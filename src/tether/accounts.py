@@ -218,8 +218,9 @@ class Accounts(Protocol):
         ...
 
     async def settle(self, account: str, run_id: str, key: str, cost: Cost) -> None:
-        """The call `key` of `run_id` cost `cost`: its reservation (if any is left) becomes
-        spend. Called again for the same call, it does nothing."""
+        """The call `key` of `run_id` cost `cost`: its reservation becomes that spend. A call
+        that holds none (its account had no limits, or it was not reserved: a summary that
+        fitted the context) is added to the spend as it is."""
         ...
 
     async def release(self, run_id: str) -> None:
@@ -287,9 +288,8 @@ class MemoryAccounts:
 
     async def settle(self, account: str, run_id: str, key: str, cost: Cost) -> None:
         held = self.held.pop((run_id, key), None)
-        if held is None:
-            return
-        for period, name in held.periods.items():
+        periods = held.periods if held is not None else periods_at(time.time())
+        for period, name in periods.items():
             at = (account, period, name)
             self.spent[at] = self.spent.get(at, Cost()) + cost
         self.wake()

@@ -508,6 +508,23 @@ async def paid(
     return response
 
 
+async def summarized(
+    agent: Agent,
+    ctx: RunContext,
+    usage: Usage,
+    key: str,
+    used: Callable[[Cost], Awaitable[None]] | None = None,
+) -> None:
+    """Count a call that fitted the context (a summary) against the run's account, after the
+    fact: it is not reserved (the window, not the budget, asked for it), but it is paid for.
+    `used`, if given, counts it instead (a durable run's rides with its step's record)."""
+    accounts, account = ctx.accounts, ctx.account_id
+    if accounts is None or account is None or usage == Usage():
+        return
+    cost = cost_of(usage, agent.price)
+    await (used(cost) if used is not None else accounts.settle(account, ctx.run_id, key, cost))
+
+
 async def execute(
     agent: Agent,
     state: LoopState,
@@ -640,6 +657,8 @@ class LocalEffects:
             agent.model, state.messages, state.system, agent.context, self.emitter, force
         )
         agent.charge(state, usage)
+        self.calls += 1
+        await summarized(agent, self.ctx, usage, f"summary {self.calls}")
 
     def on_retry(self, attempt: int, delay: float, e: ProviderError) -> None:
         self.emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ..accounts import Cost
 from ..admission import Limiter
-from ..agent import Agent, judge, paid
+from ..agent import Agent, judge, paid, summarized
 from ..approvals import Decision, arguments_hash, needs_approval
 from ..calls import respond
 from ..context import fit
@@ -139,8 +139,8 @@ class RecordedEffects:
         return [Verdict.from_dict(v) for v in found.verdicts]
 
     async def fit(self, state: LoopState, force: bool) -> None:
-        messages = list(state.messages)
-        out = await self.step(ContextStep, lambda: self.context_step(messages, force))
+        messages, key = list(state.messages), f"step {self.n}"
+        out = await self.step(ContextStep, lambda: self.context_step(messages, force, key))
         state.messages[:] = await self.filled(out.messages)
         self.agent.charge(state, out.usage)
 
@@ -295,9 +295,10 @@ class RecordedEffects:
                 emitter.emit("user_message", text=text)
         return ModelStep(response, began, time.time(), arrived, late)
 
-    async def context_step(self, messages: list[Message], force: bool) -> ContextStep:
+    async def context_step(self, messages: list[Message], force: bool, key: str) -> ContextStep:
         """Fit the conversation to the model's window (`context.fit`): the new messages, the
-        summary call's usage, and what was replaced, recorded as one step."""
+        summary call's usage (counted against the run's account with the step's record), and
+        what was replaced, recorded as one step."""
         agent, live = self.agent, self.run.emitter
         assert agent.context is not None
         happened: list[tuple[str, dict[str, Any]]] = []
@@ -308,6 +309,7 @@ class RecordedEffects:
 
         quiet = Emitter(self.run.id, [keep])
         usage = await fit(agent.model, messages, agent.system, agent.context, quiet, force)
+        await summarized(agent, self.context, usage, key, self.riding(key))
         return ContextStep([hollow(m) for m in messages], usage, happened)
 
     async def tools_step(
