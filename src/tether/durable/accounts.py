@@ -29,18 +29,15 @@ import orjson
 from ..accounts import PERIODS, Cost, Limits, Period, Standing, periods_at
 from .ledger import SCHEMA_LOCK, Ledger, Run, Writes
 
-SPEND = (
-    "INSERT INTO tether_account_spend VALUES (:a, :p, :u, :t) ON CONFLICT (account, period) "
-    "DO UPDATE SET usd = tether_account_spend.usd + excluded.usd, "
+ADDED = (
+    " ON CONFLICT (account, period) DO UPDATE SET usd = tether_account_spend.usd + excluded.usd, "
     "tokens = tether_account_spend.tokens + excluded.tokens"
 )
-
-
+"""A period's spend row made, or the new use added to it."""
+SPEND = "INSERT INTO tether_account_spend VALUES (:a, :p, :u, :t)" + ADDED
 SPEND_FROM_HELD = (
     "INSERT INTO tether_account_spend SELECT account, {period}, :u, :t FROM tether_account_held "
-    "WHERE run_id = :r AND key = :k ON CONFLICT (account, period) DO UPDATE SET "
-    "usd = tether_account_spend.usd + excluded.usd, "
-    "tokens = tether_account_spend.tokens + excluded.tokens"
+    "WHERE run_id = :r AND key = :k" + ADDED
 )
 SETTLE = [
     SPEND_FROM_HELD.format(period="'day:' || day"),
@@ -54,9 +51,7 @@ SETTLE_POSTGRES = [
     "WITH gone AS (DELETE FROM tether_account_held WHERE run_id = :r AND key = :k "
     "RETURNING account, day, month) "
     "INSERT INTO tether_account_spend SELECT account, p, :u, :t FROM gone, LATERAL "
-    "(VALUES ('day:' || day), ('month:' || month), ('total')) AS v (p) "
-    "ON CONFLICT (account, period) DO UPDATE SET usd = tether_account_spend.usd + excluded.usd, "
-    "tokens = tether_account_spend.tokens + excluded.tokens"
+    "(VALUES ('day:' || day), ('month:' || month), ('total')) AS v (p)" + ADDED
 ]
 """The same in one statement, as Postgres can (SQLite has no DELETE in a WITH)."""
 STANDING = (

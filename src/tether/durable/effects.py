@@ -146,7 +146,7 @@ class RecordedEffects:
 
     async def call_model(self, state: LoopState) -> ModelResponse:
         request = self.agent.request(state)
-        # the account is settled before the step is recorded: a replayed step was settled
+        # the call is settled with its account in the transaction that records its step
         key, first = f"step {self.n}", state.steps == 0
         out = await self.step(ModelStep, lambda: self.model_step(request, key, first))
         self.clock = out.ended
