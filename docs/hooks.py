@@ -132,7 +132,7 @@ API_GROUPS = {
         "Agent", "Runtime", "RunResult", "Budget", "RestartPolicy", "RunContext", "run_child",
         "approve_all", "deny_all", "Guardrail", "Event",
     ],
-    "Accounts": ["Limits", "Standing"],
+    "Accounts and rates": ["Limits", "Standing", "Rate", "RateStanding"],
     "Tools": ["tool", "Tool", "Toolbox", "BUILTINS"],
     "Models": [
         "Model", "OpenAIChatModel", "OpenAIResponsesModel", "AnthropicModel", "FallbackModel",

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "run_filter",
             "dashboard",
             "accounts",
+            "rates",
         },
     ),
     ("providers and tools", {"providers", "tools"}),

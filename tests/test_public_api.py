@@ -9,6 +9,8 @@ EXPECTED = {
     "AccountOverBudget",
     "Limits",
     "Standing",
+    "Rate",
+    "RateStanding",
     "Agent",
     "AnthropicModel",
     "OpenAIResponsesModel",

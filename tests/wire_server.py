@@ -68,6 +68,8 @@ class WireServer:
         self.requests: list[Body] = []
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
+        self.arrived: list[float] = []
+        """When each request came (`time.time()`), in the order of `requests`."""
         self.rule: Callable[[Body], Reply] | None = None
         self.port = 0
         self.closed_streams = 0
@@ -126,6 +128,7 @@ class WireServer:
     # -- replies -----------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
+        self.arrived.append(time.time())
         self.requests.append(body)
         self.paths.append(request.path)
         self.headers.append(dict(request.headers))

@@ -57,6 +57,7 @@ from .providers import (
     make_model,
     reply,
 )
+from .rates import Rate, RateStanding
 from .result import RunResult
 from .run import RestartPolicy
 from .runtime import Runtime
@@ -96,7 +97,9 @@ __all__ = [
     "ProviderStatusError",
     "ProviderTimeout",
     "QuestionError",
+    "Rate",
     "RateLimited",
+    "RateStanding",
     "ReasoningPart",
     "RecordError",
     "RestartPolicy",

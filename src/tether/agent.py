@@ -62,6 +62,7 @@ from .messages import ImagePart, Message, ModelRequest, ModelResponse, ToolCall,
 from .output import OUTPUT_TRIES, Output, jsonable, retry_message
 from .pricing import Price, price_for
 from .providers.base import Model, TextHook
+from .rates import GATE, Gate, Rates
 from .result import RunResult
 from .tools.session import close_kept
 from .tools.tool import RunContext, Tool, tool_from_function
@@ -342,6 +343,10 @@ class Effects(Protocol):
     account: str | None
     """The run's account (`accounts.py`), which its `run_started` names; None: none."""
 
+    rates: Rates | None
+    """Where its endpoints' rate limits are kept (`rates.py`): every HTTP attempt of the run
+    passes them. None: not gated."""
+
 
 async def drive(
     agent: Agent, state: LoopState, effects: Effects, inputs: Awaitable[Verdict | None] | None
@@ -544,6 +549,7 @@ async def execute(
     error: dict[str, Any] | None = None
     limit = agent.budget.max_seconds
     inputs: asyncio.Task[Verdict | None] | None = None
+    gate = GATE.set(Gate(effects.rates, emitter) if effects.rates is not None else None)
     try:
         try:
             async with asyncio.timeout(limit):
@@ -584,6 +590,7 @@ async def execute(
         error = internal_error(e)
         finish = Finish("failed", last_answer(state.messages), f"{type(e).__name__}: {e}")
     finally:
+        GATE.reset(gate)  # its HTTP attempts passed the run's rates (`rates.py`)
         if inputs is not None and not inputs.done():
             inputs.cancel()
     return finish_run(emitter, state, finish, error)
@@ -629,7 +636,7 @@ class LocalEffects:
         limiter: Limiter | None,
     ) -> None:
         self.agent, self.ctx, self.emitter = agent, ctx, emitter
-        self.origin, self.account = ctx.origin, ctx.account_id
+        self.origin, self.account, self.rates = ctx.origin, ctx.account_id, ctx.rates
         self.approver, self.limiter = approver, limiter
         self.calls = 0  # model calls made, which name each call to the run's account
         self.on_text: TextHook | None = None

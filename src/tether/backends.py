@@ -21,6 +21,7 @@ from .errors import ConfigError, QuestionError
 from .events import Event, Sink
 from .messages import ImagePart, Message
 from .questions import Answer, Questions
+from .rates import MemoryRates, Rates
 from .result import RunResult
 from .run import RestartPolicy, Status
 from .supervisor import Supervisor
@@ -147,6 +148,11 @@ class Backend:
         """Where accounts' limits and spend are kept for these runs."""
         raise NotImplementedError
 
+    @property
+    def rates(self) -> Rates:
+        """Where endpoints' rate limits are kept for these runs."""
+        raise NotImplementedError
+
     async def start(self, s: Start) -> RunHandle:
         raise NotImplementedError
 
@@ -189,6 +195,7 @@ class InMemory(Backend):
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
         self.kept_accounts = MemoryAccounts()  # this process's runs' accounts
+        self.kept_rates = MemoryRates()  # and their endpoints' rates
 
     async def close(self, deadline: float) -> None:
         await self.supervisor.shutdown(deadline=deadline)
@@ -204,6 +211,10 @@ class InMemory(Backend):
     @property
     def accounts(self) -> Accounts:
         return self.kept_accounts
+
+    @property
+    def rates(self) -> Rates:
+        return self.kept_rates
 
     async def start(self, s: Start) -> RunHandle:
         return self.supervisor.start(
@@ -303,6 +314,12 @@ class OnStore(Backend):
         found = self.opened.accounts
         assert found is not None, "opened with its ledger"
         return found
+
+    @property
+    def rates(self) -> Rates:
+        kept = self.opened.rates
+        assert kept is not None, "opened with its ledger"
+        return kept
 
     async def start(self, s: Start) -> RunHandle:
         from .durable.run import record_of

@@ -216,16 +216,20 @@ SCHEMA: dict[str, EventType] = {
         },
     ),
     "queued": EventType(
-        "work waits for a free slot (admission), or a new run for room in its account's budget",
+        "work waits for a free slot (admission), a new run for room in its account's budget, "
+        "or a model call's attempt for its endpoint's rate limit or a server's pause",
         {
-            "what": "run, model_call, or account (a limit with when_over queue)",
+            "what": "run, model_call, account (a limit with when_over queue) or rate",
             "position": "its place in the queue (run, model_call)",
             "account": "the account (account)",
-            "reason": "the limit reached, as a halt would say it (account)",
+            "endpoint": "the provider, URL and a hash of the key (rate)",
+            "reason": "the limit reached, as a halt would say it (account); the rate, or "
+            "until when the server asked for no requests (rate)",
         },
     ),
     "admitted": EventType(
-        "queued work got its slot, or its account room", {"what": "run, model_call or account"}
+        "queued work got its slot, its account room or its endpoint's rate room",
+        {"what": "run, model_call, account or rate", "endpoint": "(rate)"},
     ),
     "context_trimmed": EventType(
         "old tool outputs were cut to head and tail to fit the context window",

@@ -52,7 +52,9 @@ from .events import Event, Sink
 from .fork import fork_point
 from .journal import store_url
 from .messages import ImagePart, Message
+from .providers.base import Model
 from .questions import Action, Answer, Asker, Question, Questions
+from .rates import Rate, RateStanding, endpoint_of
 from .run import RestartPolicy
 from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
 from .tools.tool import RunContext, Spawn, Tool
@@ -318,6 +320,7 @@ class Runtime:
         runs here, its sinks seeing its children's events too."""
         start.run_id = check_run_id(start.run_id or uuid.uuid4().hex[:12])
         context = start.context
+        context.rates = context.rates or self.backend.rates
         if context.account_id is not None:
             await self.admit(context)
         if context.spawn is None:  # its tools start child runs here, as runs of their own
@@ -356,6 +359,20 @@ class Runtime:
         """Every account with limits or spend, by name."""
         self.check_open()
         return await self.backend.accounts.accounts()
+
+    # -- rate limits --------------------------------------------------------------------------
+
+    async def set_rate(self, endpoint: Model | str, rate: Rate | None) -> None:
+        """Limit the requests and tokens a model's endpoint and key takes (`rates.py`), across
+        every run here (on a store, every process on it; None: no limit). `endpoint` is a
+        model, or an endpoint as `rates()` names it."""
+        self.check_open()
+        await self.backend.rates.set_rate(endpoint_of(endpoint), rate)
+
+    async def rates(self) -> list[RateStanding]:
+        """Every endpoint with a rate or a server's pause: its attempts in its last window."""
+        self.check_open()
+        return await self.backend.rates.rates()
 
     async def fork(
         self,

@@ -72,7 +72,7 @@ class RecordedEffects:
         self.run, self.record, self.limiter = run, record, limiter
         self.agent: Agent = run.agent
         self.context: RunContext = run.context
-        self.account = self.context.account_id
+        self.account, self.rates = self.context.account_id, self.context.rates
         self.ledger: Ledger = run.host.ledger
         self.clock = 0.0  # until the first model call (its recorded start), no time has passed
         self.seen = 0  # the last inbox message delivered

@@ -19,6 +19,7 @@ from ..agent import Agent, execute
 from ..errors import ConfigError
 from ..events import Emitter
 from ..messages import Message
+from ..rates import Rates
 from ..result import RunResult
 from ..run import RestartPolicy, cancelled_summary, supervise
 from ..tools.tool import Spawn
@@ -42,6 +43,7 @@ class Executor:
     spawner: Callable[[str], Spawn] | None
     parent_of: Callable[[str], Allowance | None]
     accounts: Accounts | None = None
+    rates: Rates | None = None
 
 
 async def execute_run(
@@ -58,7 +60,7 @@ async def execute_run(
     ctx = context_of(run.id, record)
     ctx.tree_sinks = run.sinks
     ctx.parent = how.parent_of(run.id)
-    ctx.accounts = how.accounts
+    ctx.accounts, ctx.rates = how.accounts, how.rates
     if how.spawner is not None:
         ctx.spawn = how.spawner(record.get("approvals", "wait"))
     run.executes(agent, ctx)

@@ -1,6 +1,6 @@
 """What durable runs keep beside DBOS's tables: the record of each run's steps, the journal of
-tool calls, the inbox of user messages, the workers' heartbeats, and accounts' budgets
-(`accounts.py` reads and writes those).
+tool calls, the inbox of user messages, the workers' heartbeats, accounts' budgets
+(`accounts.py` reads and writes those) and endpoints' rate limits (`rates.py`).
 
 A run's steps (each model reply, the results of each reply's tool calls, a fitted context, the
 guardrails' verdicts, a look at the inbox) are numbered in the order the run takes them, and
@@ -73,6 +73,12 @@ TABLES = (
     "day TEXT NOT NULL, month TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, "
     "PRIMARY KEY (run_id, key))",
     "CREATE INDEX IF NOT EXISTS tether_account_held_account ON tether_account_held (account)",
+    # endpoints' rates and servers' pauses, and the attempts in their windows (`durable/rates.py`)
+    "CREATE TABLE IF NOT EXISTS tether_rates (endpoint TEXT PRIMARY KEY, rate TEXT, "
+    "paused_until DOUBLE PRECISION NOT NULL, at DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS tether_rate_log (endpoint TEXT NOT NULL, "
+    "at DOUBLE PRECISION NOT NULL, tokens BIGINT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS tether_rate_log_at ON tether_rate_log (endpoint, at)",
     # BYTEA: Postgres's bytes; SQLite keeps bytes as they are under any type name
     "CREATE TABLE IF NOT EXISTS tether_images (sha256 TEXT PRIMARY KEY, "
     "media_type TEXT NOT NULL, data BYTEA NOT NULL)",

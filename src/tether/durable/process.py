@@ -39,6 +39,7 @@ from .dbos_private import cancelled_errors, id_in_use_error, refuse_pickles
 from .execute import Executor, Resolver, execute_run
 from .ledger import Ledger
 from .outage import POSTGRES_CONNECT_ARGS, STORE_PATIENCE_S, QuietStoreLog, cannot_open, unavailable
+from .rates import StoredRates
 from .records import RecordSerializer
 from .remote import StoreView
 from .run import DurableRun
@@ -130,6 +131,7 @@ class DurableRuns:
         self.view: StoreView | None = None  # the store read as from outside, once open
         self._ledger: Ledger | None = None
         self.accounts: StoredAccounts | None = None  # accounts' budgets, in the ledger
+        self.rates: StoredRates | None = None  # endpoints' rate limits, in the ledger
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -145,6 +147,7 @@ class DurableRuns:
         try:
             self._ledger = Ledger(self.url, self.connections)
             self.accounts = StoredAccounts(self._ledger)
+            self.rates = StoredRates(self._ledger)
             self.launch()
             self.view = StoreView(self.url, self._ledger)
         except TetherError:
@@ -496,6 +499,7 @@ class DurableRuns:
             self.spawner,
             self.parents.get,
             self.accounts,
+            self.rates,
         )
         try:
             return await execute_run(how, run, record, task, history)

@@ -37,6 +37,7 @@ from ..errors import (
     status_error,
     stream_error,
 )
+from ..rates import GATE, attempt_tokens
 from ..redact import scrub
 
 RetryHook = Callable[[int, float, ProviderError], None]
@@ -113,8 +114,12 @@ def closes_with_its_loop(session: aiohttp.ClientSession) -> AsyncGenerator[None]
 
 
 class HTTPClient:
-    def __init__(self, base_url: str, headers: dict[str, str], settings: HTTPSettings) -> None:
+    def __init__(
+        self, base_url: str, headers: dict[str, str], settings: HTTPSettings, endpoint: str = ""
+    ) -> None:
+        """`endpoint` names the URL and key for rate limits (`rates.py`; empty: not gated)."""
         self.base_url = base_url.rstrip("/")
+        self.endpoint = endpoint
         self.headers = headers
         self.settings = settings
         self._session: aiohttp.ClientSession | None = None
@@ -149,15 +154,23 @@ class HTTPClient:
         max_output_tokens: int | None = None,
     ) -> Any:
         """POST `body` as JSON and return `parse(response)`, retrying while that is safe; a
-        streamed reply may bring what `max_output_tokens` allows (see `stream_allowance`)."""
+        streamed reply may bring what `max_output_tokens` allows (see `stream_allowance`).
+        Each attempt passes the run's rate gate first, if it has one (`rates.GATE`), and a
+        server's `Retry-After` pauses the endpoint for every process that shares the gate."""
         url = self.base_url + path
         data = orjson.dumps(body)
+        gate = GATE.get() if self.endpoint else None
+        tokens = attempt_tokens(data, max_output_tokens)
         attempt = 0
         while True:
             progress = Progress(self.settings.read_timeout, stream_allowance(max_output_tokens))
             try:
+                if gate is not None:
+                    await gate.through(self.endpoint, tokens)
                 return await self._once(url, data, parse, progress)
             except ProviderError as e:
+                if gate is not None and e.retry_after is not None and e.retry_after > 0:
+                    await gate.paused(self.endpoint, e.retry_after)
                 if not e.retryable or progress.emitted or attempt >= self.settings.max_retries:
                     raise
                 if e.retry_after is not None and e.retry_after > self.longest_wait():
@@ -454,7 +467,7 @@ class HTTPModel:
         self.name = name
         self.stream = stream
         self.endpoint = endpoint_key(self.provider, base_url, api_key)
-        self.http = HTTPClient(base_url, headers, settings or HTTPSettings())
+        self.http = HTTPClient(base_url, headers, settings or HTTPSettings(), self.endpoint)
 
     async def aclose(self) -> None:
         """Close its connections now (they close with their event loop anyway)."""

@@ -34,6 +34,7 @@ from ..accounts import Accounts
 from ..approvals import Policy
 from ..events import Emitter, Sink
 from ..messages import ImagePart, ToolSpec, Usage
+from ..rates import Rates
 from ..tree import Allowance
 
 DEFAULT_TIMEOUT = 60.0
@@ -52,6 +53,9 @@ class RunContext:
     accounts: Accounts | None = None
     """Where the account's limits and spend are kept (set by the runtime): each model call
     of the run is reserved there first (`accounts.py`)."""
+    rates: Rates | None = None
+    """Where its model endpoints' rate limits are kept (set by the runtime): each HTTP attempt
+    of the run passes them first (`rates.py`)."""
     deps: Any = None
     config: dict[str, Any] = field(default_factory=dict)
     idempotency_key: str | None = None
@@ -100,6 +104,7 @@ class RunContext:
             workspace=self.workspace,
             account_id=self.account_id,
             accounts=self.accounts,
+            rates=self.rates,
             deps=self.deps,
             config=self.config,
             parent=self.allowance,

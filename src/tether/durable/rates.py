@@ -1,0 +1,162 @@
+"""Endpoints' rate limits in a store's ledger, shared by every process on it (`rates.py` says
+what they hold and why).
+
+Two tables: an endpoint's rate and the pause a server asked for (`tether_rates`, a row per
+endpoint), and the attempts admitted to a rated endpoint in its last window (`tether_rate_log`).
+
+An endpoint with a rate is asked for each attempt: one transaction locks its row (`FOR UPDATE`
+on Postgres, so two workers admitting to one key take turns; on SQLite `BEGIN IMMEDIATE` makes
+every writer of the file take turns already), forgets the attempts past the window, reads the
+rest and, when `rates.wait_for` says there is room, records this one. Time is the database's on
+Postgres (the workers' clocks may disagree; the window is one clock's), the process's on SQLite
+(one machine).
+
+Most endpoints have no rate, and asking the store before each of their attempts would cost a
+round trip a model call (about 0.35 ms of CPU on Postgres, `bench/accounts.py`) for nothing.
+So each process keeps the table's rows (`known`), read again when older than `REFRESH_S`: an
+endpoint absent from it goes at once; one that a server paused waits out the pause here. A rate
+set by `tether limits rate`, or a pause another process saw on an endpoint with no rate, is thus
+heeded within `REFRESH_S`; a pause on a rated endpoint at once (its row is read with each
+attempt), and a pause this process saw at once.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from ..rates import SLACK, Rate, RateStanding, wait_for, why_waiting
+from .ledger import Ledger, Run
+
+REFRESH_S = 1.0
+"""How old this process's copy of the rates table may grow before it is read again."""
+
+
+class StoredRates:
+    """`rates.Rates` kept in a store's ledger."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        postgres = ledger.engine is not None
+        self.lock = " FOR UPDATE" if postgres else ""  # SQLite: see above
+        self.now_sql = "EXTRACT(EPOCH FROM clock_timestamp())" if postgres else ":now"
+        self.later = "GREATEST" if postgres else "max"
+        self.known: dict[str, tuple[Rate | None, float]] = {}
+        """Each endpoint in the table: its rate, and until when (this process's clock,
+        `time.monotonic`) a server's pause holds."""
+        self.read_at = -REFRESH_S  # when `known` was read (monotonic)
+
+    def params(self, **given: object) -> dict[str, object]:
+        """`given` and, on SQLite, the time now (Postgres reads its own clock)."""
+        return given if self.ledger.engine is not None else {**given, "now": time.time()}
+
+    # -- reads and writes, each one transaction (run in a thread on Postgres: `Ledger.call`)
+
+    def refresh_now(self) -> None:
+        sql = f"SELECT endpoint, rate, paused_until - {self.now_sql} FROM tether_rates"
+        mono = time.monotonic()
+        self.known = {
+            str(endpoint): (rate_of(rate), mono + float(left))
+            for endpoint, rate, left in self.ledger.read(sql, self.params())
+        }
+        self.read_at = mono
+
+    def admit_now(self, endpoint: str, tokens: int) -> tuple[float, str]:
+        """The rule for an endpoint with a rate, in one transaction (see the module docstring)."""
+        with self.ledger.transaction() as run:
+            sql = f"SELECT rate, paused_until, {self.now_sql} FROM tether_rates WHERE endpoint = :e"
+            rows = run(sql + self.lock, self.params(e=endpoint))
+            if not rows:
+                return 0.0, ""  # cleared meanwhile
+            rate, paused_until, now = rate_of(rows[0][0]), float(rows[0][1]), float(rows[0][2])
+            admitted = self.recent_in(run, endpoint, rate, now)
+            wait = wait_for(rate, paused_until, admitted, now, tokens)
+            if wait > 0:
+                return wait, why_waiting(rate, paused_until, now)
+            run(
+                "INSERT INTO tether_rate_log VALUES (:e, :at, :t)",
+                {"e": endpoint, "at": now, "t": tokens},
+            )
+            return 0.0, ""
+
+    def recent_in(
+        self, run: Run, endpoint: str, rate: Rate | None, now: float
+    ) -> list[tuple[float, int]]:
+        """The attempts admitted in the endpoint's window, oldest first; older ones deleted."""
+        since = now - (rate.per if rate is not None else 0.0) - SLACK
+        params = {"e": endpoint, "since": since}
+        run("DELETE FROM tether_rate_log WHERE endpoint = :e AND at <= :since", params)
+        sql = "SELECT at, tokens FROM tether_rate_log WHERE endpoint = :e ORDER BY at"
+        return [(float(at), int(t)) for at, t in run(sql, {"e": endpoint})]
+
+    def pause_now(self, endpoint: str, seconds: float) -> None:
+        until = f"{self.now_sql} + :s"
+        self.ledger.once(
+            f"INSERT INTO tether_rates VALUES (:e, NULL, {until}, {self.now_sql}) "
+            f"ON CONFLICT (endpoint) DO UPDATE SET paused_until = "
+            f"{self.later}(tether_rates.paused_until, excluded.paused_until)",
+            self.params(e=endpoint, s=seconds),
+        )
+
+    def set_now(self, endpoint: str, rate: Rate | None) -> None:
+        with self.ledger.transaction() as run:
+            if rate is None:
+                run("DELETE FROM tether_rates WHERE endpoint = :e", {"e": endpoint})
+                run("DELETE FROM tether_rate_log WHERE endpoint = :e", {"e": endpoint})
+                return
+            text = orjson.dumps(rate.to_dict()).decode()
+            run(
+                f"INSERT INTO tether_rates VALUES (:e, :r, 0, {self.now_sql}) "
+                "ON CONFLICT (endpoint) DO UPDATE SET rate = excluded.rate",
+                self.params(e=endpoint, r=text),
+            )
+        self.read_at = -REFRESH_S  # heeded here from the next attempt
+
+    def rates_now(self) -> list[RateStanding]:
+        found = []
+        with self.ledger.transaction() as run:
+            sql = f"SELECT endpoint, rate, paused_until, {self.now_sql} FROM tether_rates"
+            for endpoint, text, paused_until, now in run(sql + " ORDER BY endpoint", self.params()):
+                rate = rate_of(text)
+                since = float(now) - (rate.per if rate is not None else 0.0) - SLACK
+                counted = run(
+                    "SELECT COUNT(*), SUM(tokens) FROM tether_rate_log "
+                    "WHERE endpoint = :e AND at > :since",
+                    {"e": endpoint, "since": since},
+                )[0]
+                paused = max(0.0, float(paused_until) - float(now))
+                found.append(
+                    RateStanding(str(endpoint), rate, int(counted[0]), int(counted[1] or 0), paused)
+                )
+        return found
+
+    # -- `rates.Rates` ------------------------------------------------------------------------
+
+    async def try_admit(self, endpoint: str, tokens: int) -> tuple[float, str]:
+        if time.monotonic() - self.read_at >= REFRESH_S:
+            await self.ledger.call(self.refresh_now)
+        known = self.known.get(endpoint)
+        if known is None:
+            return 0.0, ""
+        rate, paused_until = known
+        left = paused_until - time.monotonic()
+        if rate is None:  # paused, with no rate: waited out here
+            now = time.time()
+            return (left, why_waiting(None, now + left, now)) if left > 0 else (0.0, "")
+        return await self.ledger.call(self.admit_now, endpoint, tokens)
+
+    async def pause(self, endpoint: str, seconds: float) -> None:
+        rate, until = self.known.get(endpoint, (None, 0.0))
+        self.known[endpoint] = (rate, max(until, time.monotonic() + seconds))  # here at once
+        await self.ledger.call(self.pause_now, endpoint, seconds)
+
+    async def set_rate(self, endpoint: str, rate: Rate | None) -> None:
+        await self.ledger.call(self.set_now, endpoint, rate)
+
+    async def rates(self) -> list[RateStanding]:
+        return await self.ledger.call(self.rates_now)
+
+
+def rate_of(text: str | None) -> Rate | None:
+    return Rate.from_dict(orjson.loads(text)) if text else None
