@@ -304,6 +304,49 @@ def test_tether_limits_and_run_account_on_sqlite(wire: WireServer, tmp_path: Pat
     ] == {"cost_per_day": 0.1, "when_over": "refuse"}  # nothing changed by the bad ones
 
 
+def test_a_cancelled_run_whose_process_died_mid_call_holds_nothing(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """A run killed while its call waits at the mock, then cancelled: it is never taken over,
+    so the cancel counts what it held as spent (it may have been paid) and nothing stays
+    held against its account."""
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"m": {"input": 1000, "output": 1000}}))
+    held = threading.Event()
+    wire.add(text="late", gate=held)
+    env = cli_env(OPENAI_API_KEY="sk-test")
+    assert tether("limits", "set", "acme", "--cost-total", "5", "--store", store).returncode == 0
+    run = warm.Popen(
+        [
+            *(*TETHER, "run", "say hello", "--store", store, "--base-url", wire.url),
+            *("--model", "m", "--prices", str(prices), "--max-output-tokens", "60"),
+            *("--account", "acme", "--run-id", "cut"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        wait_until(lambda: wire.requests, "the call at the mock", 30)
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+    finally:
+        held.set()
+
+    def standing() -> dict[str, Any]:
+        shown = tether("limits", "acme", "--store", store, "--json", env=env)
+        return dict(json.loads(shown.stdout))
+
+    before = standing()["held"]["total"]["usd"]
+    assert before > 0  # the kill left its reservation
+    cancelled = tether("cancel", "cut", "--store", store, env=env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    after = standing()
+    assert after["held"]["total"] == {"usd": 0, "tokens": 0}
+    assert after["spent"]["total"]["usd"] == pytest.approx(before)  # counted at its estimate
+
+
 def test_a_durable_run_queued_for_its_accounts_room_goes_on_when_the_limit_is_raised(
     wire: WireServer, tmp_path: Path
 ) -> None:

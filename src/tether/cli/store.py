@@ -144,7 +144,7 @@ def control(store: Any, args: argparse.Namespace) -> str:
     """`cancel`, `send`, `approve` or `deny` a run of the store: what was done, in one line. A
     run that cannot take it (ended, unknown, not waiting for that approval) is a ConfigError
     naming why; `cancel` of an ended run said nothing and exited 0, while `send` exited 2."""
-    from ..durable.remote import answer_approval, send_message
+    from ..durable.remote import answer_approval, cancel_run, send_message
     from ..durable.view import ENDED, ledger_for, status_of
 
     run_id = args.run_id
@@ -152,7 +152,7 @@ def control(store: Any, args: argparse.Namespace) -> str:
         status = status_of(store, run_id).status
         if status in ENDED:
             raise ConfigError(f"run {run_id} has ended ({status.lower()}): nothing to cancel")
-        store.cancel_workflow(run_id)
+        cancel_run(store, ledger_for(args.store), run_id)
         return f"cancelled run {run_id} (what it completed is kept)"
     if args.command == "send":
         send_message(store, ledger_for(args.store), run_id, args.text)

@@ -124,6 +124,19 @@ plus held has reached refuses) said again in SQL, in one statement that needs no
 of its own (five round trips were 2.2 ms of CPU a call). Python says why when it refuses."""
 
 
+def release_in(ledger: Ledger, run_id: str) -> None:
+    """Count what the run still holds as spent, at its estimates: a call whose step was never
+    recorded (it failed after the call, or its worker died and the run was cancelled) may have
+    been paid for. A settlement that comes later for one of them finds nothing held and adds
+    nothing: each call is counted once."""
+    settle_sql = SETTLE if ledger.conn is not None else SETTLE_POSTGRES
+    with ledger.transaction() as run:
+        sql = "SELECT key, usd, tokens FROM tether_account_held WHERE run_id = :r"
+        for key, usd, tokens in run(sql, {"r": run_id}):
+            for settle in settle_sql:
+                run(settle, {"r": run_id, "k": key, "u": float(usd), "t": int(tokens)})
+
+
 def spend_key(period: Period, name: str) -> str:
     return "total" if period == "total" else f"{period}:{name}"
 
@@ -224,13 +237,7 @@ class StoredAccounts:
         return why or f"account budget: {account} has reached one of its limits"
 
     def release_now(self, run_id: str) -> None:
-        """Count what the run still holds as spent, at its estimates: a call whose step was
-        never recorded (it failed after the call) may have been paid for."""
-        with self.ledger.transaction() as run:
-            sql = "SELECT key, usd, tokens FROM tether_account_held WHERE run_id = :r"
-            for key, usd, tokens in run(sql, {"r": run_id}):
-                for settle in self.settle_sql:
-                    run(settle, {"r": run_id, "k": key, "u": float(usd), "t": int(tokens)})
+        release_in(self.ledger, run_id)
 
     def set_now(self, account: str, limits: Limits | None) -> None:
         with self.ledger.transaction() as run:

@@ -384,6 +384,8 @@ class DurableRuns:
 
         await DBOS.cancel_workflow_async(run_id)
         here = self.executing.get(run_id)
+        if here is None and self.accounts is not None:  # its worker may be dead: see cancel_run
+            await self.accounts.release(run_id)
         stopped = here.stop_here() if here is not None else None
         if stopped is not None:
             await asyncio.wait([stopped], timeout=10.0)

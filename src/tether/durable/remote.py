@@ -25,6 +25,7 @@ from .dbos_private import (
     all_events,
     engine,
 )
+from .accounts import release_in
 from .ledger import Ledger
 from .view import (
     ENDED,
@@ -104,6 +105,14 @@ def answer_question(ledger: Ledger, run_id: str, question_id: str, answer: Answe
     checked = fitted(Question.from_dict(orjson.loads(found[0]), run_id), answer)
     if not ledger.give_answer(run_id, question_id, orjson.dumps(checked.to_dict()).decode()):
         raise QuestionError(f"question {question_id} of run {run_id} was answered already")
+
+
+def cancel_run(store: Any, ledger: Ledger, run_id: str) -> None:
+    """Cancel a run in the store, wherever it executes, and count what its calls in flight
+    hold against its account as spent: a run whose worker died is never taken over once
+    cancelled, and its reservations would hold its account's room for good."""
+    store.cancel_workflow(run_id)
+    release_in(ledger, run_id)
 
 
 def send_message(store: Any, ledger: Ledger, run_id: str, text: str) -> None:
@@ -281,7 +290,7 @@ class RemoteRun:
     def cancel(self) -> bool:
         if not self.alive:
             return False
-        self.view.client.cancel_workflow(self.id)
+        cancel_run(self.view.client, self.view.ledger, self.id)
         return True
 
     def approve(
