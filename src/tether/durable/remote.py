@@ -20,12 +20,12 @@ from ..messages import Message, ToolCall
 from ..questions import Answer, Question, fitted
 from ..result import RunResult
 from ..run_filter import Cursor, Page, RunFilter
+from .accounts import release_in
 from .activity import ended_since, model_seconds_since, started_since
 from .dbos_private import (
     all_events,
     engine,
 )
-from .accounts import release_in
 from .ledger import Ledger
 from .view import (
     ENDED,
