@@ -199,6 +199,46 @@ def test_tether_limits_rate_across_processes_on_sqlite(wire: WireServer, tmp_pat
 # -- four workers on one Postgres ----------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("rate", "ago", "tokens"),
+    [
+        (Rate(requests=2, per=10.0), [(5.0, 1), (1.0, 1)], 1),  # waits for the one 5 s ago
+        (Rate(requests=2, per=10.0), [(12.0, 1), (1.0, 1)], 1),  # that one has left: goes
+        (Rate(tokens=100, per=10.0), [(5.0, 40), (4.0, 40), (3.0, 10)], 10),  # fits: goes
+        (Rate(tokens=100, per=10.0), [(5.0, 40), (4.0, 40), (3.0, 10)], 50),
+        (Rate(tokens=100, per=10.0), [(5.0, 40), (4.0, 40), (3.0, 10)], 60),
+        (Rate(tokens=100, per=10.0), [(5.0, 40), (4.0, 40), (3.0, 10)], 500),
+        (Rate(requests=3, tokens=100, per=10.0), [(5.0, 40), (4.0, 40), (3.0, 10)], 5),
+    ],
+)
+def test_the_admission_on_postgres_says_what_the_rule_says(
+    postgres: str, rate: Rate, ago: list[tuple[float, int]], tokens: int
+) -> None:
+    """The server function (`tether_admit`, one round trip) against `rates.wait_for`: the
+    same wait for the same attempts, and an attempt it admits is recorded."""
+    import time
+
+    from tether.durable.ledger import Ledger
+    from tether.durable.rates import StoredRates
+
+    rates = StoredRates(Ledger(postgres, connections=1))
+    rates.set_now("e", rate)
+    now = time.time()
+    admitted = [(now - seconds, t) for seconds, t in ago]
+    with rates.ledger.transaction() as run:
+        rows = [{"at": at, "t": t} for at, t in admitted]
+        run("INSERT INTO tether_rate_log VALUES ('e', :at, :t)", rows)
+    expected = wait_for(rate, 0.0, admitted, now, tokens)
+    wait, why = rates.admit_now("e", tokens)
+    assert wait == pytest.approx(expected, abs=0.1)
+    (standing,) = rates.rates_now()
+    kept = len([a for a in ago if a[0] < rate.per + SLACK])
+    assert standing.requests == kept + (wait == 0)
+    assert why == ("" if wait == 0 else f"rate limit: {rate.said()}")
+    rates.pause_now("e", 3.0)
+    assert rates.admit_now("e", tokens)[0] == pytest.approx(3.0, abs=0.1)
+
+
 def fleet(wire: WireServer, postgres: str, runs: int, tag: str) -> list[str]:
     """Queue `runs` runs against the mock, each a tool call and then an answer; their ids."""
     env = cli_env(OPENAI_API_KEY="sk-test")
