@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import orjson
 
 from ..accounts import PERIODS, Cost, Limits, Period, Standing, periods_at
-from .ledger import SCHEMA_LOCK, Ledger, Run, Writes
+from .ledger import SCHEMA_LOCK, Ledger, Params, Run, Writes
 
 ADDED = (
     " ON CONFLICT (account, period) DO UPDATE SET usd = tether_account_spend.usd + excluded.usd, "
@@ -60,6 +61,11 @@ STANDING = (
     "SELECT 'held', day, month, usd, tokens, run_id, key FROM tether_account_held "
     "WHERE account = :a"
 )
+LIMITS = (
+    "SELECT 'limits', limits, '', 0.0, 0, '', '' FROM tether_account_limits "
+    "WHERE account = :a UNION ALL "
+)
+"""Put before `STANDING`: the account's limits in the same read (`kind` 'limits')."""
 
 
 RESERVE_FUNCTION = """
@@ -177,7 +183,9 @@ class StoredAccounts:
         params = {"a": account, "d": f"day:{names['day']}", "m": f"month:{names['month']}"}
         for kind, day, month, usd, tokens, run_id, key in run(STANDING, params):
             cost = Cost(float(usd), int(tokens))
-            if kind == "spent":
+            if kind == "limits":
+                found.limits = Limits.from_dict(orjson.loads(day))
+            elif kind == "spent":
                 found.spent[keys[day]] = cost
                 continue
             if (run_id, key) == mine:
@@ -250,9 +258,14 @@ class StoredAccounts:
                 )
 
     def standing_now(self, account: str) -> Standing:
-        with self.ledger.transaction() as run:
-            limits = self.limits_in(run, account, lock=False)
-            return self.standing_in(run, account, limits, time.time(), ("", ""))[0]
+        """The account with its limits, in one statement (one round trip on Postgres, where a
+        transaction of two was 1.2 ms of CPU a new run of an account)."""
+
+        def once(sql: str, params: Params) -> list[tuple[Any, ...]]:
+            assert isinstance(params, dict)
+            return self.ledger.once(LIMITS + sql, params)
+
+        return self.standing_in(once, account, None, time.time(), ("", ""))[0]
 
     def names_now(self) -> list[str]:
         sql = (
