@@ -7,7 +7,8 @@ endpoint), and the attempts admitted to a rated endpoint in its last window (`te
 An endpoint with a rate is asked for each attempt: one transaction locks its row (`FOR UPDATE`
 on Postgres, so two workers admitting to one key take turns; on SQLite `BEGIN IMMEDIATE` makes
 every writer of the file take turns already), forgets the attempts past the window, reads the
-rest and, when `rates.wait_for` says there is room, records this one. Time is the database's on
+rest and, when `rates.wait_for` says there is room, records this one. On Postgres that is one
+call of a server function (`ADMIT_FUNCTION`), one round trip. Time is the database's on
 Postgres (the workers' clocks may disagree; the window is one clock's), the process's on SQLite
 (one machine).
 
