@@ -581,6 +581,19 @@ def test_the_dashboard_shows_each_accounts_spend_and_the_api_refuses_a_run_over_
     expect(row).to_contain_text("tokens total 1; a new run over a limit: refused")
     expect(row).to_have_class("status-halted")
     expect(row).to_have_attribute("title", re.compile("account budget: acme has used"))
+    rate = ("--base-url", server.wire.url, "--requests", "100", "--tokens", "90000", *store)
+    assert tether("limits", "rate", *rate, env=cli_env(OPENAI_API_KEY="sk-web")).returncode == 0
+    page.reload()  # and the server's endpoint's rate, from the same read
+    (rated,) = server.api("GET", "/api/accounts")["rates"]
+    assert rated["endpoint"].startswith(f"openai-chat {server.wire.url} key:")
+    expect(page.locator("#rates tr td")).to_have_text(
+        [
+            rated["endpoint"],
+            "at most 100 requests and 90000 tokens a minute",
+            "0 requests, 0 tokens",
+            "no",
+        ]
+    )
     page.goto(f"{server.url}/?account=acme")  # the runs list, filtered by account
     expect(page.locator("#runs tr")).to_have_count(1)
     page.fill("#filter input[name=account]", "beta")

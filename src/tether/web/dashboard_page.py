@@ -25,6 +25,9 @@ DASHBOARD_PAGE = """<!doctype html>
 <section class="panel"><h2>Accounts</h2>
 <table><thead><tr><th>Account</th><th>Today</th><th>This month</th><th>In all</th><th>In flight</th><th>Limits</th></tr></thead><tbody id="accounts"></tbody></table>
 <p class="note" id="no-accounts" hidden>No account has limits or spend (tether limits set ACCOUNT ...).</p></section>
+<section class="panel"><h2>Rate limits</h2>
+<table><thead><tr><th>Endpoint and key</th><th>Rate</th><th>Its last window</th><th>Paused</th></tr></thead><tbody id="rates"></tbody></table>
+<p class="note" id="no-rates" hidden>No endpoint has a rate (tether limits rate ...).</p></section>
 <section class="panel"><h2>Model-call latency</h2><p id="latency" class="note"></p>
 <svg class="chart" id="latency-chart" viewBox="0 0 900 90" role="img" aria-label="model-call latency percentiles"></svg></section>
 <script nonce="__NONCE__">
@@ -113,6 +116,24 @@ async function accounts() {
     const cells = [a.account, money(a.spent.day), money(a.spent.month), money(a.spent.total), money(a.held.total), limitsText(a.limits)];
     for (const text of cells) { const td = document.createElement('td'); td.textContent = text; tr.appendChild(td); }
     if (a.refusal) { tr.className = 'status-halted'; tr.title = a.refusal; }
+    body.appendChild(tr);
+  }
+  rates(found.rates);
+}
+function rateText(r) {
+  if (!r) return 'none';
+  const said = [r.requests && r.requests + ' requests', r.tokens && r.tokens + ' tokens'].filter(Boolean);
+  return 'at most ' + said.join(' and ') + (r.per === 60 ? ' a minute' : ' in ' + r.per + ' s');
+}
+function rates(found) {
+  const body = document.getElementById('rates'); body.replaceChildren();
+  document.getElementById('no-rates').hidden = found.length > 0;
+  for (const e of found) {
+    const tr = document.createElement('tr');
+    const paused = e.paused_for > 0 ? e.paused_for.toFixed(1) + ' s more, as the server asked' : 'no';
+    const cells = [e.endpoint, rateText(e.rate), e.recent.requests + ' requests, ' + e.recent.tokens + ' tokens', paused];
+    for (const text of cells) { const td = document.createElement('td'); td.textContent = text; tr.appendChild(td); }
+    if (e.paused_for > 0) tr.className = 'status-halted';
     body.appendChild(tr);
   }
 }

@@ -422,9 +422,14 @@ class WebApp:
 
     async def accounts(self, request: web.Request) -> web.Response:
         """Every account with limits or spend: what it spent today, this month and in all,
-        what its calls in flight hold, its limits, and why it has no room, if it has none."""
-        found = await self.runtime.accounts()
-        return web.json_response({"accounts": [a.to_dict() for a in found]}, dumps=dumps)
+        what its calls in flight hold, its limits, and why it has no room, if it has none;
+        and every endpoint with a rate or a server's pause: its requests and tokens in its
+        last window."""
+        found, rated = await self.runtime.accounts(), await self.runtime.rates()
+        return web.json_response(
+            {"accounts": [a.to_dict() for a in found], "rates": [r.to_dict() for r in rated]},
+            dumps=dumps,
+        )
 
     async def approvals(self, request: web.Request) -> web.Response:
         """Every call waiting for a person across the runs of this server and its store,
