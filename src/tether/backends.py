@@ -109,6 +109,11 @@ class Needs:
     resolve: Callable[[str, dict[str, Any] | None], Awaitable[Agent]]
     spawner: Callable[[Approver | None], Spawn]
     questions: Questions
+    serving: Callable[[], dict[str, str]] = dict
+    """The versions of the agents registered with the Runtime (name: version), which a store's
+    process executes (`durable/versions.py`)."""
+    rebuilds: bool = True
+    """Whether the Runtime builds agents from recorded options (it has a factory)."""
 
 
 @dataclasses.dataclass
@@ -164,6 +169,9 @@ class Backend:
 
     async def resume(self, run_id: str, sinks: list[Sink], force: bool) -> RunHandle:
         raise ConfigError("resume needs a store: runs in memory end with their process")
+
+    async def upgrade(self, run_id: str, to: str | None) -> tuple[str, str]:
+        raise ConfigError("an upgrade needs a store: a run in memory ends with its process")
 
     def get(self, run_id: str) -> RunHandle:
         raise NotImplementedError
@@ -266,6 +274,7 @@ class OnStore(Backend):
         from .durable.ledger import KeptQuestions
         from .durable.outage import STORE_PATIENCE_S
         from .durable.process import CONNECTIONS, DurableRuns
+        from .durable.versions import Serving
 
         sup, s = self.supervisor, self.settings
         durable = DurableRuns(
@@ -281,6 +290,7 @@ class OnStore(Backend):
         durable.spawner = lambda approvals: needs.spawner(
             {"auto": approve_all, "deny": deny_all}.get(approvals)
         )
+        durable.serving = lambda: Serving(needs.serving(), needs.rebuilds)
         durable.open()
         self.durable = durable
         needs.questions.recorder = KeptQuestions(durable.ledger)
@@ -387,6 +397,12 @@ class OnStore(Backend):
         approvals = approvals_of(how.approver)
         record = record_of(agent, how.options, how.context, approvals, how.restart)
         enqueue(self.settings.url, pairs, record)
+
+    async def upgrade(self, run_id: str, to: str | None) -> tuple[str, str]:
+        from .durable.remote import upgrade_run
+
+        ledger = self.opened.ledger
+        return await ledger.call(upgrade_run, self.opened.reader, ledger, run_id, to)
 
     async def answer(self, run_id: str, question_id: str, given: Answer) -> None:
         """Kept in the store, for a run waiting in any process (or in none: a resumed run

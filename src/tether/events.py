@@ -215,6 +215,10 @@ SCHEMA: dict[str, EventType] = {
             "reason": "who or what answered",
         },
     ),
+    "upgraded": EventType(
+        "a run goes on under another version of its agent than it began with (tether upgrade)",
+        {"from": "the version it began with", "to": "the version it goes on under"},
+    ),
     "queued": EventType(
         "work waits for a free slot (admission), a new run for room in its account's budget, "
         "or a model call's attempt for its endpoint's rate limit or a server's pause",

@@ -155,7 +155,15 @@ class Runtime:
     async def open(self) -> None:
         if self.entered:
             return
-        await self.backend.open(Needs(self.agent_for, self.spawner, self.questions))
+        await self.backend.open(
+            Needs(
+                self.agent_for,
+                self.spawner,
+                self.questions,
+                self.versions,
+                self.factory is not None,
+            )
+        )
         self.entered = True
 
     async def close(self, deadline: float = 10.0) -> None:
@@ -208,6 +216,10 @@ class Runtime:
         for t in agent.toolbox.tools.values():
             if isinstance(t.agent, Agent):
                 self.register(t.agent)
+
+    def versions(self) -> dict[str, str]:
+        """The version of each agent registered here, by name."""
+        return {name: agent.effective_version for name, agent in self.agents.items()}
 
     async def agent_for(self, name: str, options: dict[str, Any] | None = None) -> Agent:
         """The agent `name`, or the one the factory builds from `options` (built once per
@@ -373,6 +385,14 @@ class Runtime:
         """Every endpoint with a rate or a server's pause: its attempts in its last window."""
         self.check_open()
         return await self.backend.rates.rates()
+
+    async def upgrade(self, run_id: str, to: str | None = None) -> tuple[str, str]:
+        """Move a run that waits for its agent's version (no live worker has it) to version
+        `to` (None: the one other version live workers have): a worker of it goes on from
+        its last recorded step. Its (from, to) versions; ConfigError, nothing changed, for a
+        run that is running, has ended, or to a version no live worker has."""
+        self.check_open()
+        return await self.backend.upgrade(run_id, to)
 
     async def fork(
         self,

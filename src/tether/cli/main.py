@@ -37,8 +37,8 @@ def check_store_settings(args: argparse.Namespace) -> str | None:
 
 
 STORE_COMMANDS = (
-    "resume", "fork", "runs", "send", "cancel", "approve", "deny", "worker", "migrate", "answer",
-    "limits",
+    "resume", "fork", "runs", "send", "cancel", "upgrade", "approve", "deny", "worker", "migrate",
+    "answer", "limits",
 )  # fmt: skip
 DURABLE_BY_DEFAULT = ("run", "ask", "serve", *STORE_COMMANDS)
 

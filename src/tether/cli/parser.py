@@ -201,6 +201,22 @@ def store_commands(sub: Subparsers) -> None:
     send.add_argument("text", metavar="TEXT")
     cancel = sub.add_parser("cancel", help="cancel a durable run")
     cancel.add_argument("run_id", metavar="RUN_ID")
+    upgrade = sub.add_parser(
+        "upgrade",
+        help="move a run that waits for its agent's version to another version",
+        description="A run goes on under the version of its agent it began with: a worker "
+        "executes only the versions it has, and a run whose version no live worker has waits "
+        "(tether runs: waiting for version 1). An upgrade moves it to another version's queue: "
+        "a worker of that version takes it and goes on from its last recorded step under the "
+        "new definition (nothing it completed runs again; a call in flight whose tool is gone "
+        "gets an error result that says so).",
+    )
+    upgrade.add_argument("run_id", metavar="RUN_ID")
+    upgrade.add_argument(
+        "--to",
+        metavar="VERSION",
+        help="the version (default: the one other that live workers have)",
+    )
     approve = sub.add_parser("approve", help="approve a durable run's waiting tool call")
     deny = sub.add_parser("deny", help="deny a durable run's waiting tool call")
     for p in (approve, deny):
@@ -233,7 +249,10 @@ def store_commands(sub: Subparsers) -> None:
         "else is left as it was, named, and the command exits 1. Stop the store's workers "
         "first; running it again changes nothing more.",
     )
-    for p in (resume, fork, runs, send, cancel, approve, deny, worker, migrate, answer, limits):
+    for p in (
+        *(resume, fork, runs, send, cancel, upgrade, approve, deny),
+        *(worker, migrate, answer, limits),
+    ):
         p.add_argument(
             "--store",
             metavar="URL",

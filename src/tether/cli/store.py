@@ -144,7 +144,7 @@ def control(store: Any, args: argparse.Namespace) -> str:
     """`cancel`, `send`, `approve` or `deny` a run of the store: what was done, in one line. A
     run that cannot take it (ended, unknown, not waiting for that approval) is a ConfigError
     naming why; `cancel` of an ended run said nothing and exited 0, while `send` exited 2."""
-    from ..durable.remote import answer_approval, cancel_run, send_message
+    from ..durable.remote import answer_approval, cancel_run, send_message, upgrade_run
     from ..durable.view import ENDED, ledger_for, status_of
 
     run_id = args.run_id
@@ -154,6 +154,9 @@ def control(store: Any, args: argparse.Namespace) -> str:
             raise ConfigError(f"run {run_id} has ended ({status.lower()}): nothing to cancel")
         cancel_run(store, ledger_for(args.store), run_id)
         return f"cancelled run {run_id} (what it completed is kept)"
+    if args.command == "upgrade":
+        was, now = upgrade_run(store, ledger_for(args.store), run_id, args.to)
+        return f"run {run_id} goes on under version {now} (was {was}): a worker of it takes it"
     if args.command == "send":
         send_message(store, ledger_for(args.store), run_id, args.text)
         return f"sent to run {run_id}: it reads the message before its next model call"
@@ -186,6 +189,8 @@ def runs_line(r: dict[str, Any]) -> str:
     if r["state"] == "interrupted" and waits:
         states["interrupted"] += f"; waits for {waits}"
     state = states.get(r["state"], r["state"])
+    if r.get("waiting_for_version"):  # queued where no live worker has its version
+        state = f"waiting for version {r['waiting_for_version']}"
     steps = "" if r["steps"] is None else f"{r['steps']} steps"
     cost = "" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
     task = " ".join(r["task"].split())

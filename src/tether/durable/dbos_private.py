@@ -20,6 +20,24 @@ def all_events(client: Any, run_id: str) -> dict[str, Any]:
     return events
 
 
+def wake(client: Any, run_id: str, topic: str) -> None:
+    """Tell a run waiting for a message on `topic` that one came (a client's `send` notifies
+    no one: on Postgres the run saw it at its next poll of the store, up to a minute later;
+    SQLite's runs poll every 50 ms). DBOS's own listener takes the notification as its own
+    sends make it."""
+    import sqlalchemy as sa
+    from dbos._sys_db import _dbos_notifications_channel
+
+    sys_db = client._sys_db
+    if sys_db.engine.dialect.name != "postgresql":
+        return
+    payload, _ = sys_db._waiter(run_id, topic)
+    with sys_db.engine.begin() as c:
+        c.execute(
+            sa.text("SELECT pg_notify(:c, :p)"), {"c": _dbos_notifications_channel, "p": payload}
+        )
+
+
 def make_schema(client: Any) -> None:
     """Create the store's schema through a client (DBOS's client never does): runs can be
     queued before any worker starts. One query when it is there already."""

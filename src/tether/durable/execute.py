@@ -26,6 +26,7 @@ from ..tools.tool import Spawn
 from ..tree import Allowance
 from .effects import RecordedEffects
 from .run import FORMAT, DurableRun, context_of, recorded
+from .versions import on_its_version
 from .view import task_images
 
 Resolver = Callable[[str, "dict[str, Any] | None"], Awaitable[Agent]]
@@ -57,6 +58,7 @@ async def execute_run(
     if record.get("format") != FORMAT:
         raise ConfigError(f"run {run.id} was recorded in another format")
     agent = await how.resolve(record["agent"], record["options"])
+    await on_its_version(run.id, record, agent.effective_version, run.emitter.emit)
     ctx = context_of(run.id, record)
     ctx.tree_sinks = run.sinks
     ctx.parent = how.parent_of(run.id)

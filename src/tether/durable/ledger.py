@@ -62,6 +62,9 @@ TABLES = (
     "asked_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, question_id))",
     "CREATE TABLE IF NOT EXISTS tether_executors (executor_id TEXT PRIMARY KEY, "
     "last_beat DOUBLE PRECISION NOT NULL)",
+    # the agents' versions each worker executes (`versions.py`): JSON `["triage@2", ...]`
+    "CREATE TABLE IF NOT EXISTS tether_serves (executor_id TEXT PRIMARY KEY, "
+    "serves TEXT NOT NULL, dead_after DOUBLE PRECISION NOT NULL)",
     # accounts' limits, spend per period and calls in flight (`durable/accounts.py`)
     "CREATE TABLE IF NOT EXISTS tether_account_limits (account TEXT PRIMARY KEY, "
     "limits TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)",
@@ -422,7 +425,31 @@ class Ledger:
             ]
             if dead:
                 run("DELETE FROM tether_executors WHERE last_beat < :t", old)
+                run("DELETE FROM tether_serves WHERE executor_id = :e", [{"e": e} for e in dead])
         return dead
+
+    def serve(self, executor_id: str, versions: list[str], dead_after: float) -> None:
+        """Record the agents' versions a worker executes (`agent@version`), for as long as it
+        beats (it counts as gone `dead_after` seconds after its last)."""
+        row = {"e": executor_id, "s": orjson.dumps(versions).decode(), "d": dead_after}
+        with self.transaction() as run:
+            run("DELETE FROM tether_serves WHERE executor_id = :e", {"e": executor_id})
+            run("INSERT INTO tether_serves VALUES (:e, :s, :d)", row)
+
+    def served(self) -> dict[str, list[str]]:
+        """The versions live workers execute (`agent@version`): by worker."""
+        return {e: versions for e, (versions, alive) in self.workers().items() if alive}
+
+    def workers(self) -> dict[str, tuple[list[str], bool]]:
+        """Every worker that said which versions it executes and has not been found dead
+        since: those versions, and whether it beat within its `dead_after`."""
+        sql = (
+            "SELECT s.executor_id, s.serves, e.last_beat >= :now - s.dead_after "
+            "FROM tether_serves AS s LEFT JOIN tether_executors AS e "
+            "ON e.executor_id = s.executor_id"
+        )
+        rows = self.read(sql, {"now": time.time()})
+        return {str(e): (list(orjson.loads(s)), bool(alive)) for e, s, alive in rows}
 
 
 def recorded_result(call_id: str, d: dict[str, Any]) -> ToolResult:

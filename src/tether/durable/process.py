@@ -44,7 +44,8 @@ from .records import RecordSerializer
 from .remote import StoreView
 from .run import DurableRun
 from .sqlite import sqlite_engine_kwargs
-from .view import ENDED, VERSION, WORKFLOW, check_url, executor_alive, status_of
+from .versions import HandedBack, Serving, route
+from .view import ENDED, VERSION, WORKFLOW, check_url, client, executor_alive, status_of
 
 T = TypeVar("T")
 
@@ -116,6 +117,9 @@ class DurableRuns:
         self.url = url
         self.resolve = resolve
         self.executor_id = executor_id or process_executor_id()
+        self.named = executor_id is not None  # a name another process may have had before
+        self.serving: Callable[[], Serving] = Serving
+        """The versions this process executes (`versions.py`): the Runtime's agents'."""
         self.working = False
         """Whether this process is a `tether worker` (it says each run it starts and ends)."""
         self.bus = Bus()
@@ -187,6 +191,12 @@ class DurableRuns:
         # `tether run` or `tether serve` would take queued runs and exit in their middle.
         # Only a worker takes them (`work` adds the queue).
         DBOS.listen_queues([])
+        if self.named:  # its runs of versions this process does not have go to their queues
+            reader = client(self.url, create=True)
+            try:
+                route(reader, [self.executor_id], self.serving())
+            finally:
+                reader.destroy()
         DBOS.launch()
         _launched = self.url
 
@@ -365,6 +375,10 @@ class DurableRuns:
         from dbos import DBOS
 
         found = await orphans(run_ids)
+        moved = await asyncio.to_thread(
+            route, self.reader, sorted(set(found.values())), self.serving()
+        )
+        found = {run_id: owner for run_id, owner in found.items() if run_id not in moved}
         if sinks is not None:
             for run_id in found:
                 shown = (before or {}).get(run_id)
@@ -505,6 +519,8 @@ class DurableRuns:
         )
         try:
             return await execute_run(how, run, record, task, history)
+        except HandedBack as e:  # not recorded: the run's row is its queue's again
+            return {"outcome": "not here", "reason": f"{e}; it is back on its version's queue"}
         finally:
             self.forget(run)
 

@@ -27,15 +27,16 @@ from .dbos_private import (
     engine,
 )
 from .ledger import Ledger
+from .versions import queue_for, record_in, wanted
 from .view import (
     ENDED,
     MAIL,
-    QUEUE,
     VERSION,
     WORKFLOW,
     check_url,
     client,
     events_of,
+    executor_alive,
     list_runs,
     listing,
     messages_of,
@@ -86,7 +87,11 @@ def enqueue(url: str, runs: list[tuple[str, str]], record: dict[str, Any]) -> No
     if taken:
         shown = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
         raise ConfigError(f"the store has runs with these ids already: {shown}; nothing queued")
-    queue = {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": VERSION}
+    queue = {
+        "queue_name": queue_for(str(record["agent"]), wanted(record, None)),
+        "workflow_name": WORKFLOW,
+        "app_version": VERSION,
+    }
     with engine(store).begin() as conn:
         for run_id, task in runs:
             options: Any = {**queue, "workflow_id": run_id}
@@ -113,6 +118,57 @@ def cancel_run(store: Any, ledger: Ledger, run_id: str) -> None:
     cancelled, and its reservations would hold its account's room for good."""
     store.cancel_workflow(run_id)
     release_in(ledger, run_id)
+
+
+def upgrade_run(store: Any, ledger: Ledger, run_id: str, to: str | None) -> tuple[str, str]:
+    """Move a run waiting for its version (queued, or left by a dead worker) to version `to`
+    of its agent (None: the one other version live workers execute): one UPDATE of its row,
+    onto that version's queue (`versions.py`). Its (from, to) versions; a ConfigError that
+    says why for a run that cannot be (ended, running, built from options, no such version
+    served), with nothing changed."""
+    found = store.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
+    if not found:
+        raise NoSuchRun(f"no run {run_id} in the store")
+    status, record = found[0], record_in(found[0])
+    agent, now = str(record.get("agent")), wanted(record, found[0].queue_name)
+    if status.status in ENDED:
+        raise ConfigError(f"run {run_id} has ended ({status.status.lower()}): fork it instead")
+    if now is None:
+        raise ConfigError(
+            f"run {run_id} is of an agent built from its recorded options, which any worker "
+            "builds again: it has no version to upgrade"
+        )
+    workers = ledger.workers()
+    executor = status.executor_id or ""
+    if status.status == "PENDING" and workers.get(executor, ([], executor_alive(executor)))[1]:
+        raise ConfigError(
+            f"run {run_id} is running on {status.executor_id}: an upgrade moves a run that "
+            "waits for its version (its worker gone)"
+        )
+    named = [v.rpartition("@") for vs, alive in workers.values() if alive for v in vs]
+    served = sorted({version for name, _, version in named if name == agent})
+    to = to or upgrade_target(run_id, agent, now, served)
+    if to == now:
+        raise ConfigError(f"run {run_id} is of version {now} already")
+    if to not in served:
+        raise ConfigError(
+            f"no live worker executes version {to} of agent {agent} (they execute "
+            f"{', '.join(served) or 'none of it'}): start one first"
+        )
+    store.resume_workflow(run_id, queue_name=queue_for(agent, to))
+    return now, to
+
+
+def upgrade_target(run_id: str, agent: str, now: str, served: list[str]) -> str:
+    """The version an upgrade goes to when none is named: the one other that is served."""
+    others = [v for v in served if v != now]
+    if len(others) == 1:
+        return others[0]
+    if not others:
+        raise ConfigError(f"no live worker executes another version of agent {agent} than {now}")
+    raise ConfigError(
+        f"live workers execute versions {', '.join(others)} of agent {agent}: name one (--to)"
+    )
 
 
 def send_message(store: Any, ledger: Ledger, run_id: str, text: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ from .dbos_private import (
     refuse_pickles,
     run_keys,
     status_counts,
+    wake,
 )
 from .ledger import Ledger
 from .outage import cannot_open, said_by_us
@@ -42,11 +44,11 @@ from .sqlite import scoped_sqlite, sqlite_dbapi
 from .steps import KINDS, ContextStep, ModelStep, Step, ToolsStep
 from .steps import built as step_of
 from .steps import read as read_step
+from .versions import upgraded, version_in, wanted
 
 T = TypeVar("T")
 
 WORKFLOW = "tether.durable_run"
-QUEUE = "tether"
 VERSION = "tether-4"  # the workflow's shape: a run recorded by another cannot resume
 
 
@@ -101,9 +103,23 @@ class Reader:
         self.client = dbos_client
         self.url = url
         self._ledger = ledger
+        self._served: tuple[float, set[str]] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
+
+    def send(self, run_id: str, message: Any, topic: str) -> None:
+        """DBOS's client's `send`, and the run woken at once (`dbos_private.wake`)."""
+        self.client.send(run_id, message, topic)
+        wake(self.client, run_id, topic)
+
+    def served(self) -> set[str]:
+        """The versions live workers execute (`agent@version`), read at most once a second."""
+        now = time.monotonic()
+        if self._served is None or now - self._served[0] > 1.0:
+            by_worker = self.ledger.served()
+            self._served = (now, {v for vs in by_worker.values() for v in vs})
+        return self._served[1]
 
     @property
     def ledger(self) -> Ledger:
@@ -374,7 +390,11 @@ def listing(w: Any) -> dict[str, Any]:
         "task": task if isinstance(task, str) else "",
         "agent": record.get("agent"),
         "account": record.get("account_id"),
-        "version": record.get("version"),  # None: recorded before runs had versions
+        # the version it goes on under (an upgrade's, else its own); None: recorded before
+        # runs had versions
+        "version": wanted(record, w.queue_name) or record.get("version"),
+        "upgraded_from": record.get("version") if upgraded(record, w.queue_name) else None,
+        "queue_version": (version_in(w.queue_name) or ("", None))[1],
         "queued_at": (w.created_at or 0) / 1000 if queued else None,
         "started_at": started,
         "ended_at": ((w.completed_at or w.updated_at or 0) / 1000) if ended else None,
@@ -491,7 +511,15 @@ def waiting_state(store: Any, row: dict[str, Any]) -> dict[str, Any]:
     """`row` with the state `waiting` (and the `approvals` it waits for) if its run waits for
     a person's approval, or `interrupted` if the process executing it died: nothing executes
     it until `tether resume`, a worker or a `Runtime` on this machine takes it over. (It
-    showed `running on` the dead process for ever.)"""
+    showed `running on` the dead process for ever.) A queued run of a version no live worker
+    executes says so (`waiting_for_version`)."""
+    version = row.get("queue_version")
+    if (
+        version
+        and row["status"] == "ENQUEUED"
+        and f"{row['agent']}@{version}" not in store.served()
+    ):
+        row["waiting_for_version"] = version
     if row["state"] != "running":
         return row
     waiting = approvals_waiting(store, row["id"])

@@ -14,7 +14,7 @@ import time
 from .dbos_private import listen_to
 from .outage import cause_of
 from .process import DurableRuns, say
-from .view import QUEUE
+from .versions import home_queue, route
 
 
 async def work(runs: DurableRuns, concurrency: int, beat: float, dead_after: float) -> None:
@@ -23,10 +23,14 @@ async def work(runs: DurableRuns, concurrency: int, beat: float, dead_after: flo
     source edition does not move a dead executor's runs by itself)."""
     from dbos import DBOS
 
-    await DBOS.register_queue_async(QUEUE, worker_concurrency=concurrency)
+    serving = runs.serving()
+    for queue in serving.queues():  # runs built from options, and each version's here
+        await DBOS.register_queue_async(queue, worker_concurrency=concurrency)
+        listen_to(queue)
     runs.working = True
-    listen_to(QUEUE)
     name = runs.executor_id
+    await runs.ledger.call(runs.ledger.serve, name, serving.to_list(), dead_after)
+    say(f"tether worker {name}: executes {serving.said()}")
     while True:
         try:
             dead = await beat_once(runs, name, dead_after)
@@ -66,16 +70,19 @@ async def tend(runs: DurableRuns, name: str, dead: list[str]) -> None:
             f"tether worker {name}: took over {len(taken)} runs whose process died: "
             f"{', '.join(taken)}"
         )
-    if dead:
+    if dead:  # each run to a worker of its version: here, or its version's queue
+        moved = await asyncio.to_thread(route, runs.reader, dead, runs.serving())
         recovered = await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
         say(
             f"tether worker {name}: executors {', '.join(dead)} stopped beating; "
             f"recovered {len(recovered)} runs"
+            + (f", and put {len(moved)} on their versions' queues" if moved else "")
         )
     if runs.abandoned:
         stopped = sorted(runs.abandoned)
         for run_id in stopped:
-            await DBOS.resume_workflow_async(run_id, queue_name=QUEUE)
+            queue = await asyncio.to_thread(home_queue, runs.reader, run_id)
+            await DBOS.resume_workflow_async(run_id, queue_name=queue)
             runs.abandoned.discard(run_id)
         say(
             f"tether worker {name}: queued again {len(stopped)} runs stopped while the store "

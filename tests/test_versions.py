@@ -1,0 +1,200 @@
+"""Rolling deploys and upgrades (`durable/versions.py`): workers execute only the versions they
+have, a run whose version no live worker has waits and says so, and an upgrade moves it to
+another version, which goes on from its last recorded step with nothing repeated."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import FIXTURES, cli_env, store_runs, tether, wait_until
+from tether.durable.versions import QUEUE, Serving, queue_for, version_in, wanted
+from wire_server import WireServer, tool_results
+
+SCRIPT = str(FIXTURES / "versioned.py")
+
+
+def test_a_run_goes_on_under_its_queues_version_else_its_own() -> None:
+    mine = {"agent": "mailer", "version": "1", "options": None}
+    assert queue_for("mailer", "1") == "tether:mailer@1" and queue_for("x", None) == QUEUE
+    assert version_in("tether:mail@er@2") == ("mail@er", "2") and version_in(QUEUE) is None
+    assert wanted(mine, None) == "1" and wanted(mine, "tether:mailer@1") == "1"
+    assert wanted(mine, "tether:mailer@2") == "2"  # upgraded
+    assert wanted(mine, "tether:other@2") == "1"  # another agent's queue says nothing of it
+    built = {"agent": "cli", "version": "abc", "options": {"model": "m"}}
+    assert wanted(built, None) is None  # any worker builds it again from its options
+    serving = Serving({"mailer": "2"}, rebuilds=False)
+    assert not serving.takes(mine) and serving.takes(mine, "tether:mailer@2")
+    assert not serving.takes(built) and Serving({}, rebuilds=True).takes(built)
+    assert serving.queues() == [QUEUE, "tether:mailer@2"]
+    assert serving.said() == "agents mailer@2"
+
+
+def mailer_rule(body: dict[str, Any]) -> dict[str, Any]:
+    """A run's task is its id: an `idle` one answers (and idles, being permanent); the others
+    send one mail, then say it is sent."""
+    task = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    if task.startswith("idle") or tool_results(body):
+        return {"text": "Sent." if tool_results(body) else "At your service."}
+    return {"calls": [("send_mail", {"to": task})]}
+
+
+def asked_by(wire: WireServer) -> dict[str, int]:
+    """Requests at the mock, by the run that asked (its task is its id)."""
+    counts: dict[str, int] = {}
+    for body in wire.requests:
+        task = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        counts[task] = counts.get(task, 0) + 1
+    return counts
+
+
+def test_two_versions_on_postgres_then_an_upgrade_repeats_nothing(
+    wire: WireServer, tmp_path: Path, postgres: str
+) -> None:
+    """A v1 worker holds runs waiting for approval and an idle permanent run; a v2 worker
+    starts and takes the v2 runs only (a v1 run queued after it goes to v1); the v1 worker
+    finishes what is approved; killed, its runs wait for version 1 (`tether runs` says so);
+    `tether upgrade` moves one to v2, which goes on from its last step: nothing it completed
+    is asked of the model again and no mail is sent twice. Bad upgrades change nothing."""
+    wire.rule = mailer_rule
+    tag = uuid.uuid4().hex[:6]
+    sent = tmp_path / "sent"
+    env = cli_env(SENT_FILE=str(sent), OPENAI_API_KEY="sk-test")
+
+    def worker(version: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, SCRIPT, "work", version, postgres, f"v{version}-{tag}", wire.url],
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp_path / f"v{version}.log").open("w"),
+            env=env,
+            text=True,
+        )
+
+    def queue(version: str, *runs: str) -> None:
+        done = subprocess.run(
+            [sys.executable, SCRIPT, "queue", version, postgres, wire.url, *runs],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+
+    def store(*args: str) -> subprocess.CompletedProcess[str]:
+        return tether(*args, "--store", postgres, env=env)
+
+    v1, v2 = worker("1"), None
+    try:
+        with store_runs(postgres) as stored:
+
+            def state(run_id: str) -> dict[str, Any]:
+                return stored()[run_id]
+
+            queue("1", "a1", "a2", "idle1:permanent")
+            wait_until(
+                lambda: (
+                    all(state(r)["state"] == "waiting" for r in ("a1", "a2"))
+                    and asked_by(wire).get("idle1") == 1
+                ),
+                "the v1 runs to wait for approval and to idle",
+                60,
+                0.1,
+            )
+            v2 = worker("2")
+            queue("2", "b1")
+            queue("1", "a3")  # a v1 run queued while both work: v1 takes it
+            for run_id, version in (("b1", "2"), ("a3", "1")):
+                wait_until(lambda r=run_id: state(r)["state"] == "waiting", f"{run_id} waits", 60)
+                assert state(run_id)["worker"] == f"v{version}-{tag}"
+            for run_id in ("a1", "b1", "a3"):
+                (approval,) = state(run_id)["approvals"]
+                assert store("approve", run_id, approval).returncode == 0
+            wait_until(
+                lambda: all(state(r)["state"] == "done" for r in ("a1", "b1", "a3")), "done", 60
+            )
+            assert {r: state(r)["executor"] for r in ("a1", "b1", "a3")} == {
+                "a1": f"v1-{tag}",
+                "b1": f"v2-{tag}",
+                "a3": f"v1-{tag}",
+            }
+
+            v1.send_signal(signal.SIGKILL)
+            v1.wait()
+            shown = wait_until(
+                lambda: (out := store("runs").stdout).count("waiting for version 1") == 2 and out,
+                "the v1 runs to wait for version 1",
+                60,
+                0.2,
+            )
+            assert all(
+                "waiting for version 1" in line
+                for line in shown.splitlines()
+                if line.startswith(("a2\t", "idle1\t"))
+            )
+            asked = dict(asked_by(wire))
+
+            for bad, said in [
+                (("a1",), "run a1 has ended (success): fork it instead"),
+                (("a2", "--to", "7"), "no live worker executes version 7 of agent mailer"),
+                (("a2", "--to", "1"), "run a2 is of version 1 already"),
+                (("nobody",), "no run nobody in the store"),
+            ]:
+                refused = store("upgrade", *bad)
+                assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), refused.stderr
+                assert said in refused.stderr
+            assert "waiting for version 1" in runs_of(store, "a2")  # nothing changed
+
+            moved = store("upgrade", "a2")
+            assert moved.returncode == 0, moved.stderr
+            assert "run a2 goes on under version 2 (was 1)" in moved.stdout
+            wait_until(lambda: state("a2")["state"] == "waiting", "a2 to wait on v2", 60, 0.1)
+            assert state("a2")["worker"] == f"v2-{tag}" and state("a2")["version"] == "2"
+            (approval,) = state("a2")["approvals"]
+            assert store("approve", "a2", approval).returncode == 0
+            ended = ("done", "failed", "halted", "cancelled")
+            wait_until(lambda: state("a2")["state"] in ended, "a2 to end on v2", 60, 0.1)
+            assert state("a2")["state"] == "done", state("a2")
+
+            assert store("upgrade", "idle1", "--to", "2").returncode == 0
+            wait_until(lambda: state("idle1")["worker"] == f"v2-{tag}", "idle1 on v2", 60, 0.1)
+            assert store("send", "idle1", "still there?").returncode == 0
+            wait_until(lambda: asked_by(wire).get("idle1") == 2, "idle1's next answer", 60)
+    finally:
+        for w in (v1, v2):
+            if w is not None:
+                w.kill()
+                w.wait()
+    after = asked_by(wire)
+    assert after["a2"] == asked["a2"] + 1  # the reply after its mail: its first call not again
+    assert after["idle1"] == asked["idle1"] + 1  # the new message only
+    mails = sent.read_text().splitlines()
+    assert sorted(mails) == sorted(f"{r} {r}" for r in ("a1", "a2", "a3", "b1"))  # once each
+    listed = {r["id"]: r for r in map(json.loads, store("runs", "--json").stdout.splitlines())}
+    assert (listed["a2"]["version"], listed["a2"]["upgraded_from"]) == ("2", "1")
+    assert (listed["a1"]["version"], listed["a1"]["upgraded_from"]) == ("1", None)
+
+
+def runs_of(store: Any, run_id: str) -> str:
+    return next(
+        (line for line in store("runs").stdout.splitlines() if line.startswith(run_id + "\t")), ""
+    )
+
+
+@pytest.mark.parametrize("bad", ["memory"])
+def test_an_upgrade_needs_a_store(bad: str) -> None:
+    import asyncio
+
+    from tether import ConfigError, Runtime
+
+    async def go() -> None:
+        async with Runtime(bad) as rt:
+            with pytest.raises(ConfigError, match="an upgrade needs a store"):
+                await rt.upgrade("r1")
+
+    asyncio.run(go())
