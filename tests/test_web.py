@@ -600,6 +600,41 @@ def test_the_dashboard_shows_each_accounts_spend_and_the_api_refuses_a_run_over_
     expect(page.locator("#none")).to_be_visible()
 
 
+def test_a_run_waiting_for_its_version_is_upgraded_from_the_list(
+    page: Page, server: Server, tmp_path: Path
+) -> None:
+    """A run of version 1 queued on the page's store while only a version-2 worker runs: the
+    list says it waits for version 1 and offers an Upgrade; a click moves it, and the v2
+    worker finishes it. The API refuses an upgrade of a run that has ended (409)."""
+    store = f"sqlite:///{server.data / 'runs.sqlite'}"
+    script = str(FIXTURES / "versioned.py")
+    env = cli_env(SENT_FILE=str(tmp_path / "sent"), OPENAI_API_KEY="sk-test")
+    server.wire.rule = lambda body: {"text": "At your service."}
+    worker = subprocess.Popen(
+        [sys.executable, script, "work", "2", store, "v2", server.wire.url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        queued = [sys.executable, script, "queue", "1", store, server.wire.url, "idle-old"]
+        assert subprocess.run(queued, env=env, check=False).returncode == 0
+        page.goto(server.url + "/")
+        status = page.locator("#runs tr", has_text="idle-old").locator("td").nth(2)
+        expect(status).to_contain_text("waiting for version 1", timeout=20_000)
+        status.get_by_role("button", name="Upgrade").click()
+        expect(status).to_have_text("upgraded to version 2")
+        server.wait_for("idle-old", "done")
+        expect(status).to_have_text("done")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            server.api("POST", "/api/runs/idle-old/upgrade", {})
+        assert refused.value.code == 409
+        assert "has ended" in json.loads(refused.value.read())["error"]
+    finally:
+        worker.kill()
+        worker.wait()
+
+
 def test_the_dashboard_draws_runs_of_every_outcome_with_their_reasons(
     page: Page, server: Server, browser: Browser
 ) -> None:

@@ -124,9 +124,23 @@ function row(body, s, depth) {
   if (depth) { tr.className = 'child'; td.appendChild(document.createTextNode('\u00a0\u00a0'.repeat(depth) + '\u21b3 ')); }
   const a = document.createElement('a'); a.href = '/runs/' + encodeURIComponent(s.id);
   a.textContent = s.id; td.appendChild(a);
-  cell(tr, s.task.slice(0, 120)); cell(tr, s.status, 'status-' + s.status);
+  cell(tr, s.task.slice(0, 120));
+  if (s.waiting_for_version) waitingCell(tr, s); else cell(tr, s.status, 'status-' + s.status);
   cell(tr, s.steps); cell(tr, s.tokens); cell(tr, '$' + s.cost_usd.toFixed(4));
   body.appendChild(tr);
+}
+// A run that waits for a worker of its agent's version, and the button that moves it to the
+// version live workers have (POST .../upgrade); what refuses it is said beside the button.
+function waitingCell(tr, s) {
+  const td = cell(tr, 'waiting for version ' + s.waiting_for_version + ' ', 'status-queued');
+  const b = td.appendChild(document.createElement('button'));
+  b.type = 'button'; b.className = 'upgrade'; b.textContent = 'Upgrade';
+  b.addEventListener('click', async () => {
+    const r = await api('/api/runs/' + encodeURIComponent(s.id) + '/upgrade',
+      {method: 'POST', headers: {'Content-Type': 'application/json'}, body: '{}'});
+    const said = await r.json();
+    td.replaceChildren(r.ok ? `upgraded to version ${said.to}` : said.error);
+  });
 }
 // The filter lives in the URL (?state=done&q=invoice), so a filtered list can be shared; the
 // server filters and pages (newest first, `next` is the cursor of the page after).

@@ -22,6 +22,7 @@ every request goes through the store: `store.RemoteRun`).
     POST /api/runs/{id}/answer               {question_id, action?, content?, reason?}
     POST /api/runs/{id}/cancel
     POST /api/runs/{id}/fork                 {at, message?} -> {id}: a new run from step `at`
+    POST /api/runs/{id}/upgrade              {to?} -> {from, to}: a run waiting for its version
     GET  /api/approvals                      [{run_id, task, approval_id, name, arguments, ...}]
 
 Security: every API request needs the access token, as `Authorization: Bearer TOKEN` (or, for a
@@ -163,6 +164,7 @@ class WebApp:
         app.router.add_post("/api/runs/{id}/answer", self.answer)
         app.router.add_post("/api/runs/{id}/cancel", self.cancel)
         app.router.add_post("/api/runs/{id}/fork", self.fork)
+        app.router.add_post("/api/runs/{id}/upgrade", self.upgrade)
         app.on_startup.append(self.adopt)
         app.on_shutdown.append(self.shutdown)
         return app
@@ -636,6 +638,21 @@ class WebApp:
         except (ConfigError, RunExists) as e:
             return json_error(409, str(e))
         return web.json_response({"id": fork.id, "forked_from": source, "at": at}, status=201)
+
+    async def upgrade(self, request: web.Request) -> web.Response:
+        """Move a run that waits for its version to another (`Runtime.upgrade`; `to` None: the
+        one other version live workers have); one that cannot be is 409 with the reason."""
+        body = await json_body(request)
+        to = body.get("to")
+        if to is not None and not isinstance(to, str):
+            return json_error(400, "to: a version (a string) is required")
+        try:
+            was, now = await self.runtime.upgrade(request.match_info["id"], to)
+        except NoSuchRun as e:
+            return json_error(404, str(e))
+        except ConfigError as e:
+            return json_error(409, str(e))
+        return web.json_response({"from": was, "to": now})
 
     async def live(self, request: web.Request) -> RunHandle:
         """The run a request controls: executed here, or a run of the store executed

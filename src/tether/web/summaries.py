@@ -29,6 +29,7 @@ def row_summary(row: dict[str, Any]) -> dict[str, Any]:
         "account": row.get("account"),
         "version": row.get("version"),
         "worker": row.get("worker"),
+        "waiting_for_version": row.get("waiting_for_version"),
     }
 
 
