@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from helpers import FIXTURES, cli_env, store_runs, tether, wait_until
+import warm
+from helpers import FIXTURES, TETHER, cli_env, store_runs, tether, wait_until
+from tether.durable.ledger import Ledger
 from tether.durable.versions import QUEUE, Serving, queue_for, version_in, wanted
 from wire_server import WireServer, tool_results
 
@@ -198,3 +200,105 @@ def test_an_upgrade_needs_a_store(bad: str) -> None:
                 await rt.upgrade("r1")
 
     asyncio.run(go())
+
+
+# -- a kill during an upgrade or a fork ----------------------------------------------------------
+
+KILL_AFTER = (0.05, 0.3, 0.8, 1.5, 3.0, 8.0)
+"""Seconds after which a command is killed: before it opens the store, as it writes, after."""
+
+
+def killed(args: list[str], env: dict[str, str], after: float) -> None:
+    """Run `tether ARGS` and SIGKILL it `after` seconds in (if it has not ended by then)."""
+    p = warm.Popen([*TETHER, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        p.wait(after)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+
+
+def test_a_kill_during_an_upgrade_leaves_the_old_version_or_the_new(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """`tether upgrade` killed at moments from before it opens the store to after: each time
+    the run is on version 1's queue, untouched, or on version 2's, taken by its worker and
+    done; never between (the move is one update)."""
+    store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    env = cli_env(SENT_FILE=str(tmp_path / "sent"), OPENAI_API_KEY="sk-test")
+    wire.rule = lambda body: {"text": "At your service."}
+    seen = set()
+    ids = [f"idle-{i}" for i in range(len(KILL_AFTER))]
+    queued = [sys.executable, SCRIPT, "queue", "1", store, wire.url, *ids]
+    assert (
+        subprocess.run(queued, env=env, check=False).returncode == 0
+    )  # before: it makes the store
+    v2 = subprocess.Popen(
+        [sys.executable, SCRIPT, "work", "2", store, "v2", wire.url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        ledger = Ledger(store, connections=1)
+        wait_until(lambda: "mailer@2" in str(ledger.served()), "the v2 worker", 60, 0.1)
+        with store_runs(store) as stored:
+            for run_id, after in zip(ids, KILL_AFTER, strict=True):
+                wait_until(lambda r=run_id: stored()[r].get("waiting_for_version"), "waiting")
+                killed(["upgrade", run_id, "--store", store], env, after)
+                row = stored()[run_id]
+                if row["version"] == "1":  # the old state: it still waits for version 1
+                    assert row["state"] == "queued" and row["waiting_for_version"] == "1", row
+                    seen.add("old")
+                    continue
+                wait_until(lambda r=run_id: stored()[r]["state"] == "done", "done on v2", 30)
+                assert stored()[run_id]["upgraded_from"] == "1"
+                seen.add("new")
+    finally:
+        v2.kill()
+        v2.wait()
+    assert seen == {"old", "new"}  # the kills fell on both sides of the update
+
+
+def test_a_kill_during_a_fork_leaves_no_fork_or_a_whole_one(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """`tether fork` killed at moments from before it opens the store to after: each time the
+    fork is absent, or there with its whole prefix, and resumed to its end it runs nothing of
+    the prefix again (the original's note is written once) and asks the model its new turn
+    only. The original is untouched."""
+    store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    notes = tmp_path / "notes"
+    env = cli_env(NOTES_FILE=str(notes), OPENAI_API_KEY="sk-test")
+
+    def two_turns(body: dict[str, Any]) -> dict[str, Any]:
+        return {"text": "Noted."} if tool_results(body) else {"calls": [("note", {"text": "x"})]}
+
+    wire.rule = two_turns
+    tools = ("--tools-from", str(FIXTURES / "durable_tools.py"))
+    where = ("--store", store, "--base-url", wire.url, "--model", "m", *tools)
+    assert tether("run", "note it", "--run-id", "orig", *where, env=env).returncode == 0
+    asked_before, seen = len(wire.requests), set()
+    for i, after in enumerate(KILL_AFTER):
+        fork_id = f"fork-{i}"
+        fork = ["fork", "orig", "--at", "1", "--run-id", fork_id, "--message", "again"]
+        killed([*fork, "--store", store], env, after)
+        listed = runs_json(store, env)
+        if fork_id not in listed:
+            seen.add("none")
+            continue
+        seen.add("whole")
+        if listed[fork_id]["state"] != "done":
+            resumed = tether("resume", fork_id, "--store", store, env=env)
+            assert resumed.returncode == 0, resumed.stderr
+    assert seen == {"none", "whole"}
+    assert notes.read_text().count(" x\n") == 1  # the prefix's tool ran once, in the original
+    forks = wire.requests[asked_before:]
+    assert forks and all(tool_results(b) == 1 for b in forks)  # each begins after the prefix
+    orig = runs_json(store, env)["orig"]
+    assert (orig["state"], orig["steps"]) == ("done", 2)
+
+
+def runs_json(store: str, env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    listed = tether("runs", "--json", "--store", store, env=env).stdout.splitlines()
+    return {r["id"]: r for r in map(json.loads, listed)}
