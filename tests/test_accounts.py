@@ -279,6 +279,10 @@ def test_tether_limits_and_run_account_on_sqlite(wire: WireServer, tmp_path: Pat
     assert "account budget: acme has spent $0.1200 today" in refused.stderr
     assert "the run was not started" in refused.stderr
     assert len(wire.requests) == 2
+    queued = run("--account", "acme", "--queue")  # nor queued for a worker
+    assert queued.returncode == 3 and "the runs were not queued" in queued.stderr
+    listed = tether("runs", "--json", "--store", store, env=env).stdout.splitlines()
+    assert [json.loads(line)["state"] for line in listed] == ["done", "done"]  # none queued
     shown = tether("limits", "acme", "--store", store, "--json", env=env)
     standing = json.loads(shown.stdout)
     assert standing["spent"]["day"]["usd"] == pytest.approx(0.12)

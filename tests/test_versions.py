@@ -114,6 +114,8 @@ def test_two_versions_on_postgres_then_an_upgrade_repeats_nothing(
             for run_id, version in (("b1", "2"), ("a3", "1")):
                 wait_until(lambda r=run_id: state(r)["state"] == "waiting", f"{run_id} waits", 60)
                 assert state(run_id)["worker"] == f"v{version}-{tag}"
+            running = store("upgrade", "a3", "--to", "2")  # its worker is alive: not moved
+            assert running.returncode == 2 and f"is running on v1-{tag}" in running.stderr
             for run_id in ("a1", "b1", "a3"):
                 (approval,) = state(run_id)["approvals"]
                 assert store("approve", run_id, approval).returncode == 0

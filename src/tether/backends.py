@@ -13,11 +13,11 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .accounts import Accounts, MemoryAccounts
+from .accounts import Accounts, MemoryAccounts, check_account
 from .agent import Agent
 from .approvals import ApprovalRequest, Approver, approve_all, deny_all
 from .bus import Bus
-from .errors import ConfigError, QuestionError
+from .errors import AccountOverBudget, ConfigError, QuestionError
 from .events import Event, Sink
 from .messages import ImagePart, Message
 from .questions import Answer, Questions
@@ -394,6 +394,8 @@ class OnStore(Backend):
         from .durable.remote import enqueue
         from .durable.run import record_of
 
+        if how.context.account_id is not None:
+            refuse_over(self.settings.url, how.context.account_id)
         approvals = approvals_of(how.approver)
         record = record_of(agent, how.options, how.context, approvals, how.restart)
         enqueue(self.settings.url, pairs, record)
@@ -435,3 +437,16 @@ def approvals_of(approver: Approver | None) -> str:
         "a run on a store decides approvals by approve()/deny() (the default), approve_all or "
         "deny_all; another approver cannot be recorded"
     )
+
+
+def refuse_over(url: str, account: str) -> None:
+    """Refuse to queue runs of an account over a limit that refuses new runs, as
+    `Runtime.start` refuses one (`Runtime.admit`); with `when_over="queue"` they are queued
+    and wait before their first call. Read from the store's ledger: a queue opens no more."""
+    from .durable.accounts import StoredAccounts
+    from .durable.ledger import Ledger
+
+    standing = StoredAccounts(Ledger(url, connections=1)).standing_now(check_account(account))
+    refused = standing.refusal()
+    if refused and standing.limits is not None and standing.limits.when_over == "refuse":
+        raise AccountOverBudget(f"{refused}: the runs were not queued")

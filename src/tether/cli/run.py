@@ -243,6 +243,9 @@ def command_enqueue(args: argparse.Namespace, options: RunOptions, run_id: str) 
         )
     except ConfigError as e:
         return error(str(e))
+    except AccountOverBudget as e:  # as a run over its account's limit is refused: exit 3
+        print(f"tether: {e}", file=sys.stderr)
+        return 3
     print("\n".join(queued))
     return 0
 
