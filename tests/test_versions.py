@@ -304,3 +304,48 @@ def test_a_kill_during_a_fork_leaves_no_fork_or_a_whole_one(
 def runs_json(store: str, env: dict[str, str]) -> dict[str, dict[str, Any]]:
     listed = tether("runs", "--json", "--store", store, env=env).stdout.splitlines()
     return {r["id"]: r for r in map(json.loads, listed)}
+
+
+def test_a_run_queued_for_any_worker_waits_for_its_own_version(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """A run of version 1 on the queue every worker takes (as Tether queued every run before
+    workers had versions): a version-2 worker takes it, asks the model nothing, and puts it
+    back on version 1's queue, where it waits (`tether runs` says so); a version-1 worker
+    then finishes it."""
+    sys.path.insert(0, str(FIXTURES))
+    from versioned import mailer  # type: ignore[import-not-found]
+
+    from tether import RunContext
+    from tether.durable.run import record_of
+    from tether.durable.view import VERSION, WORKFLOW, client
+
+    store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    env = cli_env(SENT_FILE=str(tmp_path / "sent"), OPENAI_API_KEY="sk-test")
+    wire.rule = lambda body: {"text": "At your service."}
+    reader = client(store, create=True)
+    record = record_of(mailer("1", wire.url), None, RunContext(workspace=tmp_path))
+    options = {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": VERSION}
+    reader.enqueue({**options, "workflow_id": "idle-old"}, "idle-old", record, "idle-old")
+    reader.destroy()
+
+    def worker(version: str) -> subprocess.Popen[bytes]:
+        command = [sys.executable, SCRIPT, "work", version, store, f"v{version}", wire.url]
+        return subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
+
+    workers = [worker("2")]
+    try:
+        with store_runs(store) as stored:
+            waits = wait_until(
+                lambda: stored()["idle-old"].get("waiting_for_version"), "handed back", 30, 0.1
+            )
+            assert waits == "1" and wire.requests == []  # not run under version 2
+            workers.append(worker("1"))
+            wait_until(lambda: stored()["idle-old"]["state"] == "done", "done on v1", 30, 0.1)
+            assert stored()["idle-old"]["executor"] == "v1"
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
