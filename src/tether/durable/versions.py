@@ -110,8 +110,8 @@ def route(store: Any, executors: list[str], serving: Serving) -> list[str]:
     moved = []
     for status in found:
         record = record_in(status)
-        if serving.takes(record, status.queue_name):
-            continue
+        if "format" not in record or serving.takes(record, status.queue_name):
+            continue  # not a run's (Tether's runs all record their format), or taken here
         queue = queue_for(str(record.get("agent")), wanted(record, status.queue_name))
         store.resume_workflow(status.workflow_id, queue_name=queue)
         moved.append(status.workflow_id)
