@@ -8,6 +8,8 @@ import json
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -349,3 +351,36 @@ def test_a_run_queued_for_any_worker_waits_for_its_own_version(
         for w in workers:
             w.kill()
             w.wait()
+
+
+def test_a_worker_of_two_agents_keeps_to_its_concurrency(wire: WireServer, tmp_path: Path) -> None:
+    """A worker of two agents listens to a queue for each, and DBOS bounds each queue on its
+    own: with `concurrency=2` and three runs of each queued, it takes two of each, but runs two
+    at once, not four (their model calls held at the mock: two arrive). Let go, all end."""
+    store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    env = cli_env(SENT_FILE=str(tmp_path / "sent"), OPENAI_API_KEY="sk-test")
+    held = threading.Event()
+    wire.rule = lambda body: {"text": "At your service.", "gate": held}
+    ids = [f"idle-m{i}" for i in range(3)] + [f"idle-c{i}" for i in range(3)]
+    specs = [f"{i}:clerk" if "-c" in i else i for i in ids]
+    queued = [sys.executable, SCRIPT, "queue", "1", store, wire.url, *specs]
+    assert subprocess.run(queued, env=env, check=False).returncode == 0
+    worker = subprocess.Popen(
+        [sys.executable, SCRIPT, "work", "1", store, "w", wire.url, "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        with store_runs(store) as stored:
+            taken = lambda: [i for i, r in stored().items() if r["executor"] == "w"]  # noqa: E731
+            wait_until(lambda: len(taken()) == 4, "the worker to take two runs of each", 30, 0.05)
+            wait_until(lambda: len(wire.requests) >= 2, "two model calls", 30, 0.05)
+            time.sleep(1.0)  # time for a third call to arrive, if one could
+            assert len(wire.requests) == 2
+            held.set()
+            wait_until(lambda: all(r["state"] == "done" for r in stored().values()), "done", 60)
+    finally:
+        held.set()
+        worker.kill()
+        worker.wait()

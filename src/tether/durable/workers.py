@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ..admission import Limiter
 from .dbos_private import listen_to
 from .outage import cause_of
 from .process import DurableRuns, say
@@ -24,9 +25,12 @@ async def work(runs: DurableRuns, concurrency: int, beat: float, dead_after: flo
     from dbos import DBOS
 
     serving = runs.serving()
-    for queue in serving.queues():  # runs built from options, and each version's here
+    queues = serving.queues()  # runs built from options, and each version's here
+    for queue in queues:
         await DBOS.register_queue_async(queue, worker_concurrency=concurrency)
         listen_to(queue)
+    if len(queues) > 1 and runs.run_slots is None:  # DBOS bounds each queue on its own:
+        runs.run_slots = Limiter(concurrency)  # the worker's runs at once stay `concurrency`
     runs.working = True
     name = runs.executor_id
     await runs.ledger.call(runs.ledger.serve, name, serving.to_list(), dead_after)
