@@ -138,6 +138,13 @@ class Standing:
     spent: dict[Period, Cost] = field(default_factory=dict)
     held: dict[Period, Cost] = field(default_factory=dict)
 
+    def refusal_of_new_runs(self) -> str:
+        """Why a new run of the account is refused before it starts ("" if it is not): a
+        limit reached, and the limits' `when_over` refuses (with "queue" it starts, and waits
+        before its first call)."""
+        refused = self.refusal()
+        return refused if self.limits is not None and self.limits.when_over == "refuse" else ""
+
     def refusal(self, call: Cost | None = None) -> str:
         """Why the account has no room for another call now (`call`, its estimate), or "": a
         limit reached by what is spent and held, or a cost limit and a model whose price is

@@ -447,6 +447,6 @@ def refuse_over(url: str, account: str) -> None:
     from .durable.ledger import Ledger
 
     standing = StoredAccounts(Ledger(url, connections=1)).standing_now(check_account(account))
-    refused = standing.refusal()
-    if refused and standing.limits is not None and standing.limits.when_over == "refuse":
+    refused = standing.refusal_of_new_runs()
+    if refused:
         raise AccountOverBudget(f"{refused}: the runs were not queued")

@@ -349,8 +349,8 @@ class Runtime:
         if context.parent is not None or context.account_id is None:
             return
         standing = await accounts.standing(context.account_id)
-        refused = standing.refusal()
-        if refused and standing.limits is not None and standing.limits.when_over == "refuse":
+        refused = standing.refusal_of_new_runs()
+        if refused:
             raise AccountOverBudget(f"{refused}: the run was not started")
 
     # -- accounts ---------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from .sqlite import scoped_sqlite, sqlite_dbapi
 from .steps import KINDS, ContextStep, ModelStep, Step, ToolsStep
 from .steps import built as step_of
 from .steps import read as read_step
-from .versions import upgraded, version_in, wanted
+from .versions import record_in, upgraded, version_in, wanted
 
 T = TypeVar("T")
 
@@ -210,10 +210,7 @@ def recorded_text(store: Any, run_id: str, key: str) -> str | None:
 
 def record_of_run(store: Any, run_id: str) -> dict[str, Any]:
     """What the store keeps of a run besides its task (`run.record_of`); NoSuchRun if none."""
-    inputs = status_of(store, run_id).input
-    args = inputs.get("args") if isinstance(inputs, dict) else None
-    record = args[1] if isinstance(args, (list, tuple)) and len(args) > 1 else None
-    return record if isinstance(record, dict) else {}
+    return record_in(status_of(store, run_id))
 
 
 def events_of(store: Any, run_id: str) -> list[Event]:
@@ -374,8 +371,7 @@ def listing(w: Any) -> dict[str, Any]:
     (queued, running on a worker, then its outcome), when, and what it used."""
     inputs = w.input.get("args") if isinstance(w.input, dict) else None
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
-    record = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else None
-    record = record if isinstance(record, dict) else {}
+    record = record_in(w)
     out = w.output if isinstance(w.output, dict) else {}
     state = out.get("outcome", "done") if w.status == "SUCCESS" else STATES.get(w.status)
     ended = w.status in ENDED
