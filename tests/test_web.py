@@ -24,6 +24,7 @@ import pytest
 
 import warm
 from helpers import FIXTURES, TETHER, Output, alive, cli_env, tether, wait_until
+from tether.durable.ledger import Ledger
 from tether.web.server import host_name
 from wire_server import WireServer, tool_results
 
@@ -616,7 +617,9 @@ def test_a_run_waiting_for_its_version_is_upgraded_from_the_list(
         stderr=subprocess.DEVNULL,
         env=env,
     )
-    try:
+    try:  # the Upgrade is refused until the v2 worker has said which versions it executes
+        ledger = Ledger(store, connections=1)
+        wait_until(lambda: "mailer@2" in str(ledger.served()), "the v2 worker", 60, 0.1)
         queued = [sys.executable, script, "queue", "1", store, server.wire.url, "idle-old"]
         assert subprocess.run(queued, env=env, check=False).returncode == 0
         page.goto(server.url + "/")

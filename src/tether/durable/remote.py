@@ -165,7 +165,9 @@ def upgrade_target(run_id: str, agent: str, now: str, served: list[str]) -> str:
     if len(others) == 1:
         return others[0]
     if not others:
-        raise ConfigError(f"no live worker executes another version of agent {agent} than {now}")
+        raise ConfigError(
+            f"no live worker executes a version of agent {agent} other than {now}: start one first"
+        )
     raise ConfigError(
         f"live workers execute versions {', '.join(others)} of agent {agent}: name one (--to)"
     )
