@@ -15,6 +15,9 @@ import pytest
 import warm
 from helpers import FIXTURES, TETHER, cli_env, store_runs, tether, wait_until
 from tether import Agent, ConfigError, Runtime
+from tether.durable import rates as stored_rates
+from tether.durable.ledger import Ledger
+from tether.durable.rates import StoredRates
 from tether.events import Event
 from tether.providers.openai_chat import OpenAIChatModel
 from tether.rates import SLACK, Rate, wait_for
@@ -196,6 +199,50 @@ def test_tether_limits_rate_across_processes_on_sqlite(wire: WireServer, tmp_pat
     assert cleared.returncode == 0 and "no rate" in cleared.stdout
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_change_of_the_rates_is_heeded_at_once_by_every_process(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes' views of one store (each its own connection, as two `tether`
+    processes have), both having read the rates table: a pause one of them records for an
+    endpoint with no rate, and a rate one of them sets, hold in the other from its next
+    attempt. The table is never read again by the clock here (`REFRESH_S` an hour): the
+    change is said (`durable/rates.py`: a notification on Postgres, heard once it arrives;
+    the stamp beside the file on SQLite, at once)."""
+    monkeypatch.setattr(stored_rates, "REFRESH_S", 3600.0)
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    if kind == "postgres":
+        store = request.getfixturevalue("postgres")
+    here, there = StoredRates(Ledger(store, 1)), StoredRates(Ledger(store, 1))
+    endpoint = "openai-chat http://127.0.0.1:9/v1 key:abc"
+
+    async def heard(told: int) -> None:
+        """On Postgres, until `there` has heard of `told` changes (and of its LISTEN)."""
+        while kind == "postgres" and there.told < told:
+            await asyncio.sleep(0.01)
+
+    async def go() -> None:
+        listening = asyncio.create_task(there.listen(store)) if kind == "postgres" else None
+        await asyncio.wait_for(heard(1), 10)
+        assert await there.try_admit(endpoint, 10) == (0.0, "")  # the table read: empty
+        await here.pause(endpoint, 2.0)
+        assert (await here.try_admit(endpoint, 10))[0] > 1.0  # where it was seen, at once
+        await asyncio.wait_for(heard(2), 10)
+        wait, why = await there.try_admit(endpoint, 10)
+        assert 1.0 < wait <= 2.0 and "the server asked for no requests until" in why
+        other = endpoint.replace("abc", "def")
+        assert await there.try_admit(other, 10) == (0.0, "")
+        await here.set_rate(other, Rate(requests=1, per=60))
+        await asyncio.wait_for(heard(3), 10)
+        assert await there.try_admit(other, 10) == (0.0, "")  # the first of the minute
+        wait, why = await there.try_admit(other, 10)
+        assert wait > 50 and why == "rate limit: at most 1 request a minute", why
+        if listening is not None:
+            listening.cancel()
+
+    asyncio.run(go())
+
+
 # -- four workers on one Postgres ----------------------------------------------------------------
 
 
@@ -217,9 +264,6 @@ def test_the_admission_on_postgres_says_what_the_rule_says(
     """The server function (`tether_admit`, one round trip) against `rates.wait_for`: the
     same wait for the same attempts, and an attempt it admits is recorded."""
     import time
-
-    from tether.durable.ledger import Ledger
-    from tether.durable.rates import StoredRates
 
     rates = StoredRates(Ledger(postgres, connections=1))
     rates.set_now("e", rate)
@@ -303,12 +347,15 @@ def test_four_workers_keep_one_endpoints_rate_on_postgres(
     assert wire.arrived[-1] - wire.arrived[0] >= 5 * 2.0  # six windows' worth: it waited
 
 
+@pytest.mark.parametrize("rated", [True, False], ids=["rated", "unrated"])
 def test_one_429_pauses_the_endpoint_for_every_worker_on_postgres(
-    wire: WireServer, tmp_path: Path, postgres: str
+    wire: WireServer, tmp_path: Path, postgres: str, rated: bool
 ) -> None:
-    """Sixty runs on four workers, a rate too loose to bind; the server answers its 20th
-    request with 429 and `Retry-After: 2`: no worker sends to that key for the two seconds
-    after it (but the requests already on their way), then they all go on."""
+    """Sixty runs on four workers, with a rate too loose to bind or none; the server answers
+    its 20th request with 429 and `Retry-After: 2`: no worker sends to that key for the two
+    seconds after it (but the requests already on their way), then they all go on. (A rated
+    endpoint's row is read with each attempt; an unrated one's pause reaches the other
+    workers by a notification.)"""
     refused: list[float] = []
 
     def rule(body: dict[str, Any]) -> dict[str, Any]:
@@ -320,7 +367,7 @@ def test_one_429_pauses_the_endpoint_for_every_worker_on_postgres(
     wire.rule = rule
     env = cli_env(OPENAI_API_KEY="sk-test")
     rate = ("--base-url", wire.url, "--requests", "100000", "--store", postgres)
-    assert tether("limits", "rate", *rate, env=env).returncode == 0
+    assert not rated or tether("limits", "rate", *rate, env=env).returncode == 0
     tag = uuid.uuid4().hex[:6]
     ids = fleet(wire, postgres, 60, tag)
     rows = workers_until_done(postgres, tmp_path, tag)

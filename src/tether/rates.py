@@ -72,7 +72,7 @@ class Rate:
     def said(self) -> str:
         """`at most 500 requests and 200000 tokens a minute`."""
         pairs = ((self.requests, "requests"), (self.tokens, "tokens"))
-        kept = [f"{n} {what}" for n, what in pairs if n is not None]
+        kept = [f"{n} {what if n != 1 else what[:-1]}" for n, what in pairs if n is not None]
         window = "a minute" if self.per == 60 else f"in {self.per:g} s"
         return f"at most {' and '.join(kept)} {window}"
 

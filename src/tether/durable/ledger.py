@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import orjson
@@ -139,7 +140,9 @@ class Ledger:
         so none waits for one); SQLite has its one connection."""
         self.conn: Any = None  # a SQLite connection (`sqlite.sqlite_dbapi`'s)
         self.engine: Any = None
+        self.file: Path | None = None  # SQLite: the store's file
         if store.startswith("sqlite:///"):
+            self.file = Path(store.removeprefix("sqlite:///"))
             path = store.removeprefix("sqlite:///") + "-effects"
             private_file(path)
             conn = sqlite_dbapi().connect(path, isolation_level=None, check_same_thread=False)

@@ -14,24 +14,40 @@ Postgres (the workers' clocks may disagree; the window is one clock's), the proc
 
 Most endpoints have no rate, and asking the store before each of their attempts would cost a
 round trip a model call (about 0.35 ms of CPU on Postgres, `bench/accounts.py`) for nothing.
-So each process keeps the table's rows (`known`), read again when older than `REFRESH_S`: an
-endpoint absent from it goes at once; one that a server paused waits out the pause here. A rate
-set by `tether limits rate`, or a pause another process saw on an endpoint with no rate, is thus
-heeded within `REFRESH_S`; a pause on a rated endpoint at once (its row is read with each
-attempt), and a pause this process saw at once.
+So each process keeps the table's rows (`known`) and reads them again only when told the table
+changed: a pause a server asked for, or a rate set or cleared (`tether limits rate`), is said
+to every process as it is written, and heeded from their next attempt.
+- On Postgres by a notification (`CHANNEL`), which a process hears on a connection of its own
+  (`listen`, a task of the process's).
+- On SQLite, whose processes share one machine, by a byte added to a file beside the store
+  (`stamp`): a process looks at the file's size before each attempt (a `stat`, about 3 µs).
+Either way the table is read again at least every `REFRESH_S` too, should a notification be
+missed (a process not listening while its connection is down). An endpoint absent from the
+table goes at once; one that a server paused waits out the pause here; a rated one asks the
+store for each attempt.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import orjson
 
+from ..journal import private_file
 from ..rates import SLACK, Rate, RateStanding, wait_for, why_waiting
 from .ledger import SCHEMA_LOCK, Ledger, Run
+from .outage import POSTGRES_CONNECT_ARGS
 
 REFRESH_S = 1.0
-"""How old this process's copy of the rates table may grow before it is read again."""
+"""How old this process's copy of the rates table may grow before it is read again, though no
+process said it changed."""
+
+CHANNEL = "tether_rates"
+"""The Postgres notification channel on which a change of the rates table is said."""
 
 ADMIT_FUNCTION = """
 CREATE OR REPLACE FUNCTION tether_admit(e TEXT, t BIGINT) RETURNS TABLE (
@@ -96,6 +112,15 @@ class StoredRates:
         """Each endpoint in the table: its rate, and until when (this process's clock,
         `time.monotonic`) a server's pause holds."""
         self.read_at = -REFRESH_S  # when `known` was read (monotonic)
+        self.told = 0  # Postgres: how many changes this process heard of (`listen`) ...
+        self.heard = -1  # ... when `known` was read
+        self.stamp: Path | None = None  # SQLite: the file a change of the table is said by
+        self.stamped = -1  # its size when `known` was read
+        self.paused_here: dict[str, float] = {}
+        """The pauses this process's own attempts were told of (monotonic), heeded at once:
+        a read of the table begun before one was recorded does not know it."""
+        if ledger.file is not None:
+            self.stamp = private_file(ledger.file.with_name(ledger.file.name + "-rates"))
         if postgres:  # one process at a time (see `ledger.SCHEMA_LOCK`)
             with ledger.transaction() as run:
                 run("SELECT pg_advisory_xact_lock(:k)", {"k": SCHEMA_LOCK})
@@ -107,14 +132,38 @@ class StoredRates:
 
     # -- reads and writes, each one transaction (run in a thread on Postgres: `Ledger.call`)
 
+    def stale(self) -> bool:
+        """Whether `known` is to be read again: a process said the table changed, or it is
+        older than `REFRESH_S`."""
+        if self.told != self.heard:
+            return True
+        if self.stamp is not None and self.stamp.stat().st_size != self.stamped:
+            return True
+        return time.monotonic() - self.read_at >= REFRESH_S
+
+    @contextmanager
+    def changing(self, endpoint: str) -> Iterator[Run]:
+        """A transaction that changes the table, said to every process (see the module
+        docstring): on Postgres as it commits, on SQLite once it has."""
+        with self.ledger.transaction() as run:
+            yield run
+            if self.ledger.engine is not None:
+                run("SELECT pg_notify(:c, :e)", {"c": CHANNEL, "e": endpoint})
+        if self.stamp is not None:
+            with self.stamp.open("ab") as f:
+                f.write(b".")
+
     def refresh_now(self) -> None:
         sql = f"SELECT endpoint, rate, paused_until - {self.now_sql} FROM tether_rates"
         mono = time.monotonic()
+        heard = self.told  # looked at first: a change said during the read is read next time
+        if self.stamp is not None:
+            self.stamped = self.stamp.stat().st_size
         self.known = {
             str(endpoint): (rate_of(rate), mono + float(left))
             for endpoint, rate, left in self.ledger.read(sql, self.params())
         }
-        self.read_at = mono
+        self.read_at, self.heard = mono, heard
 
     def admit_now(self, endpoint: str, tokens: int) -> tuple[float, str]:
         """The rule for an endpoint with a rate, in one transaction (see the module docstring)."""
@@ -152,25 +201,26 @@ class StoredRates:
 
     def pause_now(self, endpoint: str, seconds: float) -> None:
         until = f"{self.now_sql} + :s"
-        self.ledger.once(
-            f"INSERT INTO tether_rates VALUES (:e, NULL, {until}, {self.now_sql}) "
-            f"ON CONFLICT (endpoint) DO UPDATE SET paused_until = "
-            f"{self.later}(tether_rates.paused_until, excluded.paused_until)",
-            self.params(e=endpoint, s=seconds),
-        )
+        with self.changing(endpoint) as run:
+            run(
+                f"INSERT INTO tether_rates VALUES (:e, NULL, {until}, {self.now_sql}) "
+                f"ON CONFLICT (endpoint) DO UPDATE SET paused_until = "
+                f"{self.later}(tether_rates.paused_until, excluded.paused_until)",
+                self.params(e=endpoint, s=seconds),
+            )
 
     def set_now(self, endpoint: str, rate: Rate | None) -> None:
-        with self.ledger.transaction() as run:
+        with self.changing(endpoint) as run:
             if rate is None:
                 run("DELETE FROM tether_rates WHERE endpoint = :e", {"e": endpoint})
                 run("DELETE FROM tether_rate_log WHERE endpoint = :e", {"e": endpoint})
-                return
-            text = orjson.dumps(rate.to_dict()).decode()
-            run(
-                f"INSERT INTO tether_rates VALUES (:e, :r, 0, {self.now_sql}) "
-                "ON CONFLICT (endpoint) DO UPDATE SET rate = excluded.rate",
-                self.params(e=endpoint, r=text),
-            )
+            else:
+                text = orjson.dumps(rate.to_dict()).decode()
+                run(
+                    f"INSERT INTO tether_rates VALUES (:e, :r, 0, {self.now_sql}) "
+                    "ON CONFLICT (endpoint) DO UPDATE SET rate = excluded.rate",
+                    self.params(e=endpoint, r=text),
+                )
         self.read_at = -REFRESH_S  # heeded here from the next attempt
 
     def rates_now(self) -> list[RateStanding]:
@@ -193,22 +243,40 @@ class StoredRates:
 
     # -- `rates.Rates` ------------------------------------------------------------------------
 
+    async def listen(self, url: str) -> None:
+        """Postgres: hear of every change of the rates table as it commits (`CHANNEL`), on a
+        connection of this task's own, so that the next attempt reads the table again. The
+        task lives as long as the process's store is open; while its connection is down the
+        table is read every `REFRESH_S`, and once again as it connects."""
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        while True:
+            try:
+                conninfo = make_conninfo(url, **POSTGRES_CONNECT_ARGS)
+                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self.told += 1  # what was said while nobody listened
+                    async for _ in conn.notifies():
+                        self.told += 1
+            except psycopg.Error:
+                await asyncio.sleep(REFRESH_S)
+
     async def try_admit(self, endpoint: str, tokens: int) -> tuple[float, str]:
-        if time.monotonic() - self.read_at >= REFRESH_S:
+        if self.stale():
             await self.ledger.call(self.refresh_now)
-        known = self.known.get(endpoint)
-        if known is None:
-            return 0.0, ""
-        rate, paused_until = known
-        left = paused_until - time.monotonic()
-        if rate is None:  # paused, with no rate: waited out here
+        rate, paused_until = self.known.get(endpoint, (None, 0.0))
+        left = max(paused_until, self.paused_here.get(endpoint, 0.0)) - time.monotonic()
+        if left > 0:  # paused: waited out here
             now = time.time()
-            return (left, why_waiting(None, now + left, now)) if left > 0 else (0.0, "")
+            return left, why_waiting(rate, now + left, now)
+        if rate is None:
+            return 0.0, ""
         return await self.ledger.call(self.admit_now, endpoint, tokens)
 
     async def pause(self, endpoint: str, seconds: float) -> None:
-        rate, until = self.known.get(endpoint, (None, 0.0))
-        self.known[endpoint] = (rate, max(until, time.monotonic() + seconds))  # here at once
+        until = time.monotonic() + seconds
+        self.paused_here[endpoint] = max(self.paused_here.get(endpoint, 0.0), until)
         await self.ledger.call(self.pause_now, endpoint, seconds)
 
     async def set_rate(self, endpoint: str, rate: Rate | None) -> None:
