@@ -183,6 +183,15 @@ def test_two_versions_on_postgres_then_an_upgrade_repeats_nothing(
     assert sorted(mails) == sorted(f"{r} {r}" for r in ("a1", "a2", "a3", "b1"))  # once each
     listed = {r["id"]: r for r in map(json.loads, store("runs", "--json").stdout.splitlines())}
     assert (listed["a2"]["version"], listed["a2"]["upgraded_from"]) == ("2", "1")
+    events = [json.loads(line) for line in store("show", "a2", "--json").stdout.splitlines()]
+    types = [e["type"] for e in events]
+    assert types == [
+        *("run_started", "model_response", "tool_call", "approval_requested"),
+        "upgraded",  # after what v1 recorded, before what v2 did
+        *("approval_decided", "tool_result", "model_response", "run_finished"),
+    ], types
+    assert (events[4]["from"], events[4]["to"]) == ("1", "2")
+    assert "[upgraded from version 1 to 2]" in store("show", "a2").stdout
     assert (listed["a1"]["version"], listed["a1"]["upgraded_from"]) == ("1", None)
 
 

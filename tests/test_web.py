@@ -629,6 +629,11 @@ def test_a_run_waiting_for_its_version_is_upgraded_from_the_list(
         expect(status).to_have_text("upgraded to version 2")
         server.wait_for("idle-old", "done")
         expect(status).to_have_text("done")
+        page.goto(server.url + "/runs/idle-old")  # read from the store: where it was upgraded
+        expect(page.locator(".note.version")).to_have_text(
+            ["mailer version 1", "upgraded from version 1 to 2"]
+        )
+        expect(page.locator("#status")).to_have_text("done")
         with pytest.raises(urllib.error.HTTPError) as refused:
             server.api("POST", "/api/runs/idle-old/upgrade", {})
         assert refused.value.code == 409

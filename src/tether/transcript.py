@@ -122,6 +122,8 @@ def readable(
             mark = "✗" if d.get("is_error") else "←"
             lines.append(f"  {mark} {d['output'].rstrip()}")
             lines.extend(f"    {image_line(i)}" for i in d.get("images", ()))
+        elif e.type == "upgraded":
+            lines.append(f"[upgraded from version {d.get('from')} to {d.get('to')}]")
         elif e.type == "run_finished":
             lines.append(f"[{d.get('outcome')}] {d.get('reason') or ''}".rstrip())
     return "\n".join(indent + line if indent else line for line in "\n".join(lines).split("\n"))

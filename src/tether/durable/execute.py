@@ -58,7 +58,8 @@ async def execute_run(
     if record.get("format") != FORMAT:
         raise ConfigError(f"run {run.id} was recorded in another format")
     agent = await how.resolve(record["agent"], record["options"])
-    await on_its_version(run.id, record, agent.effective_version, run.emitter.emit)
+    version = agent.effective_version
+    await on_its_version(run.id, record, version, run.emitter.emit, run.host.ledger)
     ctx = context_of(run.id, record)
     ctx.tree_sinks = run.sinks
     ctx.parent = how.parent_of(run.id)

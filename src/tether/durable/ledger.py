@@ -66,6 +66,10 @@ TABLES = (
     # the agents' versions each worker executes (`versions.py`): JSON `["triage@2", ...]`
     "CREATE TABLE IF NOT EXISTS tether_serves (executor_id TEXT PRIMARY KEY, "
     "serves TEXT NOT NULL, dead_after DOUBLE PRECISION NOT NULL)",
+    # a run's upgrades to other versions of its agent, each after the steps it had then
+    "CREATE TABLE IF NOT EXISTS tether_upgrades (run_id TEXT NOT NULL, "
+    "to_version TEXT NOT NULL, from_version TEXT NOT NULL, steps INTEGER NOT NULL, "
+    "at DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, to_version))",
     # accounts' limits, spend per period and calls in flight (`durable/accounts.py`)
     "CREATE TABLE IF NOT EXISTS tether_account_limits (account TEXT PRIMARY KEY, "
     "limits TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)",
@@ -264,6 +268,26 @@ class Ledger:
         sql = "SELECT n, kind, output, at FROM tether_steps WHERE run_id = :r ORDER BY n"
         rows = self.read(sql, {"r": run_id})
         return [(int(n), str(k), bytes(o), float(t)) for n, k, o, t in rows]
+
+    def note_upgrade(self, run_id: str, was: str, now: str) -> None:
+        """Record that a run goes on under version `now` of its agent from here on, after the
+        steps it has recorded (`versions.on_its_version`), so that its history read from the
+        store says so where it happened. Once: executed again after a crash, the run goes on
+        from the same upgrade."""
+        sql = (
+            "INSERT INTO tether_upgrades SELECT :r, :to, :was, COUNT(*), :t FROM tether_steps "
+            "WHERE run_id = :r ON CONFLICT (run_id, to_version) DO NOTHING"
+        )
+        self.once(sql, {"r": run_id, "to": now, "was": was, "t": time.time()})
+
+    def upgrades_of(self, run_id: str) -> list[tuple[int, str, str, float]]:
+        """A run's upgrades, in order: (the steps it had, from, to, when)."""
+        sql = (
+            "SELECT steps, from_version, to_version, at FROM tether_upgrades WHERE run_id = :r "
+            "ORDER BY at"
+        )
+        rows = self.read(sql, {"r": run_id})
+        return [(int(n), str(was), str(to), float(at)) for n, was, to, at in rows]
 
     def recent_steps(self, kind: str, since: float, limit: int) -> list[bytes]:
         """The outputs of the steps of this kind recorded since `since` (Unix time), the most

@@ -28,6 +28,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from .ledger import Ledger
+
 QUEUE = "tether"
 """The queue of runs any worker takes: those built from recorded options, and those recorded
 before runs had versions."""
@@ -123,19 +125,21 @@ class HandedBack(Exception):
 
 
 async def on_its_version(
-    run_id: str, record: dict[str, Any], version: str, emit: Callable[..., None]
+    run_id: str, record: dict[str, Any], version: str, emit: Callable[..., None], ledger: Ledger
 ) -> None:
     """Check, as a run begins to execute here under an agent of `version`, that this is the
     version it is to go on under (`wanted`): its own, or an upgrade's (said as an `upgraded`
-    event). A run that came here by another way (DBOS recovers a run into any process that
-    listens to its queue) is put back on its version's queue: HandedBack, and DBOS records no
-    outcome for it here (its row is no longer this execution's)."""
+    event, and noted in the ledger where its history stands). A run that came here by another
+    way (DBOS recovers a run into any process that listens to its queue) is put back on its
+    version's queue: HandedBack, and DBOS records no outcome for it here (its row is no
+    longer this execution's)."""
     recorded = record.get("version")
     if record.get("options") is not None or not recorded or recorded == version:
         return
     status = await outside_the_run(dbos_status(run_id))
     want = wanted(record, status.queue_name if status is not None else None)
     if want == version:
+        await ledger.call(ledger.note_upgrade, run_id, recorded, version)
         emit("upgraded", **{"from": recorded, "to": version})
         return
     await outside_the_run(dbos_resume(run_id, queue_for(str(record.get("agent")), want)))

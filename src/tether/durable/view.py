@@ -245,7 +245,15 @@ def events_of(store: Any, run_id: str) -> list[Event]:
         **images_data(task_images(record) if isinstance(record, dict) else ()),
         **({k: record[k] for k in ORIGIN if k in record} if record else {}),
     )
-    for step, at in steps:
+    upgrades = store.ledger.upgrades_of(run_id)
+
+    def upgraded_before(n: int) -> None:  # it went on under another version from step n
+        while upgrades and upgrades[0][0] <= n:
+            _, was, to, ts = upgrades.pop(0)
+            add("upgraded", ts, **{"from": was, "to": to})
+
+    for n, (step, at) in enumerate(steps):
+        upgraded_before(n)
         if isinstance(step, ModelStep):
             ts, calls = step.ended, step.response.message.tool_calls
             for _, text in step.arrived:
@@ -270,6 +278,7 @@ def events_of(store: Any, run_id: str) -> list[Event]:
                     add("approval_decided", ts, **decided(result.call_id, asked))
             for result in results:
                 add("tool_result", ts, **tool_result_data(result))
+    upgraded_before(len(steps))
     end = ending(status, out)
     if end is not None:
         add("run_finished", (status.updated_at or 0) / 1000, **end)

@@ -426,6 +426,7 @@ const render = {
     if (d.task) add(el('div', 'item user', d.task));
     document.getElementById('status').textContent = 'running'; budget();
   },
+  upgraded(d) { add(el('div', 'note version', `upgraded from version ${d.from} to ${d.to}`)); },
   user_message(d) { add(el('div', 'item user', d.text)); },
   model_request(d) {
     if (state.modelCalls) forkButton(state.base + state.modelCalls);  // that step is whole
