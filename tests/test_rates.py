@@ -193,6 +193,19 @@ def test_tether_limits_rate_across_processes_on_sqlite(wire: WireServer, tmp_pat
         assert said in p.stderr
     p = tether("limits", "rate", "--requests", "3", "--store", store, env=env)
     assert (p.returncode, "name the endpoint") == (2, p.stderr.split(": ", 2)[-1][:17])
+    keyless = tether(
+        "limits",
+        "rate",
+        "--provider",
+        "openai-chat",
+        "--requests",
+        "3",
+        "--store",
+        store,
+        env=cli_env(),
+    )
+    assert (keyless.returncode, keyless.stderr.count("\n")) == (2, 1)
+    assert "OPENAI_API_KEY is not set: a rate is for an endpoint and key" in keyless.stderr
     again = json.loads(tether("limits", "rate", *where, "--json", env=env).stdout)
     assert again["rate"] == shown["rate"]  # nothing changed by the bad ones
     cleared = tether("limits", "rate", "clear", "--endpoint", endpoint, "--store", store, env=env)

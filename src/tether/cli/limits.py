@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from ..accounts import PERIODS, Limits, Standing, check_account
-from ..errors import ConfigError, TetherError
+from ..errors import ConfigError, MissingAPIKey, TetherError
 from ..rates import Rate, RateStanding, endpoint_of
 from .common import error
 
@@ -39,14 +39,15 @@ AMOUNTS = (
 def limits_command(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "limits",
-        help="accounts' budgets: what each account's runs may spend, across every worker",
+        help="accounts' budgets and endpoints' rate limits, held across every worker",
         description="Set and read accounts' limits (cost and tokens, per day and month in UTC, "
         "and in total). A run names its account with --account; before each model call it "
         "reserves the call's estimate against the account, across every process of the "
         "store, and halts (exit 3, 'account budget: ...') when a limit is reached. A new run "
         "of an account over a limit is refused (exit 3), or with --when-over queue started "
         "and held before its first call until there is room. A limit set below what was "
-        "spent already holds from the next call.",
+        "spent already holds from the next call. 'tether limits rate' sets the requests and "
+        "tokens an endpoint and key may take in a period, across every process of the store.",
     )
     p.add_argument(
         "words",
@@ -189,7 +190,13 @@ def named_endpoint(args: argparse.Namespace) -> str:
         raise ConfigError("name the endpoint: --provider, --base-url or --model (or --endpoint)")
     options = RunOptions(provider=args.provider, model=args.model, base_url=args.base_url)
     provider = args.provider or default_provider(options)
-    return endpoint_of(make_model(provider, args.model, base_url=args.base_url))
+    try:
+        return endpoint_of(make_model(provider, args.model, base_url=args.base_url))
+    except MissingAPIKey as e:  # a rate is a key's: its hash names the endpoint
+        raise ConfigError(
+            f"{e.variable} is not set: a rate is for an endpoint and key, so export the key "
+            "the runs use (or name the endpoint with --endpoint, as tether limits lists it)"
+        ) from None
 
 
 def show_rates(found: list[RateStanding], json: bool) -> None:
