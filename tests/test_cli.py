@@ -497,7 +497,7 @@ def test_runs_shows_what_each_run_was_asked_and_how_it_ended(
     assert row["agent"] == "tether" and len(row["version"]) == 12  # the definition's fingerprint
     line = tether("runs", "--data-dir", str(data)).stdout.strip().split("\t")
     version = f"tether@{row['version']}"
-    assert line[0] == "r-1" and line[2:] == ["done", "1 steps", "$0.0000", version, "say hi"]
+    assert line[0] == "r-1" and line[2:] == ["done", "1 step", "$0.0000", version, "say hi"]
 
 
 def test_a_batch_of_tasks_is_queued_at_once_and_listed_by_state(tmp_path: Path) -> None:

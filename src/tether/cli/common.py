@@ -491,9 +491,14 @@ def leave(status: int) -> NoReturn:
     os._exit(status)
 
 
+def counted(n: int, what: str) -> str:
+    """`1 step`, `2 steps`."""
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
 def report(result: RunResult, err: TextIO, quiet_done: bool = False) -> None:
     u = result.usage
-    figures = f"{result.steps} steps, {u.total_tokens} tokens, ${result.cost_usd:.4f}"
+    figures = f"{counted(result.steps, 'step')}, {u.total_tokens} tokens, ${result.cost_usd:.4f}"
     if result.outcome == "done":
         if not quiet_done:
             err.write(f"[done] {figures}\n")

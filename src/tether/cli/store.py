@@ -24,6 +24,7 @@ from ..result import RunResult
 from ..run_filter import RunFilter
 from .common import (
     cli_runtime,
+    counted,
     default_store,
     error,
     exit_status,
@@ -191,7 +192,7 @@ def runs_line(r: dict[str, Any]) -> str:
     state = states.get(r["state"], r["state"])
     if r.get("waiting_for_version"):  # queued where no live worker has its version
         state = f"waiting for version {r['waiting_for_version']}"
-    steps = "" if r["steps"] is None else f"{r['steps']} steps"
+    steps = "" if r["steps"] is None else counted(r["steps"], "step")
     cost = "" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
     task = " ".join(r["task"].split())
     task = task if len(task) <= 60 else task[:59] + "…"
