@@ -685,6 +685,13 @@ def test_a_store_in_a_missing_folder_is_made_and_a_plain_path_is_a_sqlite_file(
         p = tether(*reader, "--store", str(tmp_path / "typo" / "runs.sqlite"))
         assert p.returncode == 2 and "no store at" in p.stderr
     assert not (tmp_path / "typo").exists()
+    # but the default store, before the first run, has no runs yet: a newcomer's first look
+    p = tether("runs", "--data-dir", str(tmp_path / "fresh"), env=cli_env(TETHER_STORE=""))
+    assert (p.returncode, p.stdout) == (0, ""), p.stderr
+    assert (
+        p.stderr
+        == f"no runs yet: the first tether run makes the store {tmp_path}/fresh/runs.sqlite\n"
+    )
 
 
 def test_a_reader_that_stops_reading_stops_the_output_not_the_run() -> None:

@@ -49,6 +49,7 @@ def resolve_store(args: argparse.Namespace) -> None:
     store = args.store or ""
     if not store and args.command in DURABLE_BY_DEFAULT:
         store = default_store(args.data_dir)
+        args.default_store = not os.environ.get("TETHER_STORE")  # the data directory's
     makes = args.command in ("run", "ask", "serve", "mcp-serve", "worker")  # may start a store
     args.store = None if store in ("", "memory") else store_url(store, makes)
 

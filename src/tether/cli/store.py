@@ -47,6 +47,10 @@ def command_store(args: argparse.Namespace) -> int:
         return command_worker(args)
     from ..durable.view import client, list_runs
 
+    if args.command == "runs" and not_made_yet(args):
+        made = args.store.removeprefix("sqlite:///")
+        print(f"no runs yet: the first tether run makes the store {made}", file=sys.stderr)
+        return 0
     try:
         store = client(args.store)
         if args.command == "runs":
@@ -66,6 +70,15 @@ def command_store(args: argparse.Namespace) -> int:
         return error(str(e))
     print(said)
     return 0
+
+
+def not_made_yet(args: argparse.Namespace) -> bool:
+    """Whether the store is the default one, not made yet: a newcomer's first `tether runs`.
+    (A store named by --store or $TETHER_STORE that is not there is an error: a typo.)"""
+    url = args.store or ""
+    if not getattr(args, "default_store", False) or not url.startswith("sqlite:///"):
+        return False
+    return not Path(url.removeprefix("sqlite:///")).exists()
 
 
 def matching_runs(store: Any, flt: RunFilter, limit: int | None) -> list[dict[str, Any]]:
