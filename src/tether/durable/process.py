@@ -258,7 +258,7 @@ class DurableRuns:
             await self.ledger.call(self.ledger.keep_images, list(images))
             record = {**record, "images": [i.ref for i in images]}
         if run_id in self.runs:  # it ran here: the store has it
-            raise RunExists(f"the store has a run {run_id!r} already; resume it or use another id")
+            raise taken(run_id)
         run = self.attach(run_id, sinks)
         run.typed = typed
         run.fresh = True
@@ -270,9 +270,7 @@ class DurableRuns:
             self.forget_start(run_id)
             if isinstance(e, StoreUnavailable):
                 raise
-            raise RunExists(
-                f"the store has a run {run_id!r} already; resume it or use another id"
-            ) from None
+            raise taken(run_id) from None
         self.spawn(self.follow(run, handle))  # "queued" until it starts (its events say so)
         return run
 
@@ -622,3 +620,11 @@ async def orphans(run_ids: list[str] | None = None) -> dict[str, str]:
         for run_id, owner in owners.items()
         if owner.startswith(host) and not executor_alive(owner)
     }
+
+
+def taken(run_id: str) -> RunExists:
+    """A start refused because the store has a run of that id (ids are a store's for good)."""
+    return RunExists(
+        f"the store has a run {run_id!r} already: a new run needs another id, or none "
+        "(a run a crash left goes on with resume)"
+    )
