@@ -152,10 +152,10 @@ class DurableRuns:
             self._ledger = Ledger(self.url, self.connections)
             self.accounts = StoredAccounts(self._ledger)
             self.rates = StoredRates(self._ledger)
-            if self._ledger.engine is not None:  # changes of the rates, said as they commit
-                self.spawn(self.rates.listen(self.url))
             self.launch()
             self.view = StoreView(self.url, self._ledger)
+            if self._ledger.engine is not None:  # changes of the rates, said as they commit
+                self.spawn(self.rates.listen(self.url))
         except TetherError:
             raise
         except Exception as e:
