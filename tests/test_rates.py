@@ -245,9 +245,12 @@ def test_a_change_of_the_rates_is_heeded_at_once_by_every_process(
         assert 1.0 < wait <= 2.0 and "the server asked for no requests until" in why
         other = endpoint.replace("abc", "def")
         assert await there.try_admit(other, 10) == (0.0, "")
+        if here.stamp is not None:  # removed by hand: looked for in vain, made again
+            here.stamp.unlink()
+            assert await there.try_admit(other, 10) == (0.0, "")
         await here.set_rate(other, Rate(requests=1, per=60))
         await asyncio.wait_for(heard(3), 10)
-        assert await there.try_admit(other, 10) == (0.0, "")  # the first of the minute
+        assert await there.try_admit(other, 10) == (0.0, "")  # the first in the minute
         wait, why = await there.try_admit(other, 10)
         assert wait > 50 and why == "rate limit: at most 1 request a minute", why
         if listening is not None:

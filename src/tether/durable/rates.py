@@ -137,9 +137,18 @@ class StoredRates:
         older than `REFRESH_S`."""
         if self.told != self.heard:
             return True
-        if self.stamp is not None and self.stamp.stat().st_size != self.stamped:
+        if self.stamp is not None and self.stamp_size() != self.stamped:
             return True
         return time.monotonic() - self.read_at >= REFRESH_S
+
+    def stamp_size(self) -> int:
+        """The stamp's size, or -2 while it is gone (removed by hand): the next change
+        makes it again, and the size then differs."""
+        assert self.stamp is not None
+        try:
+            return self.stamp.stat().st_size
+        except OSError:
+            return -2
 
     @contextmanager
     def changing(self, endpoint: str) -> Iterator[Run]:
@@ -158,7 +167,7 @@ class StoredRates:
         mono = time.monotonic()
         heard = self.told  # looked at first: a change said during the read is read next time
         if self.stamp is not None:
-            self.stamped = self.stamp.stat().st_size
+            self.stamped = self.stamp_size()
         self.known = {
             str(endpoint): (rate_of(rate), mono + float(left))
             for endpoint, rate, left in self.ledger.read(sql, self.params())
