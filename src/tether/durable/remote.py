@@ -27,7 +27,7 @@ from .dbos_private import (
     engine,
 )
 from .ledger import Ledger
-from .versions import queue_for, record_in, wanted
+from .versions import home_of, queue_for, record_in, wanted
 from .view import (
     ENDED,
     MAIL,
@@ -88,7 +88,7 @@ def enqueue(url: str, runs: list[tuple[str, str]], record: dict[str, Any]) -> No
         shown = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
         raise ConfigError(f"the store has runs with these ids already: {shown}; nothing queued")
     queue = {
-        "queue_name": queue_for(str(record["agent"]), wanted(record, None)),
+        "queue_name": home_of(record, None),
         "workflow_name": WORKFLOW,
         "app_version": VERSION,
     }

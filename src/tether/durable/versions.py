@@ -40,6 +40,12 @@ def queue_for(agent: str, version: str | None) -> str:
     return f"{QUEUE}:{agent}@{version}" if version else QUEUE
 
 
+def home_of(record: dict[str, Any], queue: str | None) -> str:
+    """The queue a run belongs on (its version's, or `tether`), from its record and the queue
+    it is on now (an upgrade's names the version it goes on under)."""
+    return queue_for(str(record.get("agent")), wanted(record, queue))
+
+
 def version_in(queue: str | None) -> tuple[str, str] | None:
     """The agent and version a queue carries (None: not a version's queue)."""
     if not queue or not queue.startswith(QUEUE + ":"):
@@ -114,8 +120,7 @@ def route(store: Any, executors: list[str], serving: Serving) -> list[str]:
         record = record_in(status)
         if "format" not in record or serving.takes(record, status.queue_name):
             continue  # not a run's (Tether's runs all record their format), or taken here
-        queue = queue_for(str(record.get("agent")), wanted(record, status.queue_name))
-        store.resume_workflow(status.workflow_id, queue_name=queue)
+        store.resume_workflow(status.workflow_id, queue_name=home_of(record, status.queue_name))
         moved.append(status.workflow_id)
     return moved
 
@@ -167,5 +172,4 @@ def outside_the_run[T](work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
 def home_queue(store: Any, run_id: str) -> str:
     """The queue a run goes back to (its version's, or `tether`), read from the store."""
     (status,) = store.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
-    record = record_in(status)
-    return queue_for(str(record.get("agent")), wanted(record, status.queue_name))
+    return home_of(record_in(status), status.queue_name)

@@ -230,7 +230,7 @@ def events_of(store: Any, run_id: str) -> list[Event]:
     status = status_of(store, run_id)
     inputs = status.input.get("args") if isinstance(status.input, dict) else None
     task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
-    record = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else {}
+    record = record_in(status)
     steps = store.steps(status)
     approvals = all_events(store, run_id)
     first = next((s.response for s, _ in steps if isinstance(s, ModelStep)), None)
@@ -238,14 +238,15 @@ def events_of(store: Any, run_id: str) -> list[Event]:
         "run_started",
         (status.created_at or 0) / 1000,
         task=task,
-        provider=record.get("provider") if isinstance(record, dict) else None,
+        provider=record.get("provider"),
         model=first.model if first is not None else None,
-        agent=record.get("agent") if isinstance(record, dict) else None,
-        version=record.get("version") if isinstance(record, dict) else None,
-        **images_data(task_images(record) if isinstance(record, dict) else ()),
-        **({k: record[k] for k in ORIGIN if k in record} if record else {}),
+        agent=record.get("agent"),
+        version=record.get("version"),
+        **images_data(task_images(record)),
+        **{k: record[k] for k in ORIGIN if k in record},
     )
-    upgrades = store.ledger.upgrades_of(run_id)
+    # only a run of a registered agent's version can be upgraded: no read for the others
+    upgrades = store.ledger.upgrades_of(run_id) if wanted(record, None) else []
 
     def upgraded_before(n: int) -> None:  # it went on under another version from step n
         while upgrades and upgrades[0][0] <= n:
