@@ -308,6 +308,7 @@ def probe_sandbox(
     user: str,
     run: Callable[[str], tuple[str, str]] | None = None,
     allowed_caps: int = 0,
+    pass_fds: tuple[int, ...] = (),
 ) -> str:
     """What `BREAKOUTS` prints run in the sandbox `argv_for(probe)` makes, as `user` (`root`,
     or `nobody` by `setpriv`): with a Unix socket of the test's own in /run (as Postgres's
@@ -346,7 +347,9 @@ def probe_sandbox(
             argv = argv_for(probe)
             if user == "nobody":
                 argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=60, check=False, pass_fds=pass_fds
+            )
             out, err = done.stdout, done.stderr
         assert not escape.exists(), "a write reached /etc"
     assert out.strip().endswith("system-visible\nprobed"), out + err

@@ -651,14 +651,101 @@ def test_the_sandbox_holds_for_root_and_for_an_ordinary_user(user: str) -> None:
     closes. A file in the user's home, a store elsewhere and /etc/shadow must not be there
     to read. Each is tried from inside, as the user running Tether and as an ordinary one;
     the system's programs stay visible."""
+    from tether.tools import seccomp
     from tether.tools.sandbox import Sandbox
 
     if os.geteuid() != 0:
         pytest.skip("the root case and the switch to an ordinary user need root")
     ws = Path(tempfile.mkdtemp(prefix="tether-sandbox-"))  # reachable by an ordinary user
     ws.chmod(0o777)
+    fd = seccomp.descriptor()
     try:
-        said = probe_sandbox(lambda probe: Sandbox().argv(probe, str(ws)), user)
+        said = probe_sandbox(lambda probe: Sandbox().argv(probe, str(ws), fd), user, pass_fds=(fd,))
     finally:
+        os.close(fd)
         shutil.rmtree(ws)
     assert "ESCAPED" not in said, said
+
+
+SETUID_ATTEMPTS = """
+cp /bin/bash rb && chmod 4755 rb
+chmod u+s,g+s rb
+install -m 4755 /bin/bash rb2
+python3 -c "import os; os.close(os.open('rb3', os.O_CREAT | os.O_WRONLY, 0o4755))"
+python3 -c "import os; os.chmod('rb', 0o6755)"
+perl -e 'chmod 04755, "rb"'
+mkdir -m 2775 shared
+cp -p /usr/bin/passwd passwd-copy
+cp -a /usr/bin/passwd passwd-archived
+mkdir unpacked && tar -cf t.tar -C /usr/bin passwd && tar -xpf t.tar -C unpacked
+ln /usr/bin/passwd passwd-link
+echo attempted
+"""
+"""Every way a shell makes a setuid or setgid file: chmod by mode and by letter, install,
+an open and a mkdir with the bits, copies and an archive of a setuid-root system program
+that keep its mode, a hard link to one."""
+
+
+def setuid_files(top: Path) -> list[str]:
+    found = []
+    for folder, dirs, files in os.walk(top):
+        for name in [*dirs, *files]:
+            info = os.lstat(Path(folder) / name)
+            if info.st_mode & 0o6000:
+                found.append(f"{name} {oct(info.st_mode)} uid {info.st_uid}")
+    return found
+
+
+@needs_bwrap
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_sandboxed_command_leaves_no_setuid_or_setgid_file_on_the_host(user: str) -> None:
+    """As root a sandboxed bash (no capability, but uid 0) owned what it made: `chmod 4755`
+    on a copy of bash left a setuid-root shell in the workspace that any local user ran as
+    root; an ordinary user's left a setuid program of theirs. Whatever way it is tried, no
+    such file is made, and the commands themselves still run (the copy of bash is there)."""
+    from tether.tools import seccomp
+    from tether.tools.sandbox import Sandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("the root case and the switch to an ordinary user need root")
+    ws = Path(tempfile.mkdtemp(prefix="tether-setuid-"))  # reachable by an ordinary user
+    ws.chmod(0o777)
+    fd = seccomp.descriptor()
+    try:
+        argv = Sandbox().argv(SETUID_ATTEMPTS, str(ws), fd)
+        if user == "nobody":
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+        done = subprocess.run(
+            argv, cwd=ws, capture_output=True, text=True, timeout=60, pass_fds=(fd,)
+        )
+        made = setuid_files(ws)
+        copied = (ws / "rb").is_file() and os.access(ws / "rb", os.X_OK)
+        owner = (ws / "rb").stat().st_uid if copied else None
+    finally:
+        os.close(fd)
+        shutil.rmtree(ws)
+    assert done.stdout.strip().endswith("attempted"), done.stdout + done.stderr
+    assert made == [], made
+    assert copied and owner == (0 if user == "root" else 65534)
+    assert "Operation not permitted" in done.stderr
+
+
+@needs_bwrap
+async def test_bash_tools_sandbox_refuses_a_setuid_file(tmp_path: Path) -> None:
+    """The same, through the bash tool as `tether run` runs it (sandboxed by default)."""
+    out = await sandboxed("cp /bin/bash ./rb && chmod 4755 ./rb; ls -l rb", tmp_path)
+    assert "Operation not permitted" in out
+    assert setuid_files(tmp_path) == [] and (tmp_path / "rb").is_file()
+
+
+def test_the_setuid_filter_is_a_program_for_each_machine_it_knows() -> None:
+    """The filter refuses the sandbox on a machine whose calls it does not know (a sandbox
+    that let setuid files through would be worse than the error), and is whole instructions
+    on the ones it knows."""
+    from tether.errors import ConfigError
+    from tether.tools import seccomp
+
+    for machine in seccomp.ARCHES:
+        assert len(seccomp.program(machine)) % 8 == 0 and len(seccomp.program(machine)) > 64
+    with pytest.raises(ConfigError, match="no seccomp filter is known for sparc"):
+        seccomp.program("sparc")

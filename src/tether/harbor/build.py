@@ -35,7 +35,9 @@ the key, so an image is never laid over a system it was not built on."""
 
 
 def images() -> Path:
-    """Where built images are kept: `$XDG_CACHE_HOME/tether/harbor-images` (`~/.cache/...`)."""
+    """Where built images are kept: `$XDG_CACHE_HOME/tether/harbor-images` (`~/.cache/...`),
+    a directory only its owner enters (`building` keeps it 0700): a build's root may have
+    made a setuid program in a layer, which no other local user must reach."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return Path(base) / "tether" / "harbor-images"
 
@@ -60,6 +62,7 @@ async def building(into: Path) -> AsyncIterator[None]:
     """Hold the build of the image `into`, one process at a time: trials of one task started
     together build it once, the others wait, then find it built."""
     into.parent.mkdir(parents=True, exist_ok=True)
+    into.parent.chmod(0o700)  # an image's layers hold what its build's root made: its own only
     lock = os.open(into.with_name(into.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)

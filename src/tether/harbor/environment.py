@@ -221,12 +221,9 @@ class LocalEnvironment(BaseEnvironment):
             )
         into_directory = copy.destination.endswith("/") or len(copy.sources) > 1
         for pattern in copy.sources:
-            sources = sorted(self.environment_dir.glob(pattern.lstrip("/"))) or [
-                self.environment_dir / pattern
-            ]
-            for source in sources:
+            for source in self.in_context(copy, pattern):
                 if source.is_dir():
-                    shutil.copytree(source, target, dirs_exist_ok=True)
+                    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
                 elif source.is_file():
                     to = target / source.name if into_directory or target.is_dir() else target
                     to.parent.mkdir(parents=True, exist_ok=True)
@@ -236,6 +233,21 @@ class LocalEnvironment(BaseEnvironment):
                         f"environment/{DOCKERFILE} {copy.instruction}: {pattern} is not in the "
                         "build context"
                     )
+
+    def in_context(self, copy: Copy, pattern: str) -> list[Path]:
+        """What a source of a `COPY` names, each inside the build context, as Docker keeps it:
+        a `..` or a link that leads out of the context is refused (it read any host file)."""
+        context = self.environment_dir.resolve()
+        sources = sorted(self.environment_dir.glob(pattern.lstrip("/"))) or [
+            self.environment_dir / pattern.lstrip("/")
+        ]
+        for source in sources:
+            if source.resolve() != context and context not in source.resolve().parents:
+                raise RuntimeError(
+                    f"environment/{DOCKERFILE} {copy.instruction}: {pattern} leads out of the "
+                    "build context"
+                )
+        return sources
 
     async def stop(self, delete: bool) -> None:
         kill_marked(self.trial_marker)

@@ -32,6 +32,7 @@ import os
 import shlex
 import shutil
 import sys
+import tempfile
 import time
 import tomllib
 import uuid
@@ -44,6 +45,7 @@ from harbor.environments.base import ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 
 from ..tools.sandbox import SYSTEM, bwrap, system_view
+from . import transfer
 from .build import base_differs, building, images, key
 from .dockerfile import Copy, Run
 from .environment import (
@@ -263,10 +265,12 @@ class SandboxEnvironment(LocalEnvironment):
     async def copy_step(self, copy: Copy) -> None:
         """A `COPY`/`ADD` in the build: laid out under a passage as it lands in the root,
         then unpacked over `/` inside (existing directories keep their owners and modes)."""
-        async with self.passage() as via:
-            stage = self.local(via)
+        with tempfile.TemporaryDirectory(prefix="tether-copy-") as staged:
+            stage = Path(staged)  # laid out privately: a process a RUN left cannot meet it
             self.put_in_place(copy, lambda path: stage / path.lstrip("/"))
-            await self.inside(f"tar -C {via} -cf - . | tar -C / -xpf - --no-overwrite-dir")
+            async with self.passage() as via:
+                transfer.copy_in(stage, self.rootfs.fs, f"{via}/x", contents=True)
+                await self.inside(f"tar -C {via}/x -cf - . | tar -C / -xpf - --no-overwrite-dir")
 
     async def run_step(self, run: Run, deadline: float) -> None:
         """A `RUN`, in its directory (made, as Docker makes a `WORKDIR`), as its user, with
@@ -353,62 +357,84 @@ class SandboxEnvironment(LocalEnvironment):
             remove(self.root)
 
     # -- files ----------------------------------------------------------------------------
-    # Files in the trial's root are read and written in place; in a mounted overlay (/usr,
-    # /etc, /opt, /var) the upper layer is the kernel's, so they pass through a directory of
-    # the root that both sides reach and are copied inside, as `docker cp` copies them.
+    # The trial's processes write its root as they please, links included, so the host never
+    # opens a path of the trial by name (`transfer.py`). Once the sandbox runs, a file goes
+    # through a passage, a fresh directory of the root that the host reaches by descriptor, and
+    # is copied between the passage and its place inside the sandbox, as `docker cp` copies:
+    # there a link reaches only the trial's own files, and a mounted overlay's (/usr, /etc,
+    # /opt, /var) upper layer, which is the kernel's, is reached too. Before the sandbox starts
+    # no process of the trial has run, and files go straight into its layers.
 
-    def overlaid(self, path: str) -> str | None:
-        """`path` made absolute, if it is in a mounted overlay."""
+    def place(self, path: str) -> tuple[Path, str]:
+        """The host directory a container path lies under, and the path inside it."""
         full = self.absolute(path)
-        mounted = self.server is not None and self.rootfs.overlay_of(full) is not None
-        return full if mounted else None
+        overlay = self.rootfs.overlay_of(full)
+        if overlay is None:
+            return self.rootfs.fs, full
+        return self.rootfs.upper(overlay), full[len(overlay) :]
+
+    @property
+    def running(self) -> bool:
+        return self.server is not None
 
     @contextlib.asynccontextmanager
     async def passage(self) -> AsyncIterator[str]:
-        """A directory of the trial's root that the host and the sandbox both reach, gone
-        after."""
+        """A directory of the trial's root that the host (by descriptor, `transfer.py`) and
+        the sandbox both reach, gone after."""
         name = f"/.tether-transfer-{uuid.uuid4().hex}"
-        self.local(name).mkdir(mode=0o700)
+        with transfer.directory(self.rootfs.fs, "") as root:
+            os.mkdir(name[1:], 0o700, dir_fd=root)
         try:
             yield name
         finally:
-            shutil.rmtree(self.local(name), ignore_errors=True)
+            with transfer.directory(self.rootfs.fs, "") as root:
+                shutil.rmtree(name[1:], dir_fd=root, ignore_errors=True)
 
     async def inside(self, command: str) -> None:
-        done = await self.exec(command, user=0)  # as `docker cp` copies: root
+        """A copy made inside, as `docker cp` makes it: as root (the trial's only user, where
+        its users are not mapped, whom the server cannot switch to)."""
+        user = 0 if self.users else None
+        done = await self.request(command, "/", dict(BASE_ENV), None, user)
         if done.return_code != 0:
             raise RuntimeError(f"{command}: {(done.stderr or done.stdout or '').strip()}")
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        if (target := self.overlaid(target_path)) is None:
-            return await super().upload_file(source_path, target_path)
-        async with self.passage() as via:
-            shutil.copy2(source_path, self.local(f"{via}/file"))
-            where = shlex.quote(os.path.dirname(target))
-            await self.inside(f"mkdir -p {where} && cp -a {via}/file {shlex.quote(target)}")
+        await self.upload(Path(source_path), target_path, contents=False)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        if (target := self.overlaid(target_dir)) is None:
-            return await super().upload_dir(source_dir, target_dir)
+        await self.upload(Path(source_dir), target_dir, contents=True)
+
+    async def upload(self, source: Path, target_path: str, contents: bool) -> None:
+        """A host file (or a directory's contents) to a container path; the source's links
+        go as links."""
+        if not self.running:
+            return transfer.copy_in(source, *self.place(target_path), contents=contents)
+        target = shlex.quote(self.absolute(target_path))
         async with self.passage() as via:
-            shutil.copytree(source_dir, self.local(f"{via}/dir"))
-            into = shlex.quote(target)
-            await self.inside(f"mkdir -p {into} && cp -a {via}/dir/. {into}/")
+            transfer.copy_in(source, self.rootfs.fs, f"{via}/x")
+            where = target if contents else shlex.quote(os.path.dirname(self.absolute(target_path)))
+            into = f"{via}/x/. {target}/" if contents else f"{via}/x {target}"
+            await self.inside(f"mkdir -p {where} && cp -a {into}")
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        if (source := self.overlaid(source_path)) is None:
-            return await super().download_file(source_path, target_path)
-        async with self.passage() as via:
-            await self.inside(f"cp -a {shlex.quote(source)} {via}/file")
-            Path(target_path).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(self.local(f"{via}/file"), target_path)
+        """A container file to the host, read through its links inside the sandbox."""
+        await self.download(source_path, Path(target_path), contents=False)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        if (source := self.overlaid(source_dir)) is None:
-            return await super().download_dir(source_dir, target_dir)
+        """A container directory's contents to the host, its links kept as links."""
+        await self.download(source_dir, Path(target_dir), contents=True)
+
+    async def download(self, source_path: str, target: Path, contents: bool) -> None:
+        if not self.running:
+            base, inside = self.place(source_path)
+            return transfer.copy_out(base, inside, target, contents=contents)
+        source = shlex.quote(self.absolute(source_path))
         async with self.passage() as via:
-            await self.inside(f"mkdir -p {via}/dir && cp -a {shlex.quote(source)}/. {via}/dir/")
-            shutil.copytree(self.local(f"{via}/dir"), target_dir, dirs_exist_ok=True)
+            if contents:
+                await self.inside(f"mkdir {via}/x && cp -a {source}/. {via}/x/")
+            else:
+                await self.inside(f"cp -L --preserve=mode,timestamps {source} {via}/x")
+            transfer.copy_out(self.rootfs.fs, f"{via}/x", target, contents=contents)
 
     # -- commands -------------------------------------------------------------------------
 

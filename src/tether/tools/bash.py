@@ -28,6 +28,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from .sandbox import Sandbox
+from .seccomp import descriptor as filter_descriptor
 from .session import ShellSession, session_of
 from .tool import RunContext, Tool, tool
 
@@ -225,19 +226,25 @@ async def run_command(
     dies with this coroutine (`sweeper` finds those that left its group)."""
     sweeper = sweeper or Sweeper()
     cookie = uuid.uuid4().hex
-    argv = sandbox.argv(command, cwd) if sandbox else ["bash", "-c", command]
-    proc = await start(
-        asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd,
-            env=environment(passed, cwd, cookie),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        ),
-        cookie,
-    )
+    fds: tuple[int, ...] = (filter_descriptor(),) if sandbox else ()
+    try:
+        argv = sandbox.argv(command, cwd, fds[0]) if sandbox else ["bash", "-c", command]
+        proc = await start(
+            asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd,
+                env=environment(passed, cwd, cookie),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=fds,
+            ),
+            cookie,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
     assert proc.stdout is not None
 
     async def pump() -> None:

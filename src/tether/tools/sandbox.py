@@ -7,10 +7,12 @@ hidden), its workspace read-write, and a private `/tmp` and home; nothing else o
 UTS namespaces of its own, so every process it starts dies with it (the namespace's first
 process is bubblewrap's, and when it goes the kernel kills the rest, whatever they did to
 their session or environment); it holds no capability, for root too, and no host Unix socket
-(see `hardening`); its environment is bash's clean one (see `bash.py`); its address space and
-CPU time are bounded. Where bubblewrap is missing or cannot make namespaces here, asking for
-the sandbox (`--sandbox`) is an error at start, and a call never runs unsandboxed instead; by
-default bash then runs unsandboxed, and a line at start says so.
+(see `hardening`); it makes no file setuid or setgid (`seccomp.py`: as root such a file on
+the host's disk was a way to root for every local user); its environment is bash's clean one
+(see `bash.py`); its address space and CPU time are bounded. Where bubblewrap is missing or
+cannot make namespaces here, asking for the sandbox (`--sandbox`) is an error at start, and a
+call never runs unsandboxed instead; by default bash then runs unsandboxed, and a line at start
+says so.
 
 Not bounded: the number of processes (`RLIMIT_NPROC` counts a user's processes machine-wide,
 and a cgroup needs privileges the CLI should not ask for); the PID namespace still ends them
@@ -27,6 +29,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from .seccomp import descriptor as filter_descriptor
 
 
 @dataclass(frozen=True)
@@ -38,19 +41,21 @@ class Sandbox:
     cpu_seconds: int = 600
     """The most CPU time a process may use (`RLIMIT_CPU`)."""
 
-    def argv(self, command: str, workspace: str) -> list[str]:
+    def argv(self, command: str, workspace: str, seccomp: int) -> list[str]:
         """The command line that runs `command` with bash in the sandbox, under the limits:
         a first bash sets them, then becomes the bash that runs `command` (exactly as
         `bash -c COMMAND`). Set there rather than in the child before it becomes bubblewrap
         (`preexec_fn`), which made Python fork the whole interpreter for every call instead
         of spawning: +12.4 ms a call over a plain one then, +8.1 to +9.3 ms now
-        (`bench/sandbox_cost.py`)."""
+        (`bench/sandbox_cost.py`). `seccomp` is a descriptor of `filter_descriptor()`'s,
+        passed to the process (no file is made setuid or setgid)."""
         net = ["--share-net"] if self.net else []
         limits = f"ulimit -v {self.memory_mb << 10} -t {self.cpu_seconds}"
         return [
             bwrap(),
             *system_view(),
             *hardening(),
+            "--seccomp", str(seccomp),
             "--dev", "/dev",
             "--proc", "/proc",
             "--tmpfs", "/tmp",
@@ -125,10 +130,16 @@ def check(net: bool) -> None:
     """Fail now, with the reason, if bubblewrap cannot make this sandbox here (once a process:
     a user-namespace or mount restriction would otherwise fail every call)."""
     sandbox = Sandbox(net=net)
+    fd = filter_descriptor()
     try:
-        done = subprocess.run(sandbox.argv("true", "/"), capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            sandbox.argv("true", "/", fd), capture_output=True, text=True, timeout=30,
+            pass_fds=(fd,),
+        )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ConfigError(f"--sandbox: bubblewrap did not run: {e}") from None
+    finally:
+        os.close(fd)
     if done.returncode != 0:
         why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no reason given"
         raise ConfigError(f"--sandbox: bubblewrap cannot make a sandbox here: {why}")
