@@ -59,7 +59,9 @@ def test_a_run_uses_an_mcp_servers_tools_over_stdio(wire: WireServer) -> None:
     assert (apples["output"], apples["is_error"]) == ("12 apples in stock", False)
     assert plums["is_error"] and "stock" in plums["output"]  # the server's error result
     tools = {t["function"]["name"]: t["function"] for t in wire.requests[0]["tools"]}
-    assert set(tools) == {"stock", "slow", "chart", "reserve", "subscribe", "summarize"}
+    assert set(tools) == {
+        "stock", "slow", "chart", "reserve", "subscribe", "summarize", "ramble"
+    }  # fmt: skip
     assert tools["stock"]["parameters"]["required"] == ["item"]
 
 
@@ -503,6 +505,61 @@ def test_a_servers_sampling_is_answered_by_the_runs_model_and_counted(
     assert finished["type"] == "run_finished"
     assert finished["usage"]["input_tokens"] == 50 + 30 + 50
     assert finished["steps"] == 2
+
+
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
+def test_a_servers_sampling_in_a_loop_stops_at_the_runs_token_limit(
+    wire: WireServer, store: str, tmp_path: Path
+) -> None:
+    """Thirty sampling requests in one tool call, each a model call of the run: checked
+    against the run's --max-tokens before it is made (it spent 60,006 tokens against 600)."""
+    wire.add(calls=[("ramble", {})], usage={"prompt": 50, "completion": 10})
+    for _ in range(30):
+        wire.add(text="words", usage={"prompt": 100, "completion": 100})
+    wire.add(text="Done.")
+    where = "memory" if store == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
+    status, events = run_with_mcp(wire, SERVER, "--max-tokens", "600", "--store", where)
+    result = next(e for e in events if e["type"] == "tool_result")
+    sampled = [e for e in events if e["type"] == "sampled"]
+    assert result["is_error"] and "over the run's budget: max_tokens" in result["output"]
+    assert 1 <= len(sampled) <= 4 and len(wire.requests) == 1 + len(sampled)  # no more sent
+    finished = events[-1]
+    assert (status, finished["outcome"]) == (3, "halted")
+    used = finished["usage"]["input_tokens"] + finished["usage"]["output_tokens"]
+    assert used <= 600 + 200  # at most the one call whose estimate was under its use
+
+
+def test_a_servers_sampling_in_a_loop_stops_at_the_accounts_limit(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """The same against an account's token limit, on a store: each request is reserved
+    against the account and counted in its ledger (it recorded 12 of 60,012 tokens)."""
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    env = cli_env(OPENAI_API_KEY="k")
+    limits = warm.run(
+        [*TETHER, "limits", "set", "acme", "--tokens-total", "600", "--store", store],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert limits.returncode == 0, limits.stderr
+    wire.add(calls=[("ramble", {})], usage={"prompt": 50, "completion": 10})
+    for _ in range(30):
+        wire.add(text="words", usage={"prompt": 100, "completion": 100})
+    wire.add(text="Done.")
+    status, events = run_with_mcp(wire, SERVER, "--account", "acme", "--store", store)
+    result = next(e for e in events if e["type"] == "tool_result")
+    sampled = [e for e in events if e["type"] == "sampled"]
+    assert result["is_error"], result
+    assert "over the run's budget: account budget: acme has used" in result["output"]
+    assert 1 <= len(sampled) <= 4 and len(wire.requests) == 1 + len(sampled)
+    shown = warm.run(
+        [*TETHER, "limits", "acme", "--store", store, "--json"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    standing = json.loads(shown.stdout)
+    counted = standing["spent"]["total"]["tokens"]
+    assert counted == 60 + 200 * len(sampled)  # every call the run made, sampled ones too
+    assert standing["held"]["total"]["tokens"] == 0
+    assert status == 3
 
 
 def test_mcp_sampling_off_refuses_the_server(wire: WireServer) -> None:

@@ -589,3 +589,16 @@ def test_a_durable_childs_approval_waits_across_a_crash(wire: WireServer, tmp_pa
     assert sorted((tmp_path / "writes.txt").read_text().split()) == ["alpha", "beta"]
     by_task = collections.Counter(str(b["messages"][1]["content"]) for b in wire.requests)
     assert by_task == {"Research alpha and beta": 2, "alpha": 2, "beta": 2}
+
+
+def test_calls_made_side_by_side_hold_their_expected_tokens_until_charged() -> None:
+    """A tool's model calls on the run's behalf (an MCP server's sampling) may be in flight
+    together: each holds what it is expected to use, so together they cannot pass a token
+    limit that each alone would fit under; a charged or failed one lets go of its hold."""
+    root = Allowance("root", max_tokens=500)
+    child = Allowance("child", parent=root)
+    assert child.reserve(300) == ""
+    assert "max_tokens" in root.reserve(300)  # 300 held by the child's call: no room
+    child.release(300)
+    child.charge(Usage(input_tokens=100, output_tokens=50), 0.0)
+    assert root.reserve(300) == "" and root.held == 300 and child.held == 0

@@ -513,6 +513,46 @@ async def paid(
     return response
 
 
+@dataclass(eq=False)
+class Sampling:
+    """The run's model as a tool asks it on the run's behalf (an MCP server's sampling, the
+    tool's `RunContext.model`): each request is a model call of the run, reserved before it is
+    made against the run's and its tree's limits (`Allowance`, its expected tokens counted)
+    and against its account (`paid`), and charged to both after. Refused, it raises
+    `OverBudget` with the reason, for the tool to tell the server; the call is not made. (It
+    went to the model directly: 30 requests in one tool call spent 60,006 tokens against
+    `--max-tokens 600`, and an account's ledger saw 12 of them.)"""
+
+    agent: Agent
+    ctx: RunContext
+    emitter: Emitter
+
+    @property
+    def name(self) -> str:
+        return self.agent.model.name
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        agent, allowance = self.agent, self.ctx.allowance
+        tokens = estimate(list(request.messages), request.system)
+        tokens += request.max_output_tokens or 0
+        refused = allowance.reserve(tokens) if allowance is not None else ""
+        if refused:
+            raise OverBudget(refused)
+        key = f"sample {self.ctx.call_id or ''} {uuid.uuid4().hex[:12]}"
+        try:
+            response = await paid(
+                agent, self.ctx, key, request, False, self.emitter,
+                lambda: agent.model.respond(request),
+            )  # fmt: skip
+        finally:
+            if allowance is not None:
+                allowance.release(tokens)
+        if allowance is not None:
+            cost = cost_of(response.usage, agent.price_of(response) or agent.price)
+            allowance.charge(response.usage, cost.usd)
+        return response
+
+
 async def summarized(
     agent: Agent,
     ctx: RunContext,
@@ -690,7 +730,8 @@ class LocalEffects:
         )
 
     async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
-        toolbox, ctx = self.agent.toolbox, dataclasses.replace(self.ctx, model=self.agent.model)
+        toolbox, ctx = self.agent.toolbox, dataclasses.replace(self.ctx)
+        ctx.model = Sampling(self.agent, ctx, self.emitter)
         return await toolbox.run_all(calls, ctx, self.emitter, self.approver, state.finished)
 
 

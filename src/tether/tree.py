@@ -39,6 +39,9 @@ class Allowance:
     then fails: it reached the model)."""
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
+    held: int = 0
+    """Tokens expected by calls reserved with an estimate and not yet charged (a tool's model
+    calls on the run's behalf, which may be made side by side): counted as used meanwhile."""
 
     def chain(self) -> Iterator[Allowance]:
         """This allowance, then its parent's, up to the root's."""
@@ -54,15 +57,18 @@ class Allowance:
             node = node.parent
         return node
 
-    def refusal(self) -> str:
-        """Why this allowance has no room for another model call, or ""."""
+    def refusal(self, tokens: int = 0) -> str:
+        """Why this allowance has no room for another model call, or ""; `tokens`, if given,
+        is what the call is expected to use (a call that would pass the limit is refused)."""
         if self.max_calls is not None and self.calls >= self.max_calls:
             return (
                 f"max_steps: {self.calls} model calls made by run {self.run_id} and the runs "
                 f"it started, the limit is {self.max_calls}"
             )
-        total = self.usage.total_tokens
-        if self.max_tokens is not None and total >= self.max_tokens:
+        total = self.usage.total_tokens + self.held
+        if self.max_tokens is not None and (
+            total >= self.max_tokens or total + tokens > self.max_tokens
+        ):
             return (
                 f"max_tokens: {total} used by run {self.run_id} and the runs it started, "
                 f"the limit is {self.max_tokens}"
@@ -74,17 +80,23 @@ class Allowance:
             )
         return ""
 
-    def reserve(self) -> str:
+    def reserve(self, tokens: int = 0) -> str:
         """Reserve one model call against this allowance and every ancestor's; "" when it is
         reserved, else why not (then nothing is reserved anywhere)."""
         chain = list(self.chain())
         for node in chain:
-            reason = node.refusal()
+            reason = node.refusal(tokens)
             if reason:
                 return reason
         for node in chain:
             node.calls += 1
+            node.held += tokens
         return ""
+
+    def release(self, tokens: int) -> None:
+        """Let go of what `reserve(tokens)` held, once the call is charged or not made."""
+        for node in self.chain():
+            node.held -= tokens
 
     def charge(self, usage: Usage, cost_usd: float) -> None:
         """Count what a finished call used against this allowance and every ancestor's."""

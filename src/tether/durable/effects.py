@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ..accounts import Cost
 from ..admission import Limiter
-from ..agent import Agent, judge, paid, summarized
+from ..agent import Agent, Sampling, judge, paid, summarized
 from ..approvals import Decision, arguments_hash, needs_approval
 from ..calls import respond
 from ..context import fit
@@ -367,7 +367,7 @@ class RecordedEffects:
         ctx = dataclasses.replace(self.run.context)
         ctx.idempotency_key = f"{self.run.id}:{call.id}"
         ctx.emitter = self.run.emitter  # the call's progress and questions are the run's events
-        ctx.model = self.agent.model  # what an MCP server samples is the run's model
+        ctx.model = Sampling(self.agent, ctx, self.run.emitter)  # the run's, on its budget
         approver = None
         if decision is not None:
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from ..accounts import OverBudget
 from ..approvals import Policy
 from ..errors import ConfigError, ProviderError
 from ..messages import ImagePart, Message, ModelRequest, TextPart, image_type
@@ -266,6 +267,8 @@ class Server:
             response = await ctx.model.respond(request)
         except ProviderError as e:
             return ErrorData(code=INTERNAL_ERROR, message=f"the run's model failed: {e}")
+        except OverBudget as e:  # the run's, its tree's or its account's limit: not made
+            return ErrorData(code=INVALID_REQUEST, message=f"over the run's budget: {e.reason}")
         if ctx.spent is not None:
             ctx.spent.append(response.usage)
         text = response.message.text
