@@ -379,6 +379,10 @@ def test_a_durable_run_queued_for_its_accounts_room_goes_on_when_the_limit_is_ra
             assert line, "the run ended before it was queued"
         assert json.loads(line)["what"] == "account" and "acme has used" in line
         assert len(wire.requests) == 1
+        queued = tether("run", "later", "--queue", "--store", store, "--account", "acme", env=env)
+        assert queued.returncode == 0, queued.stderr  # queued too, to wait for its room
+        listed = tether("runs", "--state", "queued", "--store", store, env=env).stdout
+        assert listed.split("\t")[0] == queued.stdout.strip()
         assert tether(*limits, "--tokens-total", "1000", env=env).returncode == 0
         rest = waiting.stdout.read()
         assert waiting.wait(30) == 0
@@ -515,3 +519,52 @@ def test_a_worker_killed_mid_call_leaves_the_accounts_limit_whole(
     wire: WireServer, tmp_path: Path, postgres: str
 ) -> None:
     fleet_of_one_account(wire, tmp_path, postgres, limit=3.0, kill_one=True)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_call_is_counted_once_whichever_process_settles_it(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The settlement rule, run against both stores' SQL: a held call settled by the process
+    that reserved it, or by another (a worker, a run resumed elsewhere), moves its estimate to
+    what it cost; a call of an account with no limits is added up; a call released first
+    (counted at its estimate) adds nothing when its settlement comes late. It was decided by
+    the reserving process's memory: settled elsewhere, a call was counted twice and its
+    estimate held for good."""
+    from tether.durable.accounts import StoredAccounts
+    from tether.durable.ledger import Ledger
+
+    store = (
+        f"sqlite:///{tmp_path / 'runs.sqlite'}"
+        if backend == "sqlite"
+        else request.getfixturevalue("postgres")
+    )
+    here, there = Ledger(store), Ledger(store)
+    mine, other = StoredAccounts(here), StoredAccounts(there)
+    estimate, cost = Cost(0.10, 100), Cost(0.06, 60)
+
+    async def go() -> None:
+        await mine.set_limits("acme", Limits(cost_total=1.0))
+        for n, settler in enumerate((mine, other)):
+            assert await mine.reserve("acme", "r1", f"call {n}", estimate) == ""
+            held = await mine.standing("acme")
+            assert held.held["total"] == estimate
+            await settler.settle("acme", "r1", f"call {n}", cost)
+            settled = await other.standing("acme")
+            assert settled.held["total"] == Cost(), settler
+            assert settled.spent["total"].usd == pytest.approx(0.06 * (n + 1))
+        await other.settle("beta", "r2", "call 0", cost)  # no limits: added up
+        assert (await mine.standing("beta")).spent["total"].usd == pytest.approx(0.06)
+        assert await mine.reserve("acme", "r3", "call 0", estimate) == ""
+        await other.release("r3")  # the run ended with the call in flight: at its estimate
+        await mine.settle("acme", "r3", "call 0", cost)  # a late settlement adds nothing
+        ended = await other.standing("acme")
+        assert ended.spent["total"].usd == pytest.approx(0.12 + 0.10)
+        assert ended.held["total"] == Cost()
+
+    try:
+        asyncio.run(go())
+    finally:
+        for ledger in (here, there):
+            if ledger.engine is not None:
+                ledger.engine.dispose()

@@ -393,3 +393,65 @@ def test_one_429_pauses_the_endpoint_for_every_worker_on_postgres(
     during = [t for t in wire.arrived if at + in_flight <= t < at + 2.0]
     assert during == [], [round(t - at, 3) for t in during]
     assert sum(t >= at + 2.0 for t in wire.arrived) > 20  # then they went on
+
+
+# -- every copy of the rule: memory, SQLite, Postgres -------------------------------------------
+
+
+def rates_of(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> list[Any]:
+    """Two views of one place rates are kept (two processes' on a store; memory has one)."""
+    from tether.rates import MemoryRates
+
+    if kind == "memory":
+        memory = MemoryRates()
+        return [memory, memory]
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    if kind == "postgres":
+        store = request.getfixturevalue("postgres")
+    return [StoredRates(Ledger(store, 1)), StoredRates(Ledger(store, 1))]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_every_copy_of_the_rule_keeps_tokens_pauses_and_raised_rates(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same cases against each place rates are kept: a token rate holds (on a SQLite
+    store it never took effect); a shorter pause asked later does not cut a longer one short
+    (it replaced it); an attempt waiting for room goes once the rate is raised, not after
+    its whole wait (it slept a minute)."""
+    from tether import rates as rates_module
+    from tether.rates import Gate
+
+    monkeypatch.setattr(stored_rates, "REFRESH_S", 0.0)  # each view reads the table each time
+    monkeypatch.setattr(rates_module, "LONGEST_NAP", 0.5)
+    here, there = rates_of(kind, tmp_path, request)
+    rated, paused, raised = "openai-chat a", "openai-chat b", "openai-chat c"
+
+    async def go() -> None:
+        await here.set_rate(rated, Rate(tokens=100, per=60))
+        assert await here.try_admit(rated, 60) == (0.0, "")
+        wait, why = await there.try_admit(rated, 60)
+        assert wait > 50 and why == "rate limit: at most 100 tokens a minute"
+        await here.pause(paused, 30.0)
+        await there.pause(paused, 1.0)  # a shorter one, later: the longer holds
+        for view in (here, there):
+            wait, why = await view.try_admit(paused, 1)
+            assert wait > 25 and "the server asked for no requests until" in why
+        await here.set_rate(raised, Rate(requests=1, per=60))
+        assert await here.try_admit(raised, 1) == (0.0, "")
+        waiting = asyncio.create_task(Gate(there).through(raised, 1))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # a minute to wait
+        await here.set_rate(raised, Rate(requests=100, per=60))
+        await asyncio.wait_for(waiting, 10)  # within a nap, not the minute
+
+    asyncio.run(go())
+
+
+def test_an_attempts_tokens_are_its_body_and_the_reply_it_allows() -> None:
+    """As OpenAI's own limiter counts a request: a token rate that left out the output limit
+    let a call of 4,000 tokens out pass a rate of 1,000."""
+    from tether.rates import attempt_tokens
+
+    assert attempt_tokens(b"x" * 400, 4000) == 100 + 4000
+    assert attempt_tokens(b"x" * 400, None) == 100

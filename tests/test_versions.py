@@ -394,3 +394,18 @@ def test_a_worker_of_two_agents_keeps_to_its_concurrency(wire: WireServer, tmp_p
         held.set()
         worker.kill()
         worker.wait()
+
+
+def test_an_upgrade_without_a_version_goes_to_the_one_other_served_or_is_refused() -> None:
+    """`tether upgrade RUN` with no `--to`: the one other version live workers execute; with
+    two others it must not pick one (the person names it), and with none it says to start
+    one."""
+    from tether import ConfigError
+    from tether.durable.remote import upgrade_target
+
+    assert upgrade_target("r", "mailer", "1", ["1", "2"]) == "2"
+    assert upgrade_target("r", "mailer", "1", ["2"]) == "2"
+    with pytest.raises(ConfigError, match=r"execute versions 2, 3 of agent mailer: name one"):
+        upgrade_target("r", "mailer", "1", ["1", "2", "3"])
+    with pytest.raises(ConfigError, match="other than 1: start one first"):
+        upgrade_target("r", "mailer", "1", ["1"])

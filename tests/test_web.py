@@ -303,8 +303,12 @@ def test_the_inbox_approves_and_denies_the_calls_of_every_run(page: Page, server
     server.api("POST", f"/api/runs/{second['id']}/deny", {"approval_id": waiting[0]["approval_id"]})
     expect(items).to_have_count(3)
     expect(theirs).to_have_count(1)
+    hashes = {a["approval_id"]: a["args_hash"] for a in server.api("GET", "/api/approvals")}
     for i in range(2):
-        mine.nth(i).locator("button.approve").click()
+        with page.expect_request(lambda r: r.url.endswith("/approve")) as sent:
+            mine.nth(i).locator("button.approve").click()
+        body = sent.value.post_data_json  # the hash of the arguments the person saw
+        assert body["args_hash"] == hashes[body["approval_id"]], body
     theirs.locator("input").fill("not on a Friday")
     theirs.locator("button.deny").click()
     expect(mine.locator(".said")).to_have_text(["Approved", "Approved"])
@@ -406,16 +410,19 @@ def test_the_page_approves_only_the_arguments_it_showed(server: Server) -> None:
     assert (server.workspace / "approved.txt").read_text() == "yes\n"
 
 
+@pytest.mark.parametrize("kept", ["store", "memory"])
 def test_a_servers_question_is_answered_in_a_form_on_the_page(
-    browser: Browser, wire: WireServer, tmp_path: Path
+    browser: Browser, wire: WireServer, tmp_path: Path, kept: str
 ) -> None:
     """An MCP server asks in the middle of a call (elicitation): the run waits, the page shows a
     form built from the question's schema with its defaults, and the answer typed there
-    reaches the server."""
+    reaches the server; a run that waits only on such a question is in the inbox, kept in a
+    store or in memory (in memory it was missing)."""
     wire.rule = script
     (tmp_path / "ws").mkdir()
     mcp = f"{sys.executable} {FIXTURES / 'mcp_server.py'}"
-    server = Server(wire, tmp_path / "data", tmp_path / "ws", "--mcp", mcp).start()
+    extra = ("--store", "memory") if kept == "memory" else ()
+    server = Server(wire, tmp_path / "data", tmp_path / "ws", "--mcp", mcp, *extra).start()
     context = browser.new_context()
     try:
         page = context.new_page()
@@ -725,6 +732,33 @@ def test_in_memory_the_list_pages_and_the_dashboard_counts_the_servers_runs(
             memory.api("POST", f"/api/runs/{run['id']}/cancel")
     finally:
         memory.stop()
+
+
+@pytest.mark.parametrize("kept", ["store", "memory"])
+def test_the_list_filters_each_ended_state_alike_in_memory_and_on_a_store(
+    wire: WireServer, tmp_path: Path, kept: str
+) -> None:
+    """The list's state filter, run against both of its copies (the store's paged read and the
+    memory's): done, halted and failed runs each listed under their own state only (on a store
+    `?state=done` also listed the halted ones, both being DBOS's SUCCESS), and counted so."""
+    wire.rule = script
+    (tmp_path / "ws").mkdir()
+    extra = ("--store", "memory") if kept == "memory" else ()
+    serving = Server(wire, tmp_path / "data", tmp_path / "ws", *extra).start()
+    try:
+        done = serving.api("POST", "/api/runs", {"task": "an unknown errand"})["id"]
+        halted = serving.api("POST", "/api/runs", {"task": "inject", "max_steps": 1})["id"]
+        failed = serving.api("POST", "/api/runs", {"task": "refuse me"})["id"]
+        for run_id, outcome in ((done, "done"), (halted, "halted"), (failed, "failed")):
+            serving.wait_for(run_id, outcome)
+        for state, ids in (("done", [done]), ("halted", [halted]), ("failed", [failed])):
+            listed = serving.api("GET", f"/api/list?state={state}")
+            assert [r["id"] for r in listed["runs"]] == ids, (state, listed["runs"])
+        both = serving.api("GET", "/api/list?state=done,halted")["runs"]
+        assert [r["id"] for r in both] == [halted, done]
+        assert serving.api("GET", "/api/list")["counts"] == {"done": 1, "halted": 1, "failed": 1}
+    finally:
+        serving.stop()
 
 
 def test_a_run_is_forked_from_a_step_on_its_page(page: Page, server: Server) -> None:

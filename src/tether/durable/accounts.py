@@ -35,7 +35,6 @@ ADDED = (
     "tokens = tether_account_spend.tokens + excluded.tokens"
 )
 """A period's spend row made, or the new use added to it."""
-SPEND = "INSERT INTO tether_account_spend VALUES (:a, :p, :u, :t)" + ADDED
 SPEND_FROM_HELD = (
     "INSERT INTO tether_account_spend SELECT account, {period}, :u, :t FROM tether_account_held "
     "WHERE run_id = :r AND key = :k" + ADDED
@@ -55,6 +54,16 @@ SETTLE_POSTGRES = [
     "(VALUES ('day:' || day), ('month:' || month), ('total')) AS v (p)" + ADDED
 ]
 """The same in one statement, as Postgres can (SQLite has no DELETE in a WITH)."""
+UNHELD = (
+    "INSERT INTO tether_account_spend SELECT :a, :p, :u, :t WHERE NOT EXISTS "
+    "(SELECT 1 FROM tether_account_held WHERE run_id = :r AND key = :k) AND NOT EXISTS "
+    "(SELECT 1 FROM tether_account_limits WHERE account = :a)" + ADDED
+)
+"""A call of an account with no limits (nothing was held for it) added up, in the periods of
+now; put before `SETTLE`, whose delete would hide a held row. Which of the two applies is read
+from the store in the settling transaction, never from this process's memory: a call reserved
+by one process and settled by another (a worker, or a run resumed after a crash) was added as
+unheld while its held row stayed, counted twice and held for good (#65)."""
 STANDING = (
     "SELECT 'spent', period, '', usd, tokens, '', '' FROM tether_account_spend "
     "WHERE account = :a AND period IN (:d, :m, 'total') UNION ALL "
@@ -158,9 +167,6 @@ class StoredAccounts:
             with ledger.transaction() as run:
                 run("SELECT pg_advisory_xact_lock(:k)", {"k": SCHEMA_LOCK})
                 run(RESERVE_FUNCTION, {})
-        self.held_here: set[tuple[str, str]] = set()
-        """The calls (run id, key) this process holds a row for: settled by moving it to the
-        spend. Another call (its account had no limits) is settled by adding it up."""
 
     # -- reads and writes, each one transaction (run in a thread on Postgres: `Ledger.call`)
 
@@ -226,7 +232,6 @@ class StoredAccounts:
                     "at": now,
                 },
             )
-        self.held_here.add((run_id, key))
         return ""
 
     def reserve_in_one(self, account: str, run_id: str, key: str, cost: Cost) -> str:
@@ -237,8 +242,6 @@ class StoredAccounts:
         params.update(d=names["day"], m=names["month"], at=now)
         sql = "SELECT tether_reserve(:a, :r, :k, :u, :t, :d, :m, :at)"
         verdict = self.ledger.once(sql, params)[0][0]
-        if verdict == "held":
-            self.held_here.add((run_id, key))
         if verdict != "refused":
             return ""
         why = self.standing_now(account).refusal(cost)  # the limit reached, said as Python says it
@@ -281,16 +284,13 @@ class StoredAccounts:
 
     def settlement(self, account: str, run_id: str, key: str, cost: Cost) -> Writes:
         """The writes that settle a call: its held row moved to the spend, or, for a call of an
-        account with no limits (nothing held), its use added up."""
-        if (run_id, key) in self.held_here:
-            self.held_here.discard((run_id, key))
-            params = {"r": run_id, "k": key, "u": cost.usd, "t": cost.tokens}
-            return [(sql, params) for sql in self.settle_sql]
-        names = periods_at(time.time())
-        return [
-            (SPEND, {"a": account, "p": spend_key(p, n), "u": cost.usd, "t": cost.tokens})
-            for p, n in names.items()
+        account with no limits (nothing held), its use added up (`UNHELD`). A call held no
+        longer (released: counted at its estimate) adds nothing."""
+        params = {"r": run_id, "k": key, "u": cost.usd, "t": cost.tokens, "a": account}
+        unheld = [
+            (UNHELD, {**params, "p": spend_key(p, n)}) for p, n in periods_at(time.time()).items()
         ]
+        return [*unheld, *((sql, params) for sql in self.settle_sql)]
 
     async def settle(self, account: str, run_id: str, key: str, cost: Cost) -> None:
         await self.ledger.writer.write(list(self.settlement(account, run_id, key, cost)))

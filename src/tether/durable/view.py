@@ -426,7 +426,7 @@ def list_runs(
         unknown = sorted(set(states) - set(RUN_STATES))
         if unknown:
             raise ConfigError(f"--state {', '.join(unknown)}: use {', '.join(RUN_STATES)}")
-        query["status"] = sorted({RUN_STATES[s] for s in states})
+        query["status"] = sorted({status for s in states for status in RUN_STATES[s]})
     if limit is not None:
         query.update(limit=limit, sort_desc=True)
     found = store.list_workflows(**query)
@@ -448,7 +448,7 @@ def page_runs(
 ) -> Page:
     """A page of the store's runs that `flt` keeps, newest first (or oldest), those past
     `after` only, as `listing` (and `waiting_state`) shows them."""
-    states = sorted({RUN_STATES[s] for s in flt.states if s in RUN_STATES}) or None
+    states = sorted({st for s in flt.states if s in RUN_STATES for st in RUN_STATES[s]}) or None
     if flt.states and states is None:
         return Page([], None)  # states no store run has (idle)
     rows: list[dict[str, Any]] = []
@@ -488,15 +488,15 @@ def page_runs(
 COUNTED = {
     "ENQUEUED": "queued",
     "PENDING": "running",  # waiting and interrupted among them
-    "SUCCESS": "done or halted",
+    "SUCCESS": "done, halted or failed",  # a failed model call ends in SUCCESS too
     "ERROR": "failed",
     "CANCELLED": "cancelled",
 }
 
 EXACT_UP_TO = {"PENDING": 200, "SUCCESS": 2_000}
 """Up to how many runs of these statuses the counts read one by one, to tell waiting from
-running and halted from done; past it they are counted together ("done or halted"), from the
-one grouped count: the counts of a store of 100,000 runs stay one query."""
+running and halted from done; past it they are counted together ("done, halted or failed"),
+from the one grouped count: the counts of a store of 100,000 runs stay one query."""
 
 
 def state_counts(store: Any) -> dict[str, int]:
@@ -550,17 +550,20 @@ def approvals_waiting(store: Any, run_id: str) -> list[str]:
     )
 
 
-# tether's run states, and the DBOS status each is stored as
-RUN_STATES = {
-    "queued": "ENQUEUED",
-    "running": "PENDING",
-    "waiting": "PENDING",  # for a person's approval
-    "interrupted": "PENDING",  # its process died: `tether resume` goes on with it
-    "done": "SUCCESS",
-    "halted": "SUCCESS",
-    "failed": "ERROR",
-    "cancelled": "CANCELLED",
+RUN_STATES: dict[str, tuple[str, ...]] = {
+    "queued": ("ENQUEUED",),
+    "running": ("PENDING",),
+    "waiting": ("PENDING",),  # for a person's approval
+    "interrupted": ("PENDING",),  # its process died: `tether resume` goes on with it
+    "done": ("SUCCESS",),
+    "halted": ("SUCCESS",),
+    "failed": ("SUCCESS", "ERROR"),  # a failed model call ends the workflow; a crash errs it
+    "cancelled": ("CANCELLED",),
 }
+"""Tether's run states, and the DBOS statuses each is stored as: a listing asks the store for
+those, then keeps the rows whose state is one asked for (`listing` tells done, halted and
+failed apart by the outcome the run returned). `?state=failed` listed no run that failed on
+its model call, which ends its workflow in SUCCESS."""
 
 
 def questions_waiting(ledger: Ledger, run_id: str) -> list[Question]:
