@@ -568,3 +568,54 @@ def test_a_call_is_counted_once_whichever_process_settles_it(
         for ledger in (here, there):
             if ledger.engine is not None:
                 ledger.engine.dispose()
+
+
+LIMIT_KINDS = [
+    "cost_per_day", "cost_per_month", "cost_total",
+    "tokens_per_day", "tokens_per_month", "tokens_total",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+def test_every_limit_kind_refuses_alike_in_memory_and_on_each_store(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The account rule has three copies (Python in memory and on SQLite, SQL on Postgres):
+    each limit kind, against what is spent and what calls in flight hold, run through each.
+    A limit of $1 (or 1,000 tokens): a call of 0.6 goes, a second goes (one call past a limit
+    is the rule), a third is refused; the same with the first two still held, not settled."""
+    from tether.durable.accounts import StoredAccounts
+    from tether.durable.ledger import Ledger
+
+    ledger = None
+    if backend == "memory":
+        accounts: Any = MemoryAccounts()
+    else:
+        store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+        if backend == "postgres":
+            store = request.getfixturevalue("postgres")
+        ledger = Ledger(store)
+        accounts = StoredAccounts(ledger)
+    call = Cost(0.6, 600)
+
+    async def go() -> None:
+        for kind in LIMIT_KINDS:
+            value = 1.0 if kind.startswith("cost") else 1000
+            for settled in (True, False):
+                account = f"{kind}-{'settled' if settled else 'held'}"
+                await accounts.set_limits(account, Limits(**{kind: value}))
+                for n in range(2):
+                    assert await accounts.reserve(account, account, f"c{n}", call) == "", kind
+                    if settled:
+                        await accounts.settle(account, account, f"c{n}", call)
+                refused = await accounts.reserve(account, account, "c2", Cost(0.01, 1))
+                assert refused.startswith(f"account budget: {account} has "), (kind, refused)
+                other = f"{account}-other"  # untouched by its neighbour's spend
+                await accounts.set_limits(other, Limits(**{kind: value}))
+                assert await accounts.reserve(other, f"r-{other}", "c0", call) == ""
+
+    try:
+        asyncio.run(go())
+    finally:
+        if ledger is not None and ledger.engine is not None:
+            ledger.engine.dispose()
