@@ -393,6 +393,50 @@ def test_a_durable_run_queued_for_its_accounts_room_goes_on_when_the_limit_is_ra
     assert len(wire.requests) == 2
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_run_killed_mid_call_is_resumed_and_its_account_counts_the_cut_call(
+    wire: WireServer, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """A run of an account killed while its call waits at the mock, then `tether resume`d,
+    on each store (the kill was tested on Postgres only; on SQLite a resume failed with an
+    IntegrityError): it finishes, the cut call counts at its estimate (it may have been
+    paid), the new one at what it cost, and nothing stays held."""
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    if backend == "postgres":
+        store = request.getfixturevalue("postgres")
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"m": {"input": 1000, "output": 1000}}))
+    held = threading.Event()
+    wire.add(text="late", gate=held).add(text="hello")
+    env = cli_env(OPENAI_API_KEY="sk-test")
+    assert tether("limits", "set", "acme", "--cost-total", "5", "--store", store).returncode == 0
+    run = warm.Popen(
+        [
+            *(*TETHER, "run", "say hello", "--store", store, "--base-url", wire.url),
+            *("--model", "m", "--prices", str(prices), "--max-output-tokens", "60"),
+            *("--account", "acme", "--run-id", "cut"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        wait_until(lambda: wire.requests, "the call at the mock", 30)
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+    finally:
+        held.set()
+    shown = tether("limits", "acme", "--store", store, "--json", env=env)
+    estimate = json.loads(shown.stdout)["held"]["total"]["usd"]
+    assert estimate > 0.06
+    resumed = tether("resume", "cut", "--store", store, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.startswith("hello")
+    after = json.loads(tether("limits", "acme", "--store", store, "--json", env=env).stdout)
+    assert after["held"]["total"] == {"usd": 0, "tokens": 0}
+    assert after["spent"]["total"]["usd"] == pytest.approx(estimate + 0.06)
+
+
 # -- four workers on one Postgres ---------------------------------------------------------------
 
 
