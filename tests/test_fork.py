@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,3 +197,48 @@ def test_tether_fork_goes_on_from_a_step_of_a_stored_run(tmp_path: Path) -> None
         assert refused.returncode == 2 and said in refused.stderr, refused.stderr
     listed = tether("runs", "--json", *common)
     assert sorted(r["id"] for r in json_lines(listed.stdout)) == ["f1", "r1"]
+
+
+async def test_a_fork_in_memory_keeps_its_runs_account_and_a_replaced_failure_is_a_result() -> None:
+    """A fork spends from the account its run spent from, inside its limits (in memory it was
+    dropped, and the fork spent outside them); a failed call's result replaced in the fork
+    reaches the model as a plain result, not as the failure it replaced."""
+    from tether import Limits, RunContext
+    from tether.messages import Usage
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        raise RuntimeError("the network is down")
+
+    used = Usage(input_tokens=40, output_tokens=10)
+    script = [
+        reply(tool_calls=[("fetch", {"url": "http://example.test"})], usage=used),
+        reply("could not fetch it", usage=used),
+    ]
+    seen: list[list[Message]] = []
+    model = ScriptedModel(script)
+    respond = model.respond
+
+    async def watched(request: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(list(request.messages))
+        return await respond(request, *args, **kwargs)
+
+    model.respond = watched  # type: ignore[method-assign]
+    agent = Agent(model, [fetch], name="fetcher")
+    async with Runtime(agents=[agent]) as rt:
+        await rt.set_limits("acme", Limits(tokens_total=120))
+        original = await rt.start("fetcher", "fetch it", context=RunContext(account_id="acme"))
+        first = await original.wait()
+        assert first is not None and first.answer == "could not fetch it", first
+        call_id = next(
+            p.call_id for m in original.transcript for p in m.parts if isinstance(p, ToolResult)
+        )
+        spent = (await rt.account("acme")).spent["total"].tokens
+        fork = await rt.fork(original.id, at=1, results={call_id: "hello"})
+        result = await fork.wait()
+        after = (await rt.account("acme")).spent["total"].tokens
+    assert spent == 100 and after == 150  # the fork's call counted against acme
+    assert result is not None and result.outcome == "done"
+    given = [p for p in seen[-1][-1].parts if isinstance(p, ToolResult)]
+    assert [(r.output, r.is_error) for r in given] == [("hello", False)]
