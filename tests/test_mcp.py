@@ -144,6 +144,30 @@ async def test_an_mcp_client_uses_tethers_tools_and_agent(tmp_path: Path, wire: 
     assert wire.requests[1]["messages"][-1]["content"] == "remember the milk"
 
 
+async def test_mcp_serves_a_halted_agent_run_as_an_error_not_an_answer(
+    tmp_path: Path, wire: WireServer
+) -> None:
+    """`run_agent` of a run that a budget halted: the caller learns it halted and why, as an
+    error result; its partial answer went back as a success."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    (tmp_path / "notes.txt").write_text("remember the milk")
+    wire.add(text="Let me look.", calls=[("read_file", {"path": "notes.txt"})])
+    wire.add(text="The note says: milk.")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tether", "mcp-serve", "--base-url", wire.url, "--tools", "read_file",
+              "--workspace", str(tmp_path), "--max-steps", "1"],
+        env=cli_env(OPENAI_API_KEY="k"),
+    )  # fmt: skip
+    async with Client(params) as client:
+        answer = await client.call_tool("run_agent", {"task": "What does my note say?"})
+    assert answer.is_error, answer
+    assert "the agent run halted: max_steps" in answer.content[0].text
+    assert len(wire.requests) == 1
+
+
 def mcp_serve_http(tmp_path: Path, wire: WireServer, *extra: str) -> tuple[Any, str]:
     """`tether mcp-serve --http --port 0 ...` started; the process and the address it printed."""
     proc = warm.Popen(
