@@ -30,7 +30,7 @@ from tether import (
     tool,
 )
 from tether.accounts import Cost, MemoryAccounts, Standing, estimate, periods_at
-from tether.messages import Message, Usage
+from tether.messages import Message, ToolResult, Usage
 from tether.providers.scripted import reply
 from wire_server import WireServer, tool_results
 
@@ -84,9 +84,63 @@ def test_a_cost_limit_refuses_a_model_with_no_known_price() -> None:
 
 def test_an_estimate_allows_for_the_whole_reply() -> None:
     got = estimate([Message.user("x" * 300)], "be brief", 100, PRICE)
-    assert got.tokens == (300 + 8) // 3 + 1 + 100
+    assert got.tokens == (300 + 4 + 8) // 3 + 1 + 100
     assert got.usd == pytest.approx(got.tokens * 0.001)
     assert estimate([Message.user("x")], None, None, PRICE).tokens > 1000  # no max: 1,024 out
+
+
+def test_an_estimate_counts_the_tool_calls_and_results_in_the_request() -> None:
+    """A request is its whole conversation: a tool result of 30,000 characters is about
+    10,000 tokens in, as the model is sent it (the estimate counted only text)."""
+    from tether.messages import ToolCall
+
+    call = ToolCall("c1", "page", {"n": 1}, '{"n": 1}')
+    messages = [
+        Message.user("read the page"),
+        Message("assistant", (call,)),
+        Message("tool", (ToolResult("c1", "page", "y" * 30_000),)),
+    ]
+    assert estimate(messages, None, 100, PRICE).tokens >= 10_000 + 100
+
+
+def test_concurrent_runs_with_long_tool_outputs_keep_their_accounts_token_limit() -> None:
+    """Ten runs at once, each reading a page of 30,000 characters, then asking the model with
+    it: each call holds its whole request's estimate, so the account's 40,000 tokens are
+    passed by at most one call (they were passed many times over)."""
+    from tether.tools.tool import tool as make_tool
+
+    @make_tool
+    def page(n: int) -> str:
+        """A page."""
+        return "y" * 30_000
+
+    model = ScriptedModel([reply(tool_calls=[("page", {"n": 1})]), reply("read it")])
+    respond = model.respond
+
+    async def slow(request: Any, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.05)  # every run's call in flight at once
+        return await respond(request, *args, **kwargs)
+
+    model.respond = slow  # type: ignore[method-assign]
+    agent = Agent(model, [page], name="reader", max_output_tokens=50)
+
+    async def go() -> list[Any]:
+        async with Runtime(agents=[agent]) as rt:
+            await rt.set_limits("acme", Limits(tokens_total=40_000))
+            handles = [
+                await rt.start("reader", "read", context=RunContext(account_id="acme"))
+                for _ in range(10)
+            ]
+            results = [await h.wait() for h in handles]
+            standing = await rt.account("acme")
+            assert standing.held["total"] == Cost()
+            return results
+
+    results = asyncio.run(go())
+    used = sum(r.usage.total_tokens for r in results if r is not None)
+    one_call = max(r.usage.total_tokens for r in results if r is not None)
+    assert used <= 40_000 + one_call, used
+    assert any(r is not None and r.outcome == "halted" for r in results)
 
 
 def test_periods_are_utc_days_and_months() -> None:

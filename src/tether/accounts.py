@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 from .errors import ConfigError
-from .messages import Message, Usage
+from .messages import Message, Usage, message_chars
 
 Period = Literal["day", "month", "total"]
 PERIODS: tuple[Period, ...] = ("day", "month", "total")
@@ -190,10 +190,12 @@ def said(what: str, value: float, limit: float, period: Period, flight: bool) ->
 def estimate(
     messages: Iterable[Message], system: str | None, max_output: int | None, price: Any
 ) -> Cost:
-    """What a call may cost before it is made: its request's characters over
-    `CHARS_PER_TOKEN` in, the agent's `max_output_tokens` (else `DEFAULT_OUTPUT_TOKENS`) out,
-    at the model's `price` (a `pricing.Price`; None: no dollars)."""
-    chars = len(system or "") + sum(len(m.text) + 200 * len(m.images) for m in messages)
+    """What a call may cost before it is made: its whole request's characters (its tool calls
+    and results too: counting only its text let concurrent runs with long tool outputs pass
+    an account's limit many times over) over `CHARS_PER_TOKEN` in, the agent's
+    `max_output_tokens` (else `DEFAULT_OUTPUT_TOKENS`) out, at the model's `price` (a
+    `pricing.Price`; None: no dollars)."""
+    chars = len(system or "") + sum(message_chars(m) for m in messages)
     tokens_in = chars // CHARS_PER_TOKEN + 1
     tokens_out = max_output or DEFAULT_OUTPUT_TOKENS
     usd = price.cost(Usage(tokens_in, 0, tokens_out)) if price is not None else 0.0

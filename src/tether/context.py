@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from .errors import ProviderError
 from .events import Emitter
-from .loop import message_chars
-from .messages import Message, ModelRequest, TextPart, Usage
+from .messages import Message, ModelRequest, TextPart, Usage, message_chars
 from .providers.base import Model
 
 SUMMARY_PROMPT = (

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .messages import (
-    IMAGE_TOKENS,
-    ImagePart,
     Message,
     ModelRequest,
     ModelResponse,
@@ -26,6 +24,7 @@ from .messages import (
     ToolResult,
     ToolSpec,
     Usage,
+    message_chars,
 )
 from .pricing import Price
 from .tree import Allowance
@@ -274,20 +273,6 @@ def with_usage(request: ModelRequest, response: ModelResponse) -> ModelResponse:
         estimated=True,
     )
     return dataclasses.replace(response, usage=usage)
-
-
-def message_chars(m: Message) -> int:
-    n = 0
-    for p in m.parts:
-        if isinstance(p, ToolCall):
-            n += len(p.name) + len(p.raw_arguments)
-        elif isinstance(p, ToolResult):
-            n += len(p.output) + 4 * IMAGE_TOKENS * len(p.images)
-        elif isinstance(p, ImagePart):
-            n += 4 * IMAGE_TOKENS
-        else:
-            n += len(p.text)
-    return n + 4
 
 
 def unique_calls(response: ModelResponse, messages: Sequence[Message]) -> ModelResponse:

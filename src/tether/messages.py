@@ -361,3 +361,21 @@ def filled(message: Message, data: dict[str, bytes]) -> Message:
         return i if i.data is not None else ImagePart(i.media_type, data[i.sha256], i.sha256)
 
     return with_images(message, fill)
+
+
+def message_chars(m: Message) -> int:
+    """A message's size in characters as a request carries it: its text, its tool calls'
+    names and arguments, its tool results' outputs, and each image as `IMAGE_TOKENS` (a
+    budget's and an account's estimates count the whole request, tool calls and results
+    included)."""
+    n = 0
+    for p in m.parts:
+        if isinstance(p, ToolCall):
+            n += len(p.name) + len(p.raw_arguments)
+        elif isinstance(p, ToolResult):
+            n += len(p.output) + 4 * IMAGE_TOKENS * len(p.images)
+        elif isinstance(p, ImagePart):
+            n += 4 * IMAGE_TOKENS
+        else:
+            n += len(p.text)
+    return n + 4
