@@ -549,6 +549,7 @@ def fleet_of_one_account(
         return warm.Popen(
             [
                 *(*TETHER, "worker", "--store", postgres, "--executor-id", f"{name}-{tag}"),
+                *("--tools-from", str(FIXTURES / "durable_tools.py"), "--allow-base-url", wire.url),
                 *("--beat", "0.5", "--dead-after", "3", "--concurrency", "20"),
                 *("--store-connections", "3"),  # eight workers of two tests on one server
             ],

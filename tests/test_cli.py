@@ -891,6 +891,67 @@ def test_a_worker_runs_the_tools_of_its_own_machine(tmp_path: Path) -> None:
     assert "the worker's copy" in shown and "the queuer's copy" not in shown
 
 
+def test_a_stores_rows_supply_no_code_and_no_endpoint_to_a_worker(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """Whoever can write a store's rows (here: `tether run --queue`, as a rewritten record
+    would) names tools files, MCP commands and a model endpoint; a worker not given them runs
+    none of it: the tools file is not imported, the MCP command not started, the worker's key
+    not sent, and each run fails saying what to give the worker. Given them, it runs them."""
+    from helpers import Output, store_runs, wait_until
+
+    marker = tmp_path / "imported"
+    tools = tmp_path / "planted.py"
+    tools.write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+        'from tether import tool\n\n@tool\ndef noop() -> str:\n    """Nothing."""\n'
+        "    return 'nothing'\n"
+    )
+    started = tmp_path / "started"
+    store = str(tmp_path / "jobs.sqlite")
+    env = cli_env(OPENAI_API_KEY="sk-worker-secret")
+    wire.rule = lambda body: {"text": "Done."}
+    queue = ("run", "--queue", "--store", store, "--base-url", wire.url)
+    for run_id, extra in (
+        ("code", ("--tools-from", str(tools))),
+        ("server", ("--mcp", f"touch {started}")),
+        ("endpoint", ()),
+    ):
+        queued = tether(*queue, f"task {run_id}", "--run-id", run_id, *extra, env=env)
+        assert queued.returncode == 0, queued.stderr
+    marker.unlink()  # the queuing process loaded its own file, as it checks what it queues
+    worker = warm.Popen(
+        [*TETHER, "worker", "--store", store, "--beat", "0.5"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True,
+    )  # fmt: skip
+    try:
+        with store_runs(f"sqlite:///{store}") as runs:
+            wait_until(lambda: len(runs("failed")) == 3, "the three runs to be refused", 60, 0.1)
+    finally:
+        worker.kill()
+        worker.wait(30)
+    assert not marker.exists() and not started.exists() and wire.requests == []
+    said = {
+        r["id"]: r["reason"] for r in json_lines(tether("runs", "--store", store, "--json").stdout)
+    }
+    assert "names --tools-from" in said["code"] and "start it with --tools-from" in said["code"]
+    assert "names --mcp" in said["server"]
+    assert f"--allow-base-url {wire.url}" in said["endpoint"]
+    queued = tether(*queue, "task again", "--run-id", "given", "--tools-from", str(tools), env=env)
+    assert queued.returncode == 0, queued.stderr
+    worker = warm.Popen(
+        [*TETHER, "worker", "--store", store, "--tools-from", str(tools),
+         "--allow-base-url", wire.url],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True,
+    )  # fmt: skip
+    try:
+        assert "run given ended done" in Output(worker.stderr).wait_for("run given ended")
+    finally:
+        worker.kill()
+        worker.wait(30)
+    assert marker.read_text() == "ran" and len(wire.requests) == 1  # its own, given
+
+
 def test_a_worker_takes_no_more_runs_than_its_concurrency(wire: WireServer, tmp_path: Path) -> None:
     """`tether worker --concurrency 2` with five runs queued and every model reply held: two
     run, three stay queued (for other workers); let go, all five end done."""
@@ -907,7 +968,7 @@ def test_a_worker_takes_no_more_runs_than_its_concurrency(wire: WireServer, tmp_
     )  # fmt: skip
     assert queued.returncode == 0, queued.stderr
     worker = warm.Popen(
-        [*TETHER, "worker", "--store", store, "--concurrency", "2"],
+        [*TETHER, "worker", "--store", store, "--concurrency", "2", "--allow-base-url", wire.url],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env=cli_env(OPENAI_API_KEY="sk-q"),
     )  # fmt: skip

@@ -138,6 +138,7 @@ def test_a_batch_queued_before_any_worker_survives_a_dead_worker(
         return warm.Popen(
             [
                 *(*TETHER, "worker", "--store", postgres, "--executor-id", f"{name}-{tag}"),
+                *("--tools-from", str(FIXTURES / "durable_tools.py"), "--allow-base-url", wire.url),
                 *("--beat", "0.5", "--dead-after", "3", "--concurrency", "20"),
             ],
             stdout=subprocess.DEVNULL,
@@ -222,7 +223,8 @@ def test_a_worker_keeps_to_its_store_connections_under_load(
     sampler.start()
     worker = warm.Popen(
         [
-            *(*TETHER, "worker", "--store", postgres),
+            *(*TETHER, "worker", "--store", postgres, "--allow-base-url", wire.url),
+            *("--tools-from", str(FIXTURES / "durable_tools.py")),
             *("--store-connections", str(bound), "--concurrency", str(runs)),
         ],
         stdout=subprocess.DEVNULL,
@@ -414,7 +416,18 @@ def test_a_worker_that_starts_takes_over_a_run_whose_process_died(
         *("--run-id", "orphan-1", "--tools-from", str(FIXTURES / "durable_tools.py")),
     )
     worker = warm.Popen(
-        [*TETHER, "worker", "--store", store, "--beat", "0.5"],
+        [
+            *TETHER,
+            "worker",
+            "--store",
+            store,
+            "--beat",
+            "0.5",
+            "--allow-base-url",
+            wire.url,
+            "--tools-from",
+            str(FIXTURES / "durable_tools.py"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -313,13 +313,16 @@ def fleet(wire: WireServer, postgres: str, runs: int, tag: str) -> list[str]:
     return queued.stdout.split()
 
 
-def workers_until_done(postgres: str, tmp_path: Path, tag: str) -> dict[str, dict[str, Any]]:
+def workers_until_done(
+    postgres: str, tmp_path: Path, tag: str, wire: WireServer
+) -> dict[str, dict[str, Any]]:
     """Four workers on the store until every run has ended; the runs as listed."""
     env = cli_env(OPENAI_API_KEY="sk-test", NOTES_FILE=str(tmp_path / "notes"))
     workers = [
         warm.Popen(
             [
                 *(*TETHER, "worker", "--store", postgres, "--executor-id", f"{name}-{tag}"),
+                *("--tools-from", str(FIXTURES / "durable_tools.py"), "--allow-base-url", wire.url),
                 *("--concurrency", "20", "--store-connections", "3"),
             ],
             stdout=subprocess.DEVNULL,
@@ -355,7 +358,7 @@ def test_four_workers_keep_one_endpoints_rate_on_postgres(
     assert tether("limits", "rate", *rate, env=env).returncode == 0
     tag = uuid.uuid4().hex[:6]
     ids = fleet(wire, postgres, 15, tag)
-    rows = workers_until_done(postgres, tmp_path, tag)
+    rows = workers_until_done(postgres, tmp_path, tag, wire)
     assert sorted(rows) == sorted(ids)
     assert {r["state"] for r in rows.values()} == {"done"}
     assert len(wire.arrived) == 30
@@ -386,7 +389,7 @@ def test_one_429_pauses_the_endpoint_for_every_worker_on_postgres(
     assert not rated or tether("limits", "rate", *rate, env=env).returncode == 0
     tag = uuid.uuid4().hex[:6]
     ids = fleet(wire, postgres, 60, tag)
-    rows = workers_until_done(postgres, tmp_path, tag)
+    rows = workers_until_done(postgres, tmp_path, tag, wire)
     assert sorted(rows) == sorted(ids) and {r["state"] for r in rows.values()} == {"done"}
     (at,) = refused
     in_flight = 0.3  # admitted before the pause was recorded: already on their way

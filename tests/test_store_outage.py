@@ -110,7 +110,20 @@ def test_a_worker_waits_for_its_store_and_queues_its_runs_again(
     )
     assert queued.returncode == 0, queued.stderr
     worker = warm.Popen(
-        [*TETHER, "worker", "--store", through, "--beat", "0.5", "--store-patience", PATIENCE],
+        [
+            *TETHER,
+            "worker",
+            "--store",
+            through,
+            "--beat",
+            "0.5",
+            "--store-patience",
+            PATIENCE,
+            "--allow-base-url",
+            wire.url,
+            "--tools-from",
+            str(FIXTURES / "durable_tools.py"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

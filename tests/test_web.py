@@ -1148,7 +1148,12 @@ class Fleet(Server):
 
     def worker(self, name: str = "far-worker") -> None:
         proc = warm.Popen(
-            [*TETHER, "worker", "--store", self.store, "--executor-id", name, "--beat", "0.5"],
+            [
+                *(*TETHER, "worker", "--store", self.store, "--executor-id", name),
+                *("--beat", "0.5", "--allow-base-url", self.wire.url, "--no-sandbox"),
+                *("--tools", "bash", "--tools-from", str(FIXTURES / "web_tools.py")),
+                *("--workspace", str(self.workspace)),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

@@ -11,6 +11,7 @@ import re
 import signal
 import sys
 import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -62,25 +63,76 @@ def error(message: str) -> int:
 # -- the runtime --------------------------------------------------------------------------------
 
 
+WORKER_OWN = (
+    "tools_from", "mcp", "mcp_auth", "guardrails", "tool_env", "workspace", "sandbox",
+    "sandbox_net",
+)  # fmt: skip
+"""Run options a worker takes from its own command line only, never from a run's record: each
+names code the worker runs (a tools file, an MCP server's command, guardrails), a secret it
+hands a command (`--tool-env`) or how far a command reaches (the workspace, the sandbox).
+Taken from the record, write access to a store's rows was code execution on every worker that
+took the run, with the workers' keys."""
+NAMED_CODE = {"tools_from": "--tools-from", "mcp": "--mcp", "guardrails": "--guardrails"}
+
+
+@dataclass(frozen=True)
+class WorkerScope:
+    """What a worker runs a queued run with: its own `WORKER_OWN` options (`own`, those its
+    command line gave), and the model endpoints beside each provider's own that its keys may
+    go to (`endpoints`, its `--allow-base-url`)."""
+
+    own: dict[str, Any] = field(default_factory=dict)
+    endpoints: frozenset[str] = frozenset()
+
+    def options_for(self, recorded: dict[str, Any]) -> RunOptions:
+        """A run's options as this worker runs it: the record's, but for `WORKER_OWN`, which
+        are the worker's. A run that names code the worker was not given (a tools file, an
+        MCP server, guardrails), or a model endpoint its keys may not go to, is refused with
+        the reason (its tools would be missing, or its key sent where the record says)."""
+        for key, flag in NAMED_CODE.items():
+            if recorded.get(key) and key not in self.own:
+                named = ", ".join(map(str, recorded[key]))
+                raise ConfigError(
+                    f"the run names {flag} {named}, which this worker was not given: a worker "
+                    f"runs only the code its own command line names (start it with {flag})"
+                )
+        kept = {k: v for k, v in recorded.items() if k not in WORKER_OWN}
+        options = RunOptions.from_dict({**kept, **self.own})
+        allowed = {url.rstrip("/") for url in self.endpoints}
+        for url in endpoints_of(options):
+            if url.rstrip("/") not in allowed:
+                raise ConfigError(
+                    f"the run sends its model calls to {url}, where this worker's keys may "
+                    f"not go: start the worker with --allow-base-url {url}"
+                )
+        return options
+
+
+def endpoints_of(options: RunOptions) -> list[str]:
+    """The model endpoints a run's options name beside the providers' own (its base URL, its
+    fallbacks' `@URL`)."""
+    found = [options.base_url] if options.base_url else []
+    return found + [spec.partition("@")[2] for spec in options.fallback if "@" in spec]
+
+
 def cli_runtime(
     store: str | None,
-    overrides: dict[str, Any] | None = None,
+    scope: WorkerScope | None = None,
     asker: Asker | None = None,
     data: str | None = None,
     **settings: Any,
 ) -> Runtime:
     """A runtime whose factory builds agents from `RunOptions` (with their MCP servers'
-    tools, connected once per runtime): the CLI's, the page's, and a worker's, whose own tool
-    options (`overrides`) take the place of what each run recorded. `asker` answers the MCP
-    servers' questions (None: they wait for `tether answer` or the page, see
-    `Runtime.answer`); their sign-in tokens are kept in the data directory (`data`, the
-    command's `--data-dir`)."""
+    tools, connected once per runtime): the CLI's, the page's, and a worker's, which runs each
+    run within its own `scope` (`WorkerScope`). `asker` answers the MCP servers' questions
+    (None: they wait for `tether answer` or the page, see `Runtime.answer`); their sign-in
+    tokens are kept in the data directory (`data`, the command's `--data-dir`)."""
     tokens = Path(data) if data else data_dir()
 
     async def factory(name: str, recorded: dict[str, Any]) -> Any:
         if name != CLI_AGENT:
             raise ConfigError(f"no agent named {name!r} here (this process builds {CLI_AGENT!r})")
-        options = RunOptions.from_dict({**recorded, **(overrides or {})})
+        options = scope.options_for(recorded) if scope else RunOptions.from_dict(recorded)
         tools = select_tools(options)
         if options.mcp:
             tools += await rt.mcp_tools(

@@ -303,13 +303,14 @@ def show_command(sub: Subparsers) -> None:
 
 
 def worker_tool_options(p: argparse.ArgumentParser) -> None:
-    """A worker's tool options: given, they take the place of what each run it executes
-    recorded (this machine's copy of the tools, its workspace and the variables bash may see
-    here; and a store's rows then cannot name the files or commands a worker loads);
-    `--sandbox`/`--no-sandbox` decide every run's sandbox here. Not given, a run's own are used
-    (a run that chose neither is sandboxed where bubblewrap works here)."""
+    """A worker's tool options: what it runs every run it executes with (this machine's copy
+    of the tools, its workspace, the variables bash may see here, its sandbox). A run's record
+    never supplies code, a secret or a reach to a worker (`cli.common.WORKER_OWN`): a run that
+    names a tools file, an MCP server or guardrails the worker was not given is refused, and
+    a run's model endpoint must be a provider's own or one of `--allow-base-url`."""
     t = p.add_argument_group(
-        "tools of the runs this worker executes (given, they replace what each run recorded)"
+        "tools of the runs this worker executes (its own: a run's record names them, never "
+        "supplies them)"
     )
     t.add_argument("--tools", metavar="NAME,NAME|none", help="built-in tools")
     t.add_argument("--tools-from", action="append", metavar="FILE_OR_MODULE", help="@tool "
@@ -325,6 +326,11 @@ def worker_tool_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--sandbox", action=argparse.BooleanOptionalAction, default=None,
                    help="run every run's bash in bubblewrap, or in none")  # fmt: skip
     t.add_argument("--sandbox-net", action="store_true", help="with --sandbox: the network")
+    t.add_argument("--guardrails", action="append", metavar="FILE_OR_MODULE", help="the "
+                   "guardrails of a Python file or module (repeatable)")  # fmt: skip
+    t.add_argument("--allow-base-url", action="append", metavar="URL", help="a model "
+                   "endpoint this worker's keys may be sent to, beside each provider's own: a "
+                   "run queued with --base-url URL needs it (repeatable)")  # fmt: skip
 
 
 def port_and_token(group: argparse._ActionsContainer, port: int, token: str) -> None:

@@ -23,6 +23,7 @@ from ..redact import scrub
 from ..result import RunResult
 from ..run_filter import RunFilter
 from .common import (
+    WorkerScope,
     cli_runtime,
     counted,
     default_store,
@@ -277,7 +278,8 @@ def command_fork(args: argparse.Namespace) -> int:
 
 
 WORKER_TOOL_OPTIONS = (
-    "tools", "tools_from", "mcp", "mcp_auth", "tool_timeout", "tool_env", "workspace",
+    "tools", "tools_from", "mcp", "mcp_auth", "guardrails", "tool_timeout", "tool_env",
+    "workspace",
 )  # fmt: skip
 
 
@@ -289,6 +291,8 @@ def worker_overrides(args: argparse.Namespace) -> dict[str, Any]:
         given["workspace"] = str(Path(given["workspace"]).resolve())
     if "mcp_auth" in given:
         given["mcp_auth"] = str(Path(given["mcp_auth"]).resolve())
+    if "guardrails" in given:
+        given["guardrails"] = [absolute(f) for f in given["guardrails"]]
     if "tools_from" in given:
         given["tools_from"] = [absolute(f) for f in given["tools_from"]]
         if "tools" not in given:
@@ -302,7 +306,7 @@ def worker_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def command_worker(args: argparse.Namespace) -> int:
     try:
-        overrides = worker_overrides(args)
+        scope = WorkerScope(worker_overrides(args), frozenset(args.allow_base_url or ()))
     except ConfigError as e:
         return error(str(e))
     executor_id = args.executor_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -320,7 +324,7 @@ def command_worker(args: argparse.Namespace) -> int:
         }
         stop_on_signals()
         async with cli_runtime(
-            args.store, overrides, data=args.data_dir, take_over=False, **settings
+            args.store, scope, data=args.data_dir, take_over=False, **settings
         ) as rt:
             await rt.work(args.concurrency, args.beat, args.dead_after)
 

@@ -18,7 +18,7 @@ from ..admission import Limiter
 from ..agent import Agent, execute
 from ..errors import ConfigError
 from ..events import Emitter
-from ..messages import Message
+from ..messages import Message, Usage
 from ..rates import Rates
 from ..result import RunResult
 from ..run import RestartPolicy, cancelled_summary, supervise
@@ -57,7 +57,10 @@ async def execute_run(
     """Execute `run` here from its `record`, and return the workflow's output."""
     if record.get("format") != FORMAT:
         raise ConfigError(f"run {run.id} was recorded in another format")
-    agent = await how.resolve(record["agent"], record["options"])
+    try:
+        agent = await how.resolve(record["agent"], record["options"])
+    except ConfigError as e:  # not to be built here (a worker's scope): it ends saying why
+        return recorded(refused_here(run, str(e)))
     version = agent.effective_version
     await on_its_version(run.id, record, version, run.emitter.emit, run.host.ledger)
     ctx = context_of(run.id, record)
@@ -83,6 +86,16 @@ async def execute_run(
     if ctx.accounts is not None and ctx.account_id is not None and not settled(fresh, result):
         await ctx.accounts.release(run.id)  # what a failed step held counts as spent
     return recorded(result)
+
+
+def refused_here(run: DurableRun, why: str) -> RunResult:
+    """The end of a run whose agent this process will not build (a worker not given the code
+    or the endpoint its record names): failed with the reason, in its events and its record,
+    rather than a workflow's traceback in the worker's log."""
+    error = {"kind": "config", "status": None, "message": why, "retryable": False}
+    result = RunResult(run.id, "failed", "", why, Usage(), 0.0, 0, [], error)
+    run.emitter.emit("run_finished", **result.summary())
+    return result
 
 
 def settled(fresh: bool, result: RunResult) -> bool:
