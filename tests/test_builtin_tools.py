@@ -749,3 +749,58 @@ def test_the_setuid_filter_is_a_program_for_each_machine_it_knows() -> None:
         assert len(seccomp.program(machine)) % 8 == 0 and len(seccomp.program(machine)) > 64
     with pytest.raises(ConfigError, match="no seccomp filter is known for sparc"):
         seccomp.program("sparc")
+
+
+@needs_bwrap
+def test_a_sandboxed_command_cannot_rewrite_the_tools_file_the_next_process_imports(
+    tmp_path: Path,
+) -> None:
+    """A `--tools-from` file inside the workspace, which the next `tether run` or worker
+    imports unsandboxed with the keys: a sandboxed bash call cannot write, replace, rename or
+    remove it, and a bytecode cache planted beside it is never what is loaded."""
+    import importlib.util
+    import py_compile
+
+    from tether.options import RunOptions, select_tools
+    from tether.tools.loading import load_module
+
+    tools = tmp_path / "tools.py"
+    honest = (
+        'from tether import tool\n\n\n@tool\ndef hi() -> str:\n    """Hi."""\n    return "hi"\n'
+        + "# "
+        + "-" * 200
+        + "\n"  # room for the planted source, padded to the same size
+    )
+    tools.write_text(honest)
+    options = RunOptions(tools="bash", tools_from=[str(tools)], sandbox=True)
+    (bash,) = [t for t in select_tools(options) if t.name == "bash"]
+    attempts = (
+        "echo 'import os; os.system(\"touch pwned\")' > tools.py; "
+        "mv tools.py moved.py; rm -f tools.py; "
+        "printf 'x' >> tools.py; ln -sf /etc/passwd tools.py; echo tried"
+    )
+
+    async def call() -> tuple[str, bool]:
+        box = Toolbox([bash])
+        r = await box.run(
+            ToolCall("c", "bash", {"command": attempts}),
+            RunContext(workspace=tmp_path),
+            approve_all,
+        )
+        return r.output, r.is_error
+
+    out, _ = asyncio.run(call())
+    assert "tried" in out and tools.read_text() == honest, out
+    assert not (tmp_path / "moved.py").exists()
+    # a cache entry of another source, stamped as the file's own: never what is loaded
+    evil = tmp_path / "evil.py"
+    planted = f"import pathlib; pathlib.Path({str(tmp_path / 'pwned')!r}).touch()"
+    evil.write_text(planted.ljust(len(honest)))
+    assert evil.stat().st_size == tools.stat().st_size
+    info = tools.stat()
+    os.utime(evil, ns=(info.st_atime_ns, info.st_mtime_ns))
+    cached = importlib.util.cache_from_source(str(tools))
+    stamped = py_compile.PycInvalidationMode.TIMESTAMP
+    py_compile.compile(str(evil), cfile=cached, doraise=True, invalidation_mode=stamped)
+    module = load_module(str(tools))
+    assert module.hi.name == "hi" and not (tmp_path / "pwned").exists()

@@ -298,7 +298,10 @@ def bash_of(o: RunOptions) -> list[Tool]:
     """The bash tool these options describe: its environment, and its sandbox (decided here,
     at start: one asked for that cannot be made is an error then, never an unsandboxed call).
     The terminal profile's keeps a shell session, with `bash_job` for commands that go on."""
-    sandbox = for_options(o.sandbox, o.sandbox_net)
+    code = tuple(
+        str(Path(f).resolve()) for f in (*o.tools_from, *o.guardrails) if f.endswith(".py")
+    )
+    sandbox = for_options(o.sandbox, o.sandbox_net, code)  # read-only to the sandbox
     if o.profile == "terminal":
         return session_tools(o.tool_env, sandbox)
     return [bash_tool(o.tool_env, sandbox)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -13,19 +12,21 @@ from .tool import Tool
 
 
 def load_module(source: str, option: str = "--tools-from") -> ModuleType:
-    """A Python file or an importable module; errors name the `option` that gave it."""
+    """A Python file or an importable module; errors name the `option` that gave it. A file is
+    compiled from its source every time, its bytecode cache neither read nor written: a
+    sandboxed command could plant a `__pycache__` entry that an import would run instead of
+    the file (bash's sandbox keeps the file itself read-only, `Sandbox.protect`)."""
     path = Path(source)
     if source.endswith(".py") or path.is_file():
         if not path.is_file():
             raise ConfigError(f"{option}: no file {source}")
         name = f"tether_user_tools_{abs(hash(str(path.resolve())))}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ConfigError(f"{option}: cannot load {source}")
-        module = importlib.util.module_from_spec(spec)
+        module = ModuleType(name)
+        module.__file__ = str(path.resolve())
         sys.modules[name] = module
         try:
-            spec.loader.exec_module(module)
+            code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+            exec(code, module.__dict__)
         except Exception as e:
             raise ConfigError(f"{option}: {source} failed to load: {type(e).__name__}: {e}") from e
         return module

@@ -40,6 +40,11 @@ class Sandbox:
     """The most address space a process may map (`RLIMIT_AS`)."""
     cpu_seconds: int = 600
     """The most CPU time a process may use (`RLIMIT_CPU`)."""
+    protect: tuple[str, ...] = ()
+    """Files read-only inside the sandbox where they are in its workspace: the run's tools and
+    guardrails files, which the next `tether` process imports unsandboxed, with the keys (a
+    sandboxed command rewrote one there). Bound over themselves, they cannot be written,
+    replaced, renamed or removed from inside."""
 
     def argv(self, command: str, workspace: str, seccomp: int) -> list[str]:
         """The command line that runs `command` with bash in the sandbox, under the limits:
@@ -62,6 +67,7 @@ class Sandbox:
             "--tmpfs", "/var/tmp",
             "--tmpfs", os.path.expanduser("~"),
             "--bind", workspace, workspace,
+            *self.protected(workspace),
             "--chdir", workspace,
             "--unshare-all", *net,
             "--die-with-parent",
@@ -69,6 +75,14 @@ class Sandbox:
             "--",
             "bash", "-c", f'{limits}; exec bash -c "$1"', "bash", command,
         ]  # fmt: skip
+
+    def protected(self, workspace: str) -> list[str]:
+        """bubblewrap's read-only binds of `protect`'s files that are in `workspace` (those
+        elsewhere the sandbox does not see)."""
+        top = os.path.realpath(workspace)
+        inside = [os.path.realpath(p) for p in self.protect]
+        inside = [p for p in inside if p.startswith(top + os.sep) and os.path.isfile(p)]
+        return [a for p in inside for a in ("--ro-bind", p, p)]
 
 
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -145,7 +159,7 @@ def check(net: bool) -> None:
         raise ConfigError(f"--sandbox: bubblewrap cannot make a sandbox here: {why}")
 
 
-def for_options(wanted: bool | None, net: bool) -> Sandbox | None:
+def for_options(wanted: bool | None, net: bool, protect: tuple[str, ...] = ()) -> Sandbox | None:
     """The sandbox bash runs in: with `wanted` True (`--sandbox`) bubblewrap, or an error now
     if it cannot make one here; False (`--no-sandbox`) none; None (the default) bubblewrap
     where it works, else none, said once a process in one line on stderr."""
@@ -153,10 +167,10 @@ def for_options(wanted: bool | None, net: bool) -> Sandbox | None:
         return None
     if wanted:
         check(net)
-        return Sandbox(net=net)
+        return Sandbox(net=net, protect=protect)
     why = unavailable(net)
     if why is None:
-        return Sandbox(net=net)
+        return Sandbox(net=net, protect=protect)
     say_unsandboxed(why)
     return None
 
