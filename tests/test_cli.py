@@ -1046,6 +1046,14 @@ def test_no_escape_sequence_or_bidi_control_reaches_the_terminal(tmp_path: Path)
     assert "exe.txt" in shown.stdout
     for out in (ran.stderr, ran.stdout, shown.stdout):
         assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+    # a task is anyone's text: `tether runs` shows it without escapes, C1 controls too
+    odd = tether(*argv[:1], f"tidy {evil} \x9b2J\x9d0;t\x9c up", *argv[2:], str(script),
+                 "--store", store, "--run-id", "e2", "--workspace", str(tmp_path))  # fmt: skip
+    assert odd.returncode == 1
+    listed = tether("runs", "--store", store).stdout
+    assert "tidy" in listed and "up" in listed
+    for control in ("\x1b", "\u202e", "\x07", "\x9b", "\x9d", "\x9c"):
+        assert control not in listed, repr(listed)
 
     # at the prompt the control is spelled out, so the person sees what would run
     call["arguments"]["command"] = "echo \u202eexe.txt"

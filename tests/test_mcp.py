@@ -646,3 +646,23 @@ async def test_a_runtime_closed_while_mcp_servers_connect_tells_whoever_waits() 
     await rt.close()
     with pytest.raises(RunError, match="closed before the MCP servers' tools were listed"):
         await asyncio.wait_for(waiting, 30)
+
+
+def test_an_mcp_image_is_what_its_bytes_are_not_what_the_server_says() -> None:
+    """A server's `mimeType` is its word: an image is shown with the type its bytes have, and
+    a block whose bytes are no PNG, JPEG, GIF or WebP (an SVG, HTML called image/png) is left
+    out, said so, instead of reaching the model and the page as the server named it."""
+    from types import SimpleNamespace
+
+    from tether.tools.mcp import block_image, block_text
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 100
+    svg = b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>"
+
+    def block(data: bytes, mime: str) -> SimpleNamespace:
+        return SimpleNamespace(type="image", data=base64.b64encode(data).decode(), mimeType=mime)
+
+    shown = block_image(block(png, "text/html"))
+    assert shown is not None and shown.media_type == "image/png"
+    assert block_image(block(svg, "image/png")) is None
+    assert block_text(block(svg, "image/png")).startswith("[left out: an image")

@@ -458,3 +458,17 @@ def test_an_attempts_tokens_are_its_body_and_the_reply_it_allows() -> None:
 
     assert attempt_tokens(b"x" * 400, 4000) == 100 + 4000
     assert attempt_tokens(b"x" * 400, None) == 100
+
+
+def test_a_servers_pause_is_capped() -> None:
+    """A `Retry-After` of ten years paused the endpoint for every process of the store for
+    ten years: a server's word holds for at most `LONGEST_PAUSE`."""
+    from tether.rates import LONGEST_PAUSE, Gate, MemoryRates
+
+    async def go() -> float:
+        rates = MemoryRates()
+        await Gate(rates).paused("openai-chat x", 10 * 365 * 86400.0)
+        (standing,) = await rates.rates()
+        return standing.paused_for
+
+    assert 0 < asyncio.run(go()) <= LONGEST_PAUSE

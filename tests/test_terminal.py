@@ -273,14 +273,24 @@ async def test_a_forged_session_state_sets_variables_at_most(tmp_path: Path) -> 
     """A command can read its call's session marker (it is in its shell's command line). It
     prints the marker with a state of its own, then kills its shell so the real state never
     comes: the next call restores that state. The forged state's code must not run there;
-    its plain variables may be set (a command may set those in the session anyway)."""
+    its plain variables may be set (a command may set those in the session anyway), but not
+    those that change how bash or every program runs."""
     planted = tmp_path / "planted"
     forged_state = (
         f"{tmp_path}\n"
         f"declare -- X=1; touch {planted}\n"
         f'declare -- Y="$(touch {planted})"\n'
         'declare -x KEPT="plain data"\n'
+        f'declare -x LD_PRELOAD="{tmp_path}/evil.so"\n'
+        f'declare -x BASH_ENV="{tmp_path}/evil.sh"\n'
+        f'declare -- PROMPT_COMMAND="touch {planted}"\n'
+        'declare -- IFS="/"\n'
+        f'declare -x PATH="{tmp_path}/bin:/usr/bin:/bin"\n'
     )
+    (tmp_path / "evil.sh").write_text(f"touch {planted}\n")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "base64").write_text(f"#!/bin/sh\ntouch {planted}\n")
+    (tmp_path / "bin" / "base64").chmod(0o755)
     encoded = base64.b64encode(forged_state.encode()).decode()
     forge = (
         "mark=$(tr '\\0' '\\n' < /proc/$$/cmdline | grep -o '__tether_session_[0-9a-f]*__' "
@@ -289,7 +299,7 @@ async def test_a_forged_session_state_sets_variables_at_most(tmp_path: Path) -> 
     model = ScriptedModel(
         [
             reply(tool_calls=[("bash", {"command": forge})]),
-            reply(tool_calls=[("bash", {"command": 'echo "[$X] [$KEPT]"'})]),
+            reply(tool_calls=[("bash", {"command": 'echo "[$X] [$KEPT] [$LD_PRELOAD$BASH_ENV]"'})]),
             reply("Done."),
         ]
     )
@@ -297,5 +307,8 @@ async def test_a_forged_session_state_sets_variables_at_most(tmp_path: Path) -> 
     tools[0].approval = "never"
     result = await Agent(model, tools).run("x", context=RunContext(workspace=tmp_path))
     outputs = [r.output for m in result.messages for r in m.tool_results]
-    assert "[] [plain data]" in outputs[1], outputs  # the forged state was taken, as data only
+    # the forged state was taken as data only, and never what changes how bash runs: no
+    # LD_*, BASH_ENV, PROMPT_COMMAND or IFS; its PATH is carried, but the session's own lines
+    # do not look there (its base64 never ran)
+    assert "[] [plain data] []" in outputs[1], outputs
     assert not planted.exists()

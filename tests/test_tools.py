@@ -104,6 +104,14 @@ async def test_schema_violation_tells_the_model_what_to_fix() -> None:
     assert "Fix the arguments" in r.output
 
 
+async def test_a_huge_bad_argument_is_not_echoed_whole() -> None:
+    """The error names the argument and shows its head and tail: a 2 MB one came back whole,
+    into the model's context and the transcript."""
+    r = await box().run(call("add", {"a": "x" * 2_000_000}), RunContext())
+    assert r.is_error and "a: Input should be a valid integer" in r.output
+    assert len(r.output) < 1_000 and "characters cut" in r.output
+
+
 async def test_missing_argument() -> None:
     r = await box().run(call("add", {}), RunContext())
     assert r.is_error and "a: Field required" in r.output

@@ -44,6 +44,9 @@ from .events import Emitter
 
 SLACK = 0.5
 """Seconds an admitted attempt stays counted past its window (see the module docstring)."""
+LONGEST_PAUSE = 600.0
+"""The longest a server's `Retry-After` pauses its endpoint (a call that would wait longer
+fails at once, saying when the server takes requests again)."""
 LONGEST_NAP = 5.0
 """The longest a waiting attempt sleeps before it asks again (a rate may be raised meanwhile)."""
 
@@ -236,7 +239,9 @@ class Gate:
             self.emitter.emit("admitted", what="rate", endpoint=endpoint)
 
     async def paused(self, endpoint: str, seconds: float) -> None:
-        await self.rates.pause(endpoint, seconds)
+        """A server's `Retry-After`, at most `LONGEST_PAUSE`: one server's word paused its
+        endpoint for every process of the store for as long as it said (a year, a decade)."""
+        await self.rates.pause(endpoint, min(seconds, LONGEST_PAUSE))
 
 
 GATE: ContextVar[Gate | None] = ContextVar("tether_gate", default=None)

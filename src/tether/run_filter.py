@@ -70,7 +70,13 @@ class Cursor:
             at_ms, run_id = orjson.loads(base64.urlsafe_b64decode(text.encode()))
         except (ValueError, TypeError, binascii.Error):
             raise ConfigError(f"cursor {text[:40]!r} is not one a page gave") from None
-        if not isinstance(at_ms, int) or not isinstance(run_id, str):
+        if (
+            not isinstance(at_ms, int)
+            or isinstance(at_ms, bool)
+            or not 0 <= at_ms < 2**53  # a time a store keeps (past it: a 500 from Postgres)
+            or not isinstance(run_id, str)
+            or len(run_id) > 1000
+        ):
             raise ConfigError(f"cursor {text[:40]!r} is not one a page gave")
         return cls(at_ms, run_id)
 

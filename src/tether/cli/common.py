@@ -56,7 +56,9 @@ def default_store(directory: str | Path | None = None) -> str:
 
 
 def error(message: str) -> int:
-    print(f"tether: error: {message}", file=sys.stderr)
+    """A one-line error, exit status 2; what it quotes (a server's words, a file's name) is
+    shown without the escapes that would redraw the terminal."""
+    print(f"tether: error: {terminal_safe(message)}", file=sys.stderr)
     return 2
 
 

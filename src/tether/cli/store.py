@@ -211,7 +211,10 @@ def runs_line(r: dict[str, Any]) -> str:
     task = " ".join(r["task"].split())
     task = task if len(task) <= 60 else task[:59] + "…"
     version = f"{r['agent']}@{r['version']}" if r.get("version") else ""
-    return "\t".join([r["id"], when, state, steps, cost, scrub(version), scrub(task)])
+    safe = terminal_safe  # a task is anyone's text: shown without escapes, C1 controls too
+    return "\t".join(
+        [r["id"], when, safe(state), steps, cost, safe(scrub(version)), safe(scrub(task))]
+    )
 
 
 def command_resume(args: argparse.Namespace) -> int:

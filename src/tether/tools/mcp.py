@@ -359,12 +359,15 @@ def check_schema(spec: str, name: str, schema: Any) -> None:
 
 
 def block_image(block: Any) -> ImagePart | None:
-    """An image content block as an image the model is shown (see `tool.tool_output`)."""
+    """An image content block as an image the model is shown (see `tool.tool_output`), its
+    media type read from its bytes: a server's own word for it (any `mimeType`, an SVG, HTML)
+    went to the model and the page as it was; what is not a PNG, JPEG, GIF or WebP image is
+    left out, said so."""
     if getattr(block, "type", "") != "image":
         return None
     try:
         data = base64.b64decode(block.data, validate=True)
-        return ImagePart(mime_of(block) or image_type(data), data)
+        return ImagePart(image_type(data), data)
     except (binascii.Error, TypeError, ValueError):
         return None  # not an image after all: `block_text` says it is left out
 

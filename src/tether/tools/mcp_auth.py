@@ -241,6 +241,7 @@ class SignIn:
                 self.listener.close()
         if "error" in got:
             said = got.get("error_description") or got["error"]
+            said = "".join(c if c.isprintable() else "?" for c in said)[:300]  # the server's
             raise ConfigError(f"--mcp {self.server!r}: the sign-in was refused: {said}")
         if not got.get("code"):
             raise ConfigError(f"--mcp {self.server!r}: the sign-in returned no code")

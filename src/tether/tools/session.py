@@ -36,9 +36,13 @@ KEY = "tether.shell_session"
 SKIPPED = re.compile(
     r"declare -\S+ (BASH\w*|BASHOPTS|SHELLOPTS|EUID|UID|PPID|SHLVL|PWD|OLDPWD|_|PIPESTATUS|"
     r"FUNCNAME|GROUPS|DIRSTACK|RANDOM|SRANDOM|SECONDS|LINENO|HISTCMD|EPOCH\w*|COMP_\w*|"
-    r"__tether\w*)(=|$)"
+    r"__tether\w*|LD_\w*|BASH_ENV|ENV|PROMPT_COMMAND|IFS|PS4)(=|$)"
 )
-"""bash's own variables and the session's, which a restore must not set."""
+"""bash's own variables and the session's, which a restore must not set; nor those that
+change how bash itself or every program runs (`LD_*`, `BASH_ENV`, `ENV`, `PROMPT_COMMAND`,
+`IFS`, `PS4`): a state forged in a command's output could otherwise reach into the session's
+own lines. `PATH` is carried (a `source .venv/bin/activate` holds for the next call), and the
+session's own lines find their programs by the default path (`command -p`), never by it."""
 
 
 class Job(Protocol):
@@ -88,12 +92,12 @@ class ShellSession:
             lines.append(f"cd -- {shlex.quote(self.cwd)} 2>/dev/null")
         if self.declarations:
             state = base64.b64encode(self.declarations.encode()).decode()
-            lines.append(f'eval "$(printf %s {state} | base64 -d)" 2>/dev/null')
+            lines.append(f'eval "$(printf %s {state} | command -p base64 -d)" 2>/dev/null')
         lines += [
             f"eval -- {shlex.quote(command)}",
             "__tether_status=$?",
             f"printf '\\n%s\\n' {mark}",
-            "{ pwd; declare -p; } 2>/dev/null | base64 -w0; echo",
+            "{ pwd; declare -p; } 2>/dev/null | command -p base64 -w0; echo",
             "exit $__tether_status",
         ]
         return "\n".join(lines), mark

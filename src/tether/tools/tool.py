@@ -366,6 +366,19 @@ def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+ECHOED = 200
+"""At most this many characters of a bad argument are echoed back to the model (a 2 MB one
+came back whole, into the context and the transcript)."""
+
+
+def shortened(text: str) -> str:
+    if len(text) <= ECHOED:
+        return text
+    return (
+        f"{text[: ECHOED // 2]}... [{len(text) - ECHOED} characters cut] ...{text[-ECHOED // 2 :]}"
+    )
+
+
 def describe_validation_error(name: str, e: pydantic.ValidationError) -> str:
     lines = [f"Invalid arguments for tool {name!r}:"]
     for err in e.errors(include_url=False):
@@ -374,7 +387,7 @@ def describe_validation_error(name: str, e: pydantic.ValidationError) -> str:
         if err["type"] == "extra_forbidden":
             msg = "unknown argument"
         elif err["type"] != "missing":
-            msg += f" (got {err['input']!r})"
+            msg += f" (got {shortened(repr(err['input']))})"
         lines.append(f"- {where}: {msg}")
     lines.append("Fix the arguments and call the tool again.")
     return "\n".join(lines)
