@@ -151,3 +151,19 @@ def test_the_servers_thread_count_comes_from_the_environment_and_a_bad_one_is_re
         assert p.returncode == 2, p.stderr
         assert "TETHER_LOCAL_THREADS must be a whole number of threads" in p.stderr, p.stderr
         assert repr(bad) in p.stderr
+
+
+def test_the_offline_servers_environment_holds_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The offline model's server ran with Tether's whole environment, keys and a store's
+    password included, there for any command of the user to read in `/proc/PID/environ`; now
+    it has its paths, its locale and llama.cpp's own settings only."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-should-not-see")
+    monkeypatch.setenv("TETHER_STORE", "postgresql://u:hunter2@db/tether")
+    s = local.LocalServer(threads=1)
+    try:
+        environ = Path(f"/proc/{s.proc.pid}/environ").read_bytes().split(b"\0")
+    finally:
+        s.stop()
+    names = {e.split(b"=", 1)[0] for e in environ if e}
+    assert b"PATH" in names and b"TETHER_LOCAL_THREADS" in names
+    assert b"OPENAI_API_KEY" not in names and b"TETHER_STORE" not in names

@@ -77,6 +77,25 @@ def configured_threads() -> int | None:
     return int(value)
 
 
+UNDUMPABLE_SERVER = (
+    "import ctypes, runpy; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); "  # PR_SET_DUMPABLE 0
+    "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)"
+)
+"""llama.cpp's server, made non-dumpable first: no process of the user reads its memory or
+open files through `/proc`, as none reads Tether's (`keys.protect_process`)."""
+KEPT_VARIABLES = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH")
+KEPT_PREFIXES = ("LLAMA", "GGML", "OMP_", "OPENBLAS", "MKL_", "TETHER_LOCAL")
+
+
+def server_environment() -> dict[str, str]:
+    """The offline model's server's environment: what it runs with (the paths, the locale,
+    llama.cpp's and its math libraries' own tuning), never the user's keys or a store's
+    password, which its `/proc/PID/environ` would show to every command of the user."""
+    return {
+        k: v for k, v in os.environ.items() if k in KEPT_VARIABLES or k.startswith(KEPT_PREFIXES)
+    }
+
+
 class LocalServer:
     """llama.cpp's server for the bundled model, as a child process on 127.0.0.1."""
 
@@ -95,8 +114,8 @@ class LocalServer:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "llama_cpp.server",
+                "-c",
+                UNDUMPABLE_SERVER,
                 "--model",
                 str(path),
                 "--host",
@@ -115,6 +134,7 @@ class LocalServer:
             stdout=subprocess.DEVNULL,
             stderr=self.log,
             start_new_session=True,
+            env=server_environment(),
         )
         atexit.register(self.stop)
         self.wait_ready()
