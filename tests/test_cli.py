@@ -1064,3 +1064,25 @@ def test_no_escape_sequence_or_bidi_control_reaches_the_terminal(tmp_path: Path)
     assert b"\\u202eexe.txt" in term.seen and "\u202e".encode() not in term.seen
     term.type(b"n\n")
     assert term.exit_status(timeout=30) == 0
+
+
+def test_a_store_password_on_the_command_line_leaves_it(postgres: str) -> None:
+    """`--store postgresql://user:PASSWORD@...` put the password in `/proc/PID/cmdline` for
+    every user of the machine, for as long as a worker runs; the command takes it out at once
+    (into the Postgres client's `PGPASSWORD`) and still reaches its store."""
+    from helpers import Output
+
+    with_password = postgres.replace("postgres@", "postgres:s3cret-pw@", 1)
+    assert "s3cret-pw" in with_password
+    worker = warm.Popen(
+        [*TETHER, "worker", "--store", with_password],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env(), text=True,
+    )  # fmt: skip
+    try:
+        Output(worker.stderr).wait_for("executes runs built from their recorded options")
+        shown = Path(f"/proc/{worker.pid}/cmdline").read_bytes()
+    finally:
+        worker.kill()
+        worker.wait(30)
+    assert b"worker" in shown and b"127.0.0.1" in shown
+    assert b"s3cret-pw" not in shown

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from ..errors import ConfigError, RecordError, StoreUnavailable
 from ..journal import store_url
@@ -56,6 +57,8 @@ def resolve_store(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The `tether` command: its exit status. The process ends when it returns."""
+    if argv is None:
+        hide_store_password()
     interrupt_on_sigint()
     protect_process()  # the keys it holds, out of its tools' reach (see `keys`)
     try:
@@ -71,6 +74,44 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         ending()
+
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+HIDDEN = "TETHER_STORE_PASSWORD_HIDDEN"
+
+
+def without_password(arg: str) -> tuple[str, str | None]:
+    """A command-line word with the password of a Postgres URL in it taken out, and that
+    password (None: it had none)."""
+    prefix, url = ("--store=", arg[len("--store=") :]) if arg.startswith("--store=") else ("", arg)
+    if not url.startswith(POSTGRES_SCHEMES):
+        return arg, None
+    parts = urlsplit(url)
+    if parts.password is None:
+        return arg, None
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{quote(unquote(user), safe='')}@{host}" if user else host
+    return prefix + urlunsplit(parts._replace(netloc=netloc)), unquote(parts.password)
+
+
+def hide_store_password() -> None:
+    """A store URL's password on the command line (`--store postgresql://u:PASSWORD@db/x`) is
+    in `/proc/PID/cmdline` for every user of the machine for as long as the command runs (a
+    worker: for months). The command starts itself again at once without it, the password in
+    `PGPASSWORD`, which Postgres's client reads and `keys.protect_process` keeps from other
+    processes. (Better still: `PGPASSWORD` or `~/.pgpass` from the start.)"""
+    if os.environ.get(HIDDEN):
+        return
+    words, password = [], None
+    for arg in sys.argv[1:]:
+        word, found = without_password(arg)
+        words.append(word)
+        password = found if found is not None else password
+    if password is None:
+        return
+    env = {**os.environ, "PGPASSWORD": password, HIDDEN: "1"}
+    os.execve(sys.executable, [sys.executable, "-m", "tether", *words], env)
 
 
 def interrupt_on_sigint() -> None:
