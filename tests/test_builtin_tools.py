@@ -340,7 +340,9 @@ async def test_file_tools_refuse_a_fifo_at_once(tmp_path: Path, tool_name: str) 
     assert err and "not a regular file" in out, out
 
 
-async def test_write_file_refuses_a_hard_link_to_a_file_outside(tmp_path: Path) -> None:
+async def test_the_file_tools_refuse_a_hard_link_to_a_file_outside(tmp_path: Path) -> None:
+    """Written through, it wrote the outside file; read through, it showed it (a link made by
+    a command outside the sandbox: `ln /etc/shadow notes`)."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (tmp_path / "secret.txt").write_text("keep")
@@ -348,9 +350,10 @@ async def test_write_file_refuses_a_hard_link_to_a_file_outside(tmp_path: Path) 
     for name, args in [
         ("write_file", {"content": "pwned"}),
         ("edit_file", {"old_text": "keep", "new_text": "pwned"}),
+        ("read_file", {}),
     ]:
         out, err = await run(name, RunContext(workspace=ws), path="inside.txt", **args)
-        assert err and "hard link" in out, out
+        assert err and "hard link" in out and "keep" not in out, out
     assert (tmp_path / "secret.txt").read_text() == "keep"
 
 

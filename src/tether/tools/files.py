@@ -143,6 +143,17 @@ def regular(opened: Opened, path: str) -> os.stat_result:
     return st
 
 
+def alone(st: os.stat_result, path: str, done: str) -> None:
+    """Refuse a file that has another name: a hard link made in the workspace to a file
+    outside it (`ln /etc/shadow notes`, by a command outside the sandbox) reads and writes
+    that file, whatever its path says."""
+    if st.st_nlink > 1:
+        raise PermissionError(
+            f"{path!r} has {st.st_nlink} hard links; one may be outside the workspace, so it "
+            f"is not {done}"
+        )
+
+
 @contextlib.contextmanager
 def opened_file(ctx: RunContext, path: str, flags: int, **kw: bool) -> Iterator[Opened]:
     """A regular file of the workspace, opened (a missing one is a clear error)."""
@@ -170,7 +181,7 @@ def read_file(path: str, ctx: RunContext, offset: int = 0, limit: int = MAX_READ
         limit: At most this many characters are returned.
     """
     with opened_file(ctx, path, os.O_RDONLY) as f:
-        regular(f, path)
+        alone(regular(f, path), path, "read")
         os.set_blocking(f.fd, True)
         with open(os.dup(f.fd), encoding="utf-8", errors="replace", newline="") as text:
             return read_part(text, max(0, offset), max(0, min(limit, MAX_READ)))
@@ -203,12 +214,7 @@ def page(text: str, offset: int, limit: int) -> str:
 
 def overwrite(f: Opened, path: str, content: str) -> None:
     """Replace an opened regular file's content, unless another name shares it."""
-    st = regular(f, path)
-    if st.st_nlink > 1:
-        raise PermissionError(
-            f"{path!r} has {st.st_nlink} hard links; one may be outside the workspace, so it "
-            "is not written"
-        )
+    alone(regular(f, path), path, "written")
     os.set_blocking(f.fd, True)
     os.ftruncate(f.fd, 0)
     os.lseek(f.fd, 0, os.SEEK_SET)
