@@ -98,6 +98,14 @@ async def serve_stdio(
         await server.run(read, write, server.create_initialization_options())
 
 
+MAX_CONNECTIONS = 128
+"""Connections and requests `mcp-serve --http` serves at once; more are answered 503 at once,
+so that clients without the token (answered 401 from their headers, before any body is read)
+cannot hold every slot."""
+HEADERS_MAX = 64 * 1024
+"""The most bytes of a request's headers read before it is refused."""
+
+
 async def serve_http(
     runtime: Runtime,
     tools: list[Tool],
@@ -113,7 +121,14 @@ async def serve_http(
     host = sock.getsockname()[0]
     app = server.streamable_http_app(streamable_http_path="/mcp", host=host)
     guarded = app if token is None else bearer(app, token)
-    config = uvicorn.Config(guarded, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        guarded,
+        log_level="warning",
+        lifespan="on",
+        limit_concurrency=MAX_CONNECTIONS,  # past it, 503 at once: no client holds them all
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=HEADERS_MAX,
+    )
     async with runtime:
         await uvicorn.Server(config).serve(sockets=[sock])
 
