@@ -291,6 +291,34 @@ def test_a_refused_call_costs_nothing_and_a_cancelled_one_its_estimate() -> None
     asyncio.run(go())
 
 
+def test_runs_waiting_for_their_accounts_room_leave_their_slots_to_other_accounts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two slots for runs (a page's server's `max_runs`), both taken by runs of an account
+    over a limit that says to queue: a run of another account starts and ends meanwhile (it
+    waited behind them for as long as they waited); raised, the account's runs go on."""
+    from tether import agent as agent_module
+
+    monkeypatch.setattr(agent_module, "QUEUE_POLL_S", 0.05)
+
+    async def go() -> None:
+        async with Runtime(agents=[looking_agent(turns=0)], max_runs=2) as rt:
+            await rt.set_limits("acme", Limits(tokens_total=0, when_over="queue"))
+            waiting = [
+                await rt.start("looker", "go", context=RunContext(account_id="acme"))
+                for _ in range(2)
+            ]
+            other = await rt.start("looker", "go", context=RunContext(account_id="beta"))
+            done = await asyncio.wait_for(other.wait(), 10)
+            assert done is not None and done.outcome == "done"
+            assert all(h.alive for h in waiting)  # still waiting for their room
+            await rt.set_limits("acme", Limits(tokens_total=10_000, when_over="queue"))
+            ended = [await asyncio.wait_for(h.wait(), 10) for h in waiting]
+            assert [r.outcome for r in ended if r is not None] == ["done", "done"]
+
+    asyncio.run(go())
+
+
 def test_a_bad_account_name_is_refused_before_anything_starts() -> None:
     async def go() -> None:
         async with Runtime(agents=[looking_agent()]) as rt:

@@ -13,6 +13,8 @@ import hashlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 
 class Limiter:
@@ -61,6 +63,44 @@ class Limiter:
             yield waited
         finally:
             self.release()
+
+
+@dataclass(eq=False)
+class Slot:
+    """A run's slot among its process's runs (`Limiter`), which it may step aside from while it
+    waits for what no slot gives (its account's room, `aside`)."""
+
+    limiter: Limiter
+    held: bool = True
+
+    def give_back(self) -> None:
+        if self.held:
+            self.held = False
+            self.limiter.release()
+
+    async def take_again(self) -> None:
+        await self.limiter.acquire()  # cancelled: not held, and `give_back` then does nothing
+        self.held = True
+
+
+SLOT: ContextVar[Slot | None] = ContextVar("tether_run_slot", default=None)
+"""The running run's slot (set by `run.admitted` for the run's task)."""
+
+
+@asynccontextmanager
+async def aside() -> AsyncIterator[None]:
+    """Let other runs have this run's slot meanwhile: a run queued for its account's room held
+    one for as long as it waited, so the runs of one account over its limit held every slot
+    of a page's server, and no other account's run started."""
+    slot = SLOT.get()
+    if slot is None or not slot.held:
+        yield
+        return
+    slot.give_back()
+    try:
+        yield
+    finally:
+        await slot.take_again()
 
 
 def endpoint_key(provider: str, base_url: str, api_key: str) -> str:

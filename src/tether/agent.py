@@ -26,7 +26,7 @@ import orjson
 
 from .accounts import Cost, OverBudget, cost_of
 from .accounts import estimate as estimate_cost
-from .admission import Limiter
+from .admission import Limiter, aside
 from .approvals import Approver, Policy
 from .calls import respond
 from .context import ContextPolicy, estimate, fit, is_context_error
@@ -497,7 +497,8 @@ async def paid(
         if not waited:
             emitter.emit("queued", what="account", account=account, reason=refused)
             waited = True
-        await accounts.pause(QUEUE_POLL_S)
+        async with aside():  # its slot among the process's runs, to others meanwhile
+            await accounts.pause(QUEUE_POLL_S)
     if waited:
         emitter.emit("admitted", what="account")
     try:

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from .admission import Limiter
+from .admission import SLOT, Limiter, Slot
 from .agent import Agent
 from .approvals import ApprovalDesk, ApprovalRequest, Approver
 from .bus import EventLog
@@ -134,10 +134,16 @@ async def admitted(slots: Limiter | None, run: Attempts) -> AsyncIterator[None]:
     def queued(position: int) -> None:
         run.emitter.emit("queued", what="run", position=position)
 
-    async with slots.slot(queued) as waited:
+    waited = await slots.acquire(queued)
+    slot = Slot(slots)
+    token = SLOT.set(slot)  # the run's task's: it may step aside (`admission.aside`)
+    try:
         if waited:
             run.emitter.emit("admitted", what="run")
         yield
+    finally:
+        SLOT.reset(token)
+        slot.give_back()
 
 
 def cancelled_summary(last: RunResult | None, run_id: str) -> dict[str, Any]:
