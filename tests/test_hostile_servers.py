@@ -199,3 +199,32 @@ def test_a_stall_after_part_of_the_reply_was_shown_says_so(hostile: Hostile) -> 
     hostile.loop.call_soon_threadsafe(stop.set)
     assert finished["outcome"] == "failed" and finished["answer"] == ""
     assert "stalled after part of it was shown" in finished["error"]["message"]
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic"])
+def test_a_redirect_elsewhere_gets_no_key(provider: str) -> None:
+    """A model server that answers 307 to another address: followed, the call went there with
+    its key (Anthropic's `x-api-key` too); now it is not followed, and the run fails saying
+    where it was sent and what to do."""
+    source, elsewhere = Hostile(), Hostile()
+    seen: list[dict[str, str]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.Response(status=400)
+
+    async def away(request: web.Request) -> web.Response:
+        return web.Response(status=307, headers={"Location": f"{elsewhere.url}/messages"})
+
+    source.handler, elsewhere.handler = away, record
+    try:
+        finished = run(source, provider=provider)
+    finally:
+        source.stop()
+        elsewhere.stop()
+    assert seen == []  # nothing reached the other address, key or not
+    assert finished["outcome"] == "failed"
+    message = finished["error"]["message"]
+    assert (
+        "HTTP 307" in message and "redirected the call to" in message and "not followed" in message
+    )

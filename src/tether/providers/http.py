@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Self
 import orjson
 
 from ..errors import (
+    ClientRequestError,
     MissingAPIKey,
     ProviderConnectionError,
     ProviderError,
@@ -181,6 +182,18 @@ class HTTPClient:
                     on_retry(attempt, delay, e)
                 await asyncio.sleep(delay)
 
+    def redirected(self, resp: aiohttp.ClientResponse) -> ProviderError:
+        """A redirect, not followed: followed, it carried the call's key (Anthropic's
+        `x-api-key` too) to whatever address the server named."""
+        where = scrub(str(resp.headers.get("Location", "")))[:300] or "another address"
+        return ClientRequestError(
+            f"HTTP {resp.status}: {self.base_url} redirected the call to {where}; not followed "
+            "(a model call and its key go only where --base-url says: set it to the new "
+            "address if that is where the API is now)",
+            status=resp.status,
+            retryable=False,
+        )
+
     def longest_wait(self) -> float:
         """The longest `Retry-After` worth waiting for: beyond it the call fails at once
         (sleeping a capped time and asking again would only be refused again)."""
@@ -213,8 +226,11 @@ class HTTPClient:
 
         try:
             async with self.session().post(
-                url, data=data, headers={"Content-Type": "application/json"}
-            ) as resp:
+                url, data=data, headers={"Content-Type": "application/json"},
+                allow_redirects=False,  # a call and its key go only where they are sent
+            ) as resp:  # fmt: skip
+                if 300 <= resp.status < 400:
+                    raise self.redirected(resp)
                 if resp.status >= 400:
                     raise await error_from_response(resp)
                 return await parse(resp, progress)
