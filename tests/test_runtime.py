@@ -507,3 +507,21 @@ def test_an_approval_request_expires_its_ttl_from_now() -> None:
     request = ApprovalRequest.for_call(ToolCall("c1", "pay", {"amount": 5}), ttl=60)
     assert request.expires_at is not None and 50 < request.expires_at - time.time() <= 60
     assert ApprovalRequest.for_call(ToolCall("c2", "pay", {}), ttl=None).expires_at is None
+
+
+def test_the_journal_holds_no_file_for_a_run_that_waits_in_the_queue(tmp_path: Path) -> None:
+    """A page's server journals every run; a run queued for a slot held its file open for as
+    long as it waited, so 10,000 queued runs held 10,000 descriptors. Its file is let go while
+    it waits, and its later events are still all there."""
+    from tether.events import Event
+    from tether.journal import Journal
+
+    journal = Journal(tmp_path)
+    for i in range(3):
+        journal.write(Event("run_started", f"r{i}", 0, {"task": "t"}))
+        journal.write(Event("queued", f"r{i}", 1, {"what": "run", "position": i + 1}))
+    assert journal.files == {}
+    journal.write(Event("admitted", "r0", 2, {"what": "run"}))
+    assert list(journal.files) == ["r0"]
+    journal.close()
+    assert [e.type for e in journal.runs()["r0"]] == ["run_started", "queued", "admitted"]

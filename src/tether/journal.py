@@ -66,6 +66,10 @@ def append_private(path: str | Path) -> IO[bytes]:
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
 
 
+LET_GO = frozenset({"run_finished", "queued"})
+"""The events after which a run's journal file is closed (opened again at its next event)."""
+
+
 class Journal:
     def __init__(self, directory: str | Path) -> None:
         self.directory = private_dir(directory)
@@ -82,8 +86,8 @@ class Journal:
             f = self.files[event.run_id] = append_private(self.path(event.run_id))
         f.write(redactor().scrub_bytes(event.to_json()) + b"\n")
         f.flush()
-        if event.type == "run_finished":  # a server runs thousands: hold no file per ended run
-            f.close()
+        if event.type in LET_GO:  # a server runs thousands: no file held per ended run, nor
+            f.close()  # per run queued for a slot (10,000 queued held 10,000 descriptors)
             del self.files[event.run_id]
 
     def close(self) -> None:
