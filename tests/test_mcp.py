@@ -666,3 +666,19 @@ def test_an_mcp_image_is_what_its_bytes_are_not_what_the_server_says() -> None:
     assert shown is not None and shown.media_type == "image/png"
     assert block_image(block(svg, "image/png")) is None
     assert block_text(block(svg, "image/png")).startswith("[left out: an image")
+
+
+def test_a_question_with_calls_of_several_runs_in_flight_names_no_run() -> None:
+    """The SDK hands a server's question to its own task, with nothing that names the call:
+    with calls of two runs in flight it must not go to the first run's person (who could then
+    answer another run's question, its secrets in it); with one run's calls, to that run."""
+    from tether.questions import decline_all
+    from tether.tools.mcp import Server
+    from tether.tools.tool import RunContext
+
+    server = Server("srv", decline_all)
+    server.calling = {1: RunContext(run_id="a", call_id="c1"), 2: RunContext(run_id="a")}
+    found = server.asking_run()
+    assert found is not None and found.run_id == "a"
+    server.calling[3] = RunContext(run_id="b", call_id="c9")
+    assert server.asking_run() is None
