@@ -175,3 +175,24 @@ def test_a_bad_auth_file_is_one_line_before_anything_runs(
     assert done.stderr.strip().startswith(f"tether: error: --mcp-auth {str(auth)!r}: {said}")
     assert len(done.stderr.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "data" / "tether" / "mcp-tokens")
+
+
+def test_a_second_browser_sign_in_sends_the_redirect_its_client_was_registered_with() -> None:
+    """Not every authorization server accepts any port on 127.0.0.1: a later sign-in listens
+    on the port the client was registered with (it took a new one), unless that port is taken
+    now or the registered redirect is not this machine's loopback."""
+    import socket as socket_module
+
+    from tether.tools.mcp_auth import AuthSettings, TokenFile, free_port, registered_port
+
+    storage = TokenFile(None, "https://mcp.example/mcp", AuthSettings())
+    port = free_port()
+    storage.held = {"client": {"redirect_uris": [f"http://127.0.0.1:{port}/callback"]}}
+    assert registered_port(storage) == port
+    with socket_module.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        assert registered_port(storage) == 0
+    storage.held = {"client": {"redirect_uris": [f"http://example.test:{port}/callback"]}}
+    assert registered_port(storage) == 0
+    storage.held = {}
+    assert registered_port(storage) == 0
