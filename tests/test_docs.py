@@ -37,6 +37,9 @@ FENCE = re.compile(
     r"^(?P<indent> *)```(?P<info>[^`\n]*)\n(?P<body>.*?)^(?P=indent)```\s*$", re.M | re.S
 )
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<why>.+?)\s*-->\s*$")
+NEEDS_LOCAL = re.compile(r"<!--\s*needs the offline model\s*-->\s*$")
+"""A block that runs the bundled offline model (`scripts/setup --local`): skipped, saying so,
+where it is not installed, unless `TETHER_REQUIRE_LOCAL` (CI) says it must run."""
 TITLE = re.compile(r'title="(?P<name>[^"]+)"')
 KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
 
@@ -49,6 +52,7 @@ class Block:
     body: str
     file: str | None
     not_run: str | None
+    needs_local: bool = False
 
     @property
     def where(self) -> str:
@@ -66,11 +70,9 @@ def blocks(page: Path) -> list[Block]:
         marker = NOT_RUN.search(before)
         title = TITLE.search(info)
         body = "\n".join(s[len(m["indent"]) :] for s in m["body"].split("\n"))
-        found.append(
-            Block(
-                page, line, lang, body, title["name"] if title else None, marker and marker["why"]
-            )
-        )
+        name = title["name"] if title else None
+        needs = bool(NEEDS_LOCAL.search(before))
+        found.append(Block(page, line, lang, body, name, marker and marker["why"], needs))
     return found
 
 
@@ -112,7 +114,11 @@ def test_examples_run(page: Path, tmp_path: Path) -> None:
     home.mkdir()
     env = environment(home)
     saved: dict[str, Block] = {}
+    skipped = []
     for n, b in enumerate(runnable):
+        if b.needs_local and not local_model():
+            skipped.append(b.where)
+            continue
         if b.file is not None:
             (work / b.file).parent.mkdir(parents=True, exist_ok=True)
             (work / b.file).write_text(b.body)
@@ -133,6 +139,18 @@ def test_examples_run(page: Path, tmp_path: Path) -> None:
         )
     unused = [f"{b.file} ({b.where})" for b in saved.values() if b.not_run != "used"]
     assert not unused, f"files no later example of the page uses: {', '.join(unused)}"
+    if skipped:  # the rest ran and passed
+        pytest.skip(
+            f"{', '.join(skipped)} needs the offline model (scripts/setup --local); "
+            "the page's other examples passed"
+        )
+
+
+def local_model() -> bool:
+    """Whether the offline model's examples run here: installed, or required (CI)."""
+    from tether.providers import local
+
+    return bool(os.environ.get("TETHER_REQUIRE_LOCAL")) or local.available()
 
 
 MARKED = [b for b in ALL if b.lang in RUN and b.not_run]
