@@ -22,7 +22,12 @@ from wire_server import WireServer
 
 pytest.importorskip("mcp", reason="needs the mcp extra")
 
+from tether.tools.mcp import MCPApproval
+
 SERVER = f"{sys.executable} {FIXTURES / 'mcp_server.py'}"
+RESERVE_UNASKED = ("--mcp-approve", "reserve=never")
+"""`reserve` changes the stock, and its server does not mark it read-only, so its calls wait for
+approval; where a test is about its question, not its approval, it is run without."""
 
 
 def run_with_mcp(wire: WireServer, mcp: str, *extra: str) -> tuple[int, list[dict[str, Any]]]:
@@ -343,7 +348,7 @@ def test_a_huge_result_reaches_the_model_as_its_head_and_tail(tmp_path: Path) ->
     script.write_text(json.dumps([{"tool_calls": [call]}, {"text": "ok"}]))
     p = run_tether(
         "run", "x", "--provider", "scripted", "--script", str(script), "--store", "memory",
-        "--mcp", f"{sys.executable} {RAW} huge", "--json",
+        "--mcp", f"{sys.executable} {RAW} huge", "--json", "--mcp-approve", "dump=never",
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
     result = next(e for e in map(json.loads, p.stdout.splitlines()) if e["type"] == "tool_result")
@@ -401,7 +406,7 @@ def test_a_value_only_a_person_knows_is_never_made_up(wire: WireServer) -> None:
 def test_with_no_one_to_ask_a_question_is_declined_at_once(wire: WireServer) -> None:
     """--approve ask with no terminal (stdin is not one here) and a run in memory, which no
     one elsewhere can answer: declined, never left hanging."""
-    events = questions_run(wire, SERVER, "reserve", "--store", "memory")
+    events = questions_run(wire, SERVER, "reserve", "--store", "memory", *RESERVE_UNASKED)
     result = next(e for e in events if e["type"] == "tool_result")
     assert result["output"] == "no reservation: the user chose decline"
 
@@ -419,7 +424,7 @@ def test_a_durable_runs_question_waits_for_tether_answer_across_a_kill(
     wire.add(calls=[("reserve", {"item": "apples"})]).add(text="Reserved.")
     proc = warm.Popen(
         [*TETHER, "run", "reserve apples", "--base-url", wire.url, "--json", "--tools", "none",
-         "--mcp", SERVER, "--store", store, "--run-id", "q-1"],
+         "--mcp", SERVER, "--store", store, "--run-id", "q-1", *RESERVE_UNASKED],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=cli_env(OPENAI_API_KEY="k"),
     )  # fmt: skip
@@ -586,6 +591,39 @@ def test_a_servers_sampling_in_a_loop_stops_at_the_accounts_limit(
     assert status == 3
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_an_mcp_tool_that_changes_things_follows_the_runs_approval_policy(
+    wire: WireServer, store: str, tmp_path: Path
+) -> None:
+    """MCP tools were built with approval "never": server-filesystem's `write_file`, marked
+    destructive, ran under `--approve deny`. Now a tool its server does not mark read-only
+    (`reserve`) waits for approval as bash does, denied here; a read-only one (`stock`) runs;
+    `--mcp-approve` says otherwise per tool, or for all."""
+    where = "memory" if store == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
+
+    def reserved(*extra: str) -> dict[str, dict[str, Any]]:
+        wire.add(calls=[("stock", {"item": "apples"}), ("reserve", {"item": "apples"})])
+        wire.add(text="Done.")
+        status, events = run_with_mcp(wire, SERVER, "--store", where, *extra)
+        assert status == 0
+        return {e["name"]: e for e in events if e["type"] == "tool_result"}
+
+    denied = reserved("--approve", "deny")
+    assert not denied["stock"]["is_error"]  # read-only: not asked
+    assert denied["reserve"]["is_error"] and "not approved" in denied["reserve"]["output"]
+    assert "reserved" not in denied["reserve"]["output"]
+    unasked = reserved("--approve", "deny", "--mcp-approve", "reserve=never")
+    assert unasked["reserve"]["output"].startswith("no reservation")  # ran: declined question
+    server_wide = reserved("--approve", "deny", "--mcp-approve", f"{SERVER}#reserve=never")
+    assert not server_wide["reserve"]["output"].startswith("The call was not approved")
+    everything = reserved("--approve", "deny", "--mcp-approve", "always")
+    assert all(r["is_error"] for r in everything.values())
+    script = answer_script(tmp_path)
+    bad = run_tether("run", "x", "--mcp", SERVER, "--mcp-approve", "sometimes", "--provider",
+                     "scripted", "--script", script, "--store", "memory")  # fmt: skip
+    assert bad.returncode == 2 and "--mcp-approve 'sometimes'" in bad.stderr
+
+
 def test_mcp_sampling_off_refuses_the_server(wire: WireServer) -> None:
     wire.add(calls=[("summarize", {"text": "apples"})]).add(text="No summary.")
     status, events = run_with_mcp(wire, SERVER, "--mcp-sampling", "off")
@@ -604,7 +642,7 @@ async def test_a_program_answers_a_question_and_a_cancelled_call_takes_its_quest
     from tether import Agent, QuestionError, Runtime, ScriptedModel, reply
 
     async with Runtime() as rt:
-        tools = await rt.mcp_tools([SERVER])
+        tools = await rt.mcp_tools([SERVER], approval=MCPApproval(tools={"reserve": "never"}))
         runs = []
         for item in ("pears", "plums"):
             script = [reply(tool_calls=[("reserve", {"item": item})]), reply("Done.")]

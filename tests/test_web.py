@@ -422,7 +422,9 @@ def test_a_servers_question_is_answered_in_a_form_on_the_page(
     (tmp_path / "ws").mkdir()
     mcp = f"{sys.executable} {FIXTURES / 'mcp_server.py'}"
     extra = ("--store", "memory") if kept == "memory" else ()
-    server = Server(wire, tmp_path / "data", tmp_path / "ws", "--mcp", mcp, *extra).start()
+    unasked = ("--mcp-approve", "reserve=never")  # its question, not its approval, is tested
+    server = Server(wire, tmp_path / "data", tmp_path / "ws", "--mcp", mcp, *extra, *unasked)
+    server.start()
     context = browser.new_context()
     try:
         page = context.new_page()

@@ -60,6 +60,9 @@ class RunOptions:
     tools: str | None = None
     tools_from: list[str] = field(default_factory=list)
     mcp: list[str] = field(default_factory=list)
+    mcp_approve: list[str] = field(default_factory=list)
+    """Which MCP tools' calls wait for approval: hints (the default: those not marked
+    read-only), always, never, or [SERVER#]TOOL=RULE (see `tools.mcp.MCPApproval`)."""
     mcp_sampling: str = "on"
     """Whether an MCP server's sampling requests are answered by the run's model: on or off."""
     mcp_auth: str | None = None

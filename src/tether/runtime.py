@@ -61,6 +61,7 @@ from .tools.tool import RunContext, Spawn, Tool
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
     from .durable.remote import StoreView
+    from .tools.mcp import MCPApproval
     from .tools.mcp_auth import AuthSettings
 
 Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
@@ -255,14 +256,17 @@ class Runtime:
         token_dir: Path | None = None,
         asker: Asker | None = None,
         sampling: bool = True,
+        approval: MCPApproval | str = "hints",
     ) -> list[Tool]:
         """The tools of these MCP servers, connected once per runtime and kept open by a task
         of its own (a connection belongs to the task that opened it, and a run's task ends).
         A server that has not listed its tools within `connect_timeout` seconds is an error.
         `auth`, `token_dir`, `asker` and `sampling`: how to sign in, where tokens are kept, who
         answers a server's questions (by default they wait for `answer`), whether its sampling
-        requests are answered (see `tools.mcp.mcp_tools`)."""
-        key = "\n".join([*servers, repr(auth), str(sampling)])
+        requests are answered, and which calls wait for a person's approval (`approval`, by
+        default those of every tool its server does not mark read-only; see
+        `tools.mcp.MCPApproval`)."""
+        key = "\n".join([*servers, repr(auth), str(sampling), repr(approval)])
         if key not in self.held:
             found: asyncio.Future[list[Tool]] = asyncio.get_running_loop().create_future()
             self.held[key] = found
@@ -278,6 +282,7 @@ class Runtime:
                         token_dir=token_dir,
                         asker=asker or self.questions.ask,
                         sampling=sampling,
+                        approval=approval,
                     ) as tools:
                         found.set_result(tools)
                         await asyncio.Event().wait()

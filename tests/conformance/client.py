@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import Agent, ModelRequest, ScriptedModel, reply
+from tether.approvals import approve_all
 from tether.questions import answer_defaults
 from tether.tools.mcp import mcp_tools
 from tether.tools.mcp_auth import AuthSettings
@@ -72,7 +73,7 @@ async def run(url: str, auth: AuthSettings) -> int:
     # as `--approve auto` does: a question whose fields all have defaults gets them
     async with mcp_tools([url], connect_timeout=20, auth=auth, asker=answer_defaults) as tools:
         model = ScriptedModel([first_tool, reply("Done.")])
-        result = await Agent(model, tools).run("Use the server's tool.")
+        result = await Agent(model, tools).run("Use the server's tool.", approver=approve_all)
     for message in result.messages:
         for r in message.tool_results:
             print(f"{r.name}: {'error: ' if r.is_error else ''}{r.output[:200]}")

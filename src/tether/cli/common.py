@@ -137,6 +137,8 @@ def cli_runtime(
         options = scope.options_for(recorded) if scope else RunOptions.from_dict(recorded)
         tools = select_tools(options)
         if options.mcp:
+            from ..tools.mcp import MCPApproval
+
             tools += await rt.mcp_tools(
                 options.mcp,
                 options.connect_timeout,
@@ -144,6 +146,7 @@ def cli_runtime(
                 token_dir=tokens / "mcp-tokens",
                 asker=asker,
                 sampling=options.mcp_sampling != "off",
+                approval=MCPApproval.parse(options.mcp_approve),
             )
         return build_agent(options, tools)
 

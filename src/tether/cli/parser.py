@@ -454,6 +454,15 @@ def tool_options(t: Group) -> None:
         "(repeatable)",
     )
     t.add_argument(
+        "--mcp-approve",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="which MCP tools' calls wait for approval (as bash's, under --approve): hints "
+        "(the default: every tool its server does not mark read-only), always, never, or "
+        "TOOL=RULE, SERVER#TOOL=RULE for one tool (repeatable)",
+    )
+    t.add_argument(
         "--mcp-sampling",
         choices=("on", "off"),
         default="on",

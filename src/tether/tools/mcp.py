@@ -22,6 +22,7 @@ import dataclasses
 import shlex
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ async def mcp_tools(
     servers: list[str],
     *,
     tool_timeout: float = DEFAULT_TIMEOUT,
-    approval: Policy = "never",
+    approval: MCPApproval | str = "hints",
     connect_timeout: float = 30.0,
     auth: AuthSettings | None = None,
     token_dir: Path | None = None,
@@ -62,13 +63,16 @@ async def mcp_tools(
     A server's question to the person behind a run (elicitation) goes to `asker`, as a
     `question_asked` event of the run whose call it came in; a call's progress is a
     `tool_progress` event. A server's sampling request is answered by the model of the run
-    whose call it came in, on that run's budget (`sampling=False`: refused)."""
+    whose call it came in, on that run's budget (`sampling=False`: refused). Which calls
+    wait for a person's approval is `approval`'s to say (`MCPApproval`; by default every
+    tool its server does not mark read-only)."""
     try:
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters
     except ImportError:
         raise ConfigError("--mcp needs the mcp extra: pip install 'tether[mcp]'") from None
     settings = auth or AuthSettings()
+    rule = approval if isinstance(approval, MCPApproval) else MCPApproval.parse([approval])
     async with opened() as stack:
         tools: list[Tool] = []
         for spec in servers:
@@ -113,12 +117,57 @@ async def mcp_tools(
                         None,
                         context_param=CONTEXT,
                         timeout=tool_timeout,
-                        approval=approval,
+                        approval=rule.policy(spec, t),
                         schema=t.input_schema,
                         idempotent=said_idempotent(t),
                     )
                 )
         yield tools
+
+
+APPROVALS = ("hints", "always", "never")
+
+
+@dataclass(frozen=True)
+class MCPApproval:
+    """Which MCP tools' calls wait for a person's approval, under the run's approval policy as
+    bash's do (`--approve ask|auto|deny`). `default`: `hints` (the default) asks for every tool
+    its server does not mark read-only (`readOnlyHint`; MCP's `destructiveHint` defaults to
+    true), `always` for all, `never` for none. `tools`: a rule per tool, by its name
+    (`write_file`) or by its server and name (`SERVER#write_file`, the server as `--mcp` gave
+    it), which wins. Tools were built with approval "never": server-filesystem's `write_file`
+    and `move_file`, marked destructive, ran under `--approve deny`."""
+
+    default: str = "hints"
+    tools: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, rules: list[str]) -> MCPApproval:
+        """From `--mcp-approve` values: `hints`, `always`, `never`, or `[SERVER#]TOOL=RULE`;
+        a bad one is a ConfigError that names it."""
+        default, tools = "hints", {}
+        for rule in rules:
+            name, eq, value = rule.rpartition("=")
+            value = value.strip()
+            if value not in APPROVALS or (eq and not name.strip()):
+                raise ConfigError(
+                    f"--mcp-approve {rule!r}: give hints, always or never, or "
+                    "TOOL=RULE (SERVER#TOOL=RULE for one server's)"
+                )
+            if eq:
+                tools[name.strip()] = value
+            else:
+                default = value
+        return cls(default, tools)
+
+    def policy(self, server: str, listed: Any) -> Policy:
+        """The approval policy of the server's tool `listed`."""
+        rule = self.tools.get(f"{server}#{listed.name}") or self.tools.get(listed.name)
+        rule = rule or self.default
+        if rule == "hints":
+            hints = getattr(listed, "annotations", None)
+            return "never" if hints is not None and hints.read_only_hint is True else "always"
+        return "always" if rule == "always" else "never"
 
 
 def said_idempotent(listed: Any) -> bool:
