@@ -26,7 +26,7 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-LAYOUT = "1"
+LAYOUT = "2"
 """The layout of a kept image (its directories, the overlays' names): part of the key, so a
 Tether that lays images out otherwise builds anew."""
 HOST_STATE = ("/etc/os-release", "/var/lib/dpkg/status")

@@ -24,7 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HONOURED = {"FROM", "ENV", "ARG", "WORKDIR", "COPY", "ADD", "LABEL", "MAINTAINER", "EXPOSE"}
-VARIABLE = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")
+VARIABLE = re.compile(r"\$(?:\{(\w+)(?::([-+])([^}]*))?\}|(\w+))")
+IMAGE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+"""What a `FROM` image's environment holds before the Dockerfile's first `ENV`, as far as a
+substitution sees it: Docker's default `PATH` (`ENV PATH="/x:${PATH}"` expanded to `/x:`,
+and every later step and the trial lost the system's programs)."""
 
 
 class DockerfileError(ValueError):
@@ -70,6 +74,8 @@ class Image:
     steps: list[Copy | Run] = field(default_factory=list)
     """The copies and runs in their order: a build applies them one after another."""
     ignored: list[str] = field(default_factory=list)  # "line 9: CMD ["serve"]"
+    exposed: list[int] = field(default_factory=list)
+    """The TCP ports of its `EXPOSE`: a trial with an entrypoint starts once they listen."""
 
     @property
     def runs(self) -> list[Run]:
@@ -103,15 +109,21 @@ def instructions(text: str) -> list[tuple[int, str, str]]:
 
 
 def substitute(value: str, known: dict[str, str]) -> str:
-    """`$NAME`, `${NAME}` and `${NAME:-default}` as Docker expands them (unknown: empty)."""
+    """`$NAME`, `${NAME}`, `${NAME:-default}` and `${NAME:+instead}` as Docker expands them
+    (an unknown name: empty); `\\$` is a dollar sign."""
 
     def one(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(3)
-        default = m.group(2)
+        name = m.group(1) or m.group(4)
+        how, word = m.group(2), m.group(3)
         got = known.get(name, "")
-        return got if got or default is None else default
+        if how == "-":
+            return got or word
+        if how == "+":
+            return word if got else ""
+        return got
 
-    return VARIABLE.sub(one, value)
+    escaped = value.split("\\$")
+    return "$".join(VARIABLE.sub(one, part) for part in escaped)
 
 
 def pairs(arguments: str, known: dict[str, str]) -> dict[str, str]:
@@ -170,45 +182,69 @@ def run_of(
 
 
 def read(path: Path) -> Image:
-    """The Dockerfile at `path`, read; `DockerfileError` names what cannot be honoured."""
-    image = Image()
-    args: dict[str, str] = {}
-    workdir = "/"
-    shell = ["/bin/sh", "-c"]
-    stages = 0
+    """The Dockerfile at `path`, read; `DockerfileError` names what cannot be honoured, and the
+    line of one that cannot be read (a bad quote, exec form that is not JSON)."""
+    reading = Reading()
     for line, keyword, arguments in instructions(path.read_text()):
-        known = {**args, **image.env}
+        try:
+            reading.take(line, keyword, arguments)
+        except DockerfileError:
+            raise
+        except ValueError as e:  # shlex's and json's, said with the line they are on
+            said = f"{keyword} {arguments}"[:120]
+            raise DockerfileError(f"line {line}: {said}: {e}") from None
+    return reading.image
+
+
+@dataclass
+class Reading:
+    """A Dockerfile as far as it has been read: the image so far, and the build's state."""
+
+    image: Image = field(default_factory=Image)
+    args: dict[str, str] = field(default_factory=dict)
+    workdir: str = "/"
+    shell: list[str] = field(default_factory=lambda: ["/bin/sh", "-c"])
+    stages: int = 0
+
+    def take(self, line: int, keyword: str, arguments: str) -> None:
+        image, known = self.image, {**IMAGE_ENV, **self.args, **self.image.env}
         if keyword == "FROM":
-            stages += 1
-            if stages > 1:
+            self.stages += 1
+            if self.stages > 1:
                 raise DockerfileError(
                     f"line {line}: FROM {arguments}: multi-stage builds are not supported here"
                 )
             image.base = substitute(arguments.split()[0], known) if arguments.split() else ""
         elif keyword == "ARG":
             name, _, default = arguments.partition("=")
-            args[name.strip()] = substitute(default.strip().strip('"'), known)
+            self.args[name.strip()] = substitute(default.strip().strip('"'), known)
         elif keyword == "ENV":
             image.env.update(pairs(arguments, known))
         elif keyword == "WORKDIR":
-            workdir = posixpath.normpath(posixpath.join(workdir, substitute(arguments, known)))
-            image.workdir = workdir
+            self.workdir = posixpath.normpath(
+                posixpath.join(self.workdir, substitute(arguments, known))
+            )
+            image.workdir = self.workdir
         elif keyword in ("COPY", "ADD"):
-            image.copies.append(copy_of(line, keyword, arguments, known, workdir))
+            image.copies.append(copy_of(line, keyword, arguments, known, self.workdir))
             image.steps.append(image.copies[-1])
         elif keyword == "RUN":
-            image.steps.append(run_of(line, arguments, known, shell, workdir, image.user))
+            image.steps.append(run_of(line, arguments, known, self.shell, self.workdir, image.user))
         elif keyword == "USER":
             image.user = substitute(arguments, known).strip() or None
         elif keyword == "SHELL":
-            shell = [str(word) for word in json.loads(arguments)]
+            self.shell = [str(word) for word in json.loads(arguments)]
         elif keyword == "ENTRYPOINT":
             exec_form = arguments.startswith("[")
             image.entrypoint = (
-                [str(w) for w in json.loads(arguments)] if exec_form else [*shell, arguments]
+                [str(w) for w in json.loads(arguments)] if exec_form else [*self.shell, arguments]
             )
+        elif keyword == "EXPOSE":
+            for word in substitute(arguments, known).split():
+                port, _, proto = word.partition("/")
+                if port.isdigit() and proto in ("", "tcp"):
+                    image.exposed.append(int(port))
         elif keyword == "CMD":
             image.ignored.append(f"line {line}: CMD {arguments} (Harbor runs none)"[:200])
         elif keyword not in HONOURED:
             image.ignored.append(f"line {line}: {keyword} {arguments}"[:200])
-    return image

@@ -3,7 +3,7 @@
 A task written for Docker writes where a container lets it: `pip install` into /usr/local,
 `useradd` into /etc, a tool into /opt, `mv /tests /tmp/hidden` to hide its tests. Read-only
 mounts of the host failed all of these. Here each of the host's system directories (`SYSTEM`,
-and `/opt` and `/var`) is the lower layer of a kernel overlay whose upper layer is the trial's
+and `/var`) is the lower layer of a kernel overlay whose upper layer is the trial's
 own (`upper/`, beside the trial's other files): a write lands there, the host never changes, and
 the whole goes with the trial. Everything else is one directory on disk (`fs/`), which becomes
 the sandbox's `/`: `/app`, `/tests`, `/solution`, `/logs`, `/tmp` and the homes are ordinary
@@ -49,9 +49,11 @@ import orjson
 
 from ..tools.sandbox import SECRET_DIRS, SECRETS, SYSTEM
 
-SHOWN = ("/opt", "/var")
-"""What a trial sees of the host beyond the system's directories: tools installed under /opt,
-and /var as a system has it (its logs, caches, package state). Not the users' homes, `/srv`,
+SHOWN = ("/var",)
+"""What a trial sees of the host beyond the system's directories: /var as a system has it
+(its logs, caches, package state). Not `/opt`, which the image a `FROM` names has empty: the
+host's (8 GB here) was in every trial and every built image, and a task's `find /opt -exec
+touch` copied all of it into a cache entry. Not the users' homes, `/srv`,
 `/mnt`, `/media` or any other top-level directory, where a store or a secret may be kept: a
 task written for a container needs a system, not the host's data."""
 SERVICE_STATE = ("/var/lib", "/var/backups", "/var/mail", "/var/spool")
@@ -59,7 +61,7 @@ SERVICE_STATE = ("/var/lib", "/var/backups", "/var/mail", "/var/spool")
 package managers' state (`PACKAGE_STATE`), which `dpkg -l` and `apt` read."""
 PACKAGE_STATE = ("/var/lib/dpkg", "/var/lib/apt")
 HOMES = ("/root", "/home")
-EMPTY = ("/srv", "/mnt", "/media")
+EMPTY = ("/srv", "/mnt", "/media", "/opt")
 """Directories an image has, empty: the host's are not shown (a store may be kept there)."""
 CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_DAC_OVERRIDE", "CAP_SETPCAP")
 CONTAINER_CAPABILITIES = {

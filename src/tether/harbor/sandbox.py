@@ -113,11 +113,38 @@ class SandboxEnvironment(LocalEnvironment):
         """The Dockerfile's `ENV` as written: its paths are where they say in the sandbox."""
         return dict(self.image.env)
 
+    def base_env(self) -> dict[str, str]:
+        """What every command starts with: a container's environment, and where the `FROM`
+        image is not this host's system, what that image allows: pip may install into the
+        system's Python (`PIP_BREAK_SYSTEM_PACKAGES`), as in a `python:*` image, where
+        Debian's marks it externally managed (`RUN pip install` failed in 33 of 52 real
+        tasks)."""
+        if not base_differs(self.image.base):
+            return dict(BASE_ENV)
+        return {**BASE_ENV, "PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_ROOT_USER_ACTION": "ignore"}
+
+    def base_commands(self) -> None:
+        """The commands a `python:*` image has that this host may not: `python` and `pip`, as
+        links to the system's `python3` and `pip3` in the root's /usr/local/bin (a task failed
+        on a missing `python`). Made in the layers before they are mounted."""
+        name = self.image.base.rpartition("/")[2]
+        if not name.startswith(("python:", "python@")) and name != "python":
+            return
+        for command, system in (("python", "python3"), ("pip", "pip3")):
+            found = shutil.which(system, path="/usr/bin:/bin")
+            at = self.rootfs.host_path(f"/usr/local/bin/{command}")
+            if found is None or os.path.lexists(f"/usr/local/bin/{command}"):
+                continue
+            if not os.path.lexists(at):
+                at.parent.mkdir(parents=True, exist_ok=True)
+                at.symlink_to(found)
+
     def make_places(self) -> None:
         """The root's layers, then the container's directories; the logs' are writable by
         every user, as Harbor makes the directories it mounts there (the agent may run as a
         user of the task's image)."""
         self.rootfs.prepare()
+        self.base_commands()
         super().make_places()
         for logs in LOG_DIRS:
             self.local(logs).chmod(0o777)
@@ -200,6 +227,7 @@ class SandboxEnvironment(LocalEnvironment):
             return
         argv = shlex.join([*self.image.entrypoint, "sh", "-c", "sleep infinity"])
         await self.exec(f"nohup {argv} > /dev/null 2>&1 &")
+        await self.exec(ready_script(self.image.exposed), user=0)  # bounded: never fails
 
     async def serve(self) -> None:
         """Start the sandbox's server and wait for it to say it is ready."""
@@ -282,7 +310,7 @@ class SandboxEnvironment(LocalEnvironment):
                 f"its {self.task_env_config.build_timeout_sec:.0f} s"
             )
         await self.inside(f"mkdir -p {shlex.quote(run.workdir)}")
-        environ = {**BASE_ENV, **run.env}
+        environ = {**self.base_env(), **run.env}
         done = await self.request(shlex.join(run.argv), run.workdir, environ, left, run.user)
         if done.return_code != 0:
             tail = (done.stderr or done.stdout or "").strip()[-2000:]
@@ -362,7 +390,7 @@ class SandboxEnvironment(LocalEnvironment):
     # through a passage, a fresh directory of the root that the host reaches by descriptor, and
     # is copied between the passage and its place inside the sandbox, as `docker cp` copies:
     # there a link reaches only the trial's own files, and a mounted overlay's (/usr, /etc,
-    # /opt, /var) upper layer, which is the kernel's, is reached too. Before the sandbox starts
+    # /var) upper layer, which is the kernel's, is reached too. Before the sandbox starts
     # no process of the trial has run, and files go straight into its layers.
 
     def place(self, path: str) -> tuple[Path, str]:
@@ -454,7 +482,7 @@ class SandboxEnvironment(LocalEnvironment):
         if not self.users:
             check_user(user)
         environ = {
-            **BASE_ENV,
+            **self.base_env(),
             **self.image_env(),
             **(self._merge_env(env) or {}),
             **self.variables(),
@@ -495,6 +523,34 @@ class SandboxEnvironment(LocalEnvironment):
             stderr=text(done["stderr"]),
             return_code=int(done["code"]),
         )
+
+
+ENTRYPOINT_READY_S = 30.0
+"""The longest a trial waits for its entrypoint's `EXPOSE`d ports to listen."""
+ENTRYPOINT_SETTLE_S = 0.5
+"""With no `EXPOSE`: how long the listening sockets must stay as they are (5 s at most)."""
+
+
+def ready_script(ports: list[int]) -> str:
+    """A command that returns once the entrypoint's service is up, as Harbor's own set-up
+    gives a container's under Docker (an oracle curled its server 20 to 60 ms before it
+    listened, and scored 0): every `EXPOSE`d port listening (at most `ENTRYPOINT_READY_S`),
+    or, with none, the listening sockets unchanged for `ENTRYPOINT_SETTLE_S` (5 s at most)."""
+    listening = "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == \"0A\" {print $2}'"
+    if ports:
+        wanted = " ".join(f":{p:04X}$" for p in ports)
+        tries = int(ENTRYPOINT_READY_S / 0.05)
+        return (
+            f"for i in $(seq {tries}); do up=$({listening}); ok=1; "
+            f'for p in {wanted}; do echo "$up" | grep -q "$p" || ok=0; done; '
+            "[ $ok = 1 ] && exit 0; sleep 0.05; done; exit 0"
+        )
+    steady = int(ENTRYPOINT_SETTLE_S / 0.1)
+    return (
+        f"was=; same=0; for i in $(seq 50); do now=$({listening} | sort | tr '\\n' ' '); "
+        f'if [ "$now" = "$was" ]; then same=$((same + 1)); [ $same -ge {steady} ] && exit 0; '
+        "else same=0; was=$now; fi; sleep 0.1; done; exit 0"
+    )
 
 
 def visible(path: str) -> bool:
