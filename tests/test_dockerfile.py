@@ -79,8 +79,9 @@ def test_env_arg_workdir_and_copy_are_read_as_docker_reads_them(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("text", "named"),
     [
-        ("FROM a AS build\nFROM b\n", "line 2: FROM b: multi-stage builds"),
+        ("FROM a AS build\nFROM b\nCOPY --from=c:1 /x /app\n", "another image \\(c:1\\)"),
         ("FROM a\nCOPY --from=build /out /app\n", "line 2: COPY --from=build /out /app"),
+        ("FROM a\nENTRYPOINT [not json\n", "line 2: ENTRYPOINT \\[not json: Expecting value"),
         ("FROM a\nADD https://example.com/x.tgz /app/\n", "ADD of a URL"),
         ("FROM a\nCOPY only-one\n", "a source and a destination are needed"),
     ],
@@ -125,7 +126,7 @@ def test_a_trial_starts_with_the_dockerfile_s_files_env_and_workdir(tmp_path: Pa
     [
         ("FROM a\nCOPY tool /usr/local/bin/tool\n", "COPY tool /usr/local/bin/tool: this"),
         ("FROM a\nCOPY missing.txt /app/\n", "missing.txt is not in the build context"),
-        ("FROM a\nFROM b\n", "multi-stage"),
+        ("FROM a AS s\nFROM b\nCOPY --from=s /x /app/x\n", "built in the sandbox only"),
     ],
 )
 def test_a_trial_whose_dockerfile_cannot_be_honoured_fails_at_start_naming_it(

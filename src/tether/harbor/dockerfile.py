@@ -7,15 +7,18 @@ taking the host's system as the `FROM` image: `ENV` (every command sees it), `AR
 defaults, for substitution), `WORKDIR` (the trial's working directory), `COPY`/`ADD` of the
 build context, and in the sandbox `RUN`, `USER`, `SHELL` and `ENTRYPOINT` too (`build.py`;
 the entrypoint starts with the trial, given `sh -c "sleep infinity"` as Harbor's containers
-give it, in `CMD`'s place). What cannot be honoured is said, never skipped in silence: a
-multi-stage build, `COPY --from`, `ADD` of a URL or `RUN --mount` fails the trial at start
-naming the instruction; `CMD` and the other instructions are listed in `Image.ignored`, which
+give it, in `CMD`'s place), and in the sandbox multi-stage builds (`FROM ... AS build`, then
+`COPY --from=build`; each stage built on its own). Substitutions see the image's environment
+first (`ENV PATH="/x:${PATH}"` keeps the system's). What cannot be honoured is said, never
+skipped in silence: `COPY --from` another image, `ADD` of a URL or `RUN --mount` fails the
+trial at start naming the instruction (and a line that cannot be read, its line); `CMD` and the other instructions are listed in `Image.ignored`, which
 the environment logs. (A task scored 0
 because a `COPY` or an `ENV` was dropped reads as the agent's failure.)
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import posixpath
 import re
@@ -43,6 +46,8 @@ class Copy:
     destination: str
     line: int
     instruction: str
+    stage: str | None = None
+    """`COPY --from=STAGE`: the earlier stage (by name or number) its sources are in."""
 
 
 @dataclass
@@ -76,6 +81,16 @@ class Image:
     ignored: list[str] = field(default_factory=list)  # "line 9: CMD ["serve"]"
     exposed: list[int] = field(default_factory=list)
     """The TCP ports of its `EXPOSE`: a trial with an entrypoint starts once they listen."""
+    name: str | None = None
+    """Its stage's name (`FROM ... AS NAME`), if it has one."""
+    stages: dict[str, Image] = field(default_factory=dict)
+    """A multi-stage build's earlier stages, by name (`FROM ... AS build`) and by number
+    ("0", "1" ...): each built on its own, its files taken by `COPY --from`."""
+
+    @property
+    def from_stages(self) -> list[str]:
+        """The stages its copies take files from, in the order they are first needed."""
+        return list(dict.fromkeys(c.stage for c in self.copies if c.stage is not None))
 
     @property
     def runs(self) -> list[Run]:
@@ -139,7 +154,14 @@ def pairs(arguments: str, known: dict[str, str]) -> dict[str, str]:
     return result
 
 
-def copy_of(line: int, keyword: str, arguments: str, known: dict[str, str], workdir: str) -> Copy:
+def copy_of(
+    line: int,
+    keyword: str,
+    arguments: str,
+    known: dict[str, str],
+    workdir: str,
+    stages: dict[str, Image] | None = None,
+) -> Copy:
     text = f"line {line}: {keyword} {arguments}"
     if arguments.startswith("["):
         words = [str(w) for w in json.loads(arguments)]
@@ -147,8 +169,12 @@ def copy_of(line: int, keyword: str, arguments: str, known: dict[str, str], work
         words = shlex.split(arguments)
     flags = [w for w in words if w.startswith("--")]
     words = [substitute(w, known) for w in words if not w.startswith("--")]
-    if any(f.startswith("--from") for f in flags):
-        raise DockerfileError(f"{text}: copying from another stage or image is not supported here")
+    stage = next((f.partition("=")[2] for f in flags if f.startswith("--from=")), None)
+    if stage is not None and stage not in (stages or {}):
+        raise DockerfileError(
+            f"{text}: copying from another image ({stage}) is not supported here; from an "
+            "earlier stage of this Dockerfile, it is"
+        )
     if len(words) < 2:
         raise DockerfileError(f"{text}: a source and a destination are needed")
     *sources, destination = words
@@ -157,7 +183,10 @@ def copy_of(line: int, keyword: str, arguments: str, known: dict[str, str], work
     absolute = posixpath.normpath(posixpath.join(workdir, destination))
     if destination.endswith("/") or destination in (".", ".."):  # a directory
         absolute = absolute.rstrip("/") + "/"
-    return Copy(sources, absolute, line, text)
+    if stage is not None:  # paths in the stage's root, relative ones from its workdir
+        top = (stages or {})[stage].workdir or "/"
+        sources = [s if s.startswith("/") else posixpath.join(top, s) for s in sources]
+    return Copy(sources, absolute, line, text, stage)
 
 
 def run_of(
@@ -205,16 +234,42 @@ class Reading:
     workdir: str = "/"
     shell: list[str] = field(default_factory=lambda: ["/bin/sh", "-c"])
     stages: int = 0
+    global_args: dict[str, str] = field(default_factory=dict)
+    """The `ARG`s before the first `FROM`: every stage's `FROM` line may use them."""
+
+    def start_stage(self, line: int, arguments: str) -> None:
+        """A `FROM [--platform=P] IMAGE [AS NAME]`: the stage before it (if any) is kept under
+        its name and number, and a new one begins, from that image or from an earlier stage
+        (whose steps it then repeats, as Docker starts from that stage's result)."""
+        if self.stages == 0:
+            self.global_args = dict(self.args)
+        words = [w for w in arguments.split() if not w.startswith("--")]
+        if not words:
+            raise DockerfileError(f"line {line}: FROM: an image is needed")
+        base = substitute(words[0], {**IMAGE_ENV, **self.global_args})
+        name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
+        if self.stages > 0:
+            done = self.image
+            earlier = {**done.stages}
+            done.stages = {}
+            earlier[str(self.stages - 1)] = done
+            if done.name:
+                earlier[done.name] = done
+            parent = earlier.get(base)
+            self.image = copy.deepcopy(parent) if parent is not None else Image()
+            self.image.stages = earlier
+            self.workdir = self.image.workdir or "/"
+            self.shell = ["/bin/sh", "-c"]
+            self.args = dict(self.global_args)
+        if base not in self.image.stages:
+            self.image.base = base
+        self.image.name = name
+        self.stages += 1
 
     def take(self, line: int, keyword: str, arguments: str) -> None:
         image, known = self.image, {**IMAGE_ENV, **self.args, **self.image.env}
         if keyword == "FROM":
-            self.stages += 1
-            if self.stages > 1:
-                raise DockerfileError(
-                    f"line {line}: FROM {arguments}: multi-stage builds are not supported here"
-                )
-            image.base = substitute(arguments.split()[0], known) if arguments.split() else ""
+            self.start_stage(line, arguments)
         elif keyword == "ARG":
             name, _, default = arguments.partition("=")
             self.args[name.strip()] = substitute(default.strip().strip('"'), known)
@@ -226,7 +281,9 @@ class Reading:
             )
             image.workdir = self.workdir
         elif keyword in ("COPY", "ADD"):
-            image.copies.append(copy_of(line, keyword, arguments, known, self.workdir))
+            image.copies.append(
+                copy_of(line, keyword, arguments, known, self.workdir, image.stages)
+            )
             image.steps.append(image.copies[-1])
         elif keyword == "RUN":
             image.steps.append(run_of(line, arguments, known, self.shell, self.workdir, image.user))

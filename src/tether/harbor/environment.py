@@ -213,6 +213,11 @@ class LocalEnvironment(BaseEnvironment):
         a file into a directory (a destination ending in `/`, or several sources) or to a
         name; where `local` maps the destination (by default, the trial's own files: here
         only its places, the rest of the system being the host's)."""
+        if copy.stage is not None:
+            raise RuntimeError(
+                f"environment/{DOCKERFILE} {copy.instruction}: a multi-stage build is built "
+                "in the sandbox only (tether.harbor.sandbox:SandboxEnvironment)"
+            )
         target = (local or self.local)(copy.destination)
         if local is None and self.root not in target.parents and target != self.root:
             raise RuntimeError(

@@ -27,8 +27,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import itertools
 import os
+import posixpath
 import shlex
 import shutil
 import sys
@@ -47,7 +49,7 @@ from harbor.environments.capabilities import EnvironmentCapabilities
 from ..tools.sandbox import SYSTEM, bwrap, system_view
 from . import transfer
 from .build import base_differs, building, images, key
-from .dockerfile import Copy, Run
+from .dockerfile import Copy, Image, Run
 from .environment import (
     DOCKERFILE,
     VARIABLES,
@@ -256,7 +258,7 @@ class SandboxEnvironment(LocalEnvironment):
     async def built(self, force: bool) -> Path | None:
         """The task's image (`build.py`), built now unless kept (or `force`d); None when its
         Dockerfile runs nothing, its copies then going straight into the trial's layers."""
-        if not self.image.runs and self.image.user is None:
+        if not self.image.runs and self.image.user is None and not self.image.from_stages:
             return None
         into = images() / key(self.environment_dir)
         async with building(into):
@@ -269,26 +271,82 @@ class SandboxEnvironment(LocalEnvironment):
 
     async def build(self, into: Path) -> None:
         """The Dockerfile's copies and runs in order, in a sandbox of the build's own with the
-        host's network; what they wrote kept as the image `into` (nothing when one fails)."""
-        self.rootfs, self.net = Root(into.with_name(f"{into.name}.{uuid.uuid4().hex}")), True
+        host's network; what they wrote kept as the image `into` (nothing when one fails). A
+        multi-stage build builds each stage its copies take files from first, each in a
+        sandbox of its own, alive until the last stage has taken what it needs."""
         started = time.monotonic()
+        deadline = started + self.task_env_config.build_timeout_sec
+        stages: dict[str, SandboxEnvironment] = {}
+        self.rootfs, self.net = Root(into.with_name(f"{into.name}.{uuid.uuid4().hex}")), True
         try:
-            self.make_places()
-            await self.serve()
-            deadline = started + self.task_env_config.build_timeout_sec
-            for step in self.image.steps:
-                if isinstance(step, Copy):
-                    await self.copy_step(step)
-                else:
-                    await self.run_step(step, deadline)
+            for name in self.image.from_stages:
+                image = self.image.stages[name]
+                same = next((s for s in stages.values() if s.image is image), None)
+                stages[name] = same or await self.stage_built(image, into, deadline)
+            await self.steps_built(deadline, stages)
             await self.end()
             self.rootfs.keep_as(into)
         finally:
             await self.end()
             self.net, self.server, self.listener = False, None, None
             remove(self.rootfs.trial)
+            for stage in {id(s): s for s in stages.values()}.values():
+                await stage.end()
+                remove(stage.rootfs.trial)
         took = time.monotonic() - started
         self.logger.info(f"environment/{DOCKERFILE}: built in {took:.1f} s, kept in {into}")
+
+    async def steps_built(self, deadline: float, stages: dict[str, SandboxEnvironment]) -> None:
+        """This image's steps in its build root, its sandbox left running."""
+        self.make_places()
+        await self.serve()
+        for step in self.image.steps:
+            if isinstance(step, Copy) and step.stage is not None:
+                await self.copy_from(step, stages[step.stage])
+            elif isinstance(step, Copy):
+                await self.copy_step(step)
+            else:
+                await self.run_step(step, deadline)
+
+    async def stage_built(self, image: Image, into: Path, deadline: float) -> SandboxEnvironment:
+        """An earlier stage of a multi-stage build, built in a sandbox of its own, left
+        running for the copies that take files from it."""
+        stage = copy.copy(self)  # the same task, environment and settings; its own root
+        stage.image, stage.server, stage.listener, stage.broken = image, None, None, None
+        stage.replies, stage.ids = {}, itertools.count(1)
+        stage.rootfs = Root(into.with_name(f"{into.name}.stage-{uuid.uuid4().hex}"))
+        try:
+            await stage.steps_built(deadline, {})
+        except BaseException:
+            await stage.end()
+            remove(stage.rootfs.trial)
+            raise
+        return stage
+
+    async def copy_from(self, copy: Copy, stage: SandboxEnvironment) -> None:
+        """A `COPY --from=STAGE`: each source out of the stage's sandbox (a directory's
+        contents, a file by its name), laid out as it lands here, then in as `copy_step`
+        puts the build context's files."""
+        with tempfile.TemporaryDirectory(prefix="tether-stage-") as staged:
+            laid = Path(staged)
+            target = laid / copy.destination.lstrip("/")
+            into_directory = copy.destination.endswith("/") or len(copy.sources) > 1
+            for source in copy.sources:
+                found = await stage.exec(f"test -e {shlex.quote(source)}", user=0)
+                if found.return_code != 0:
+                    raise RuntimeError(
+                        f"environment/{DOCKERFILE} {copy.instruction}: {source} is not in "
+                        f"stage {copy.stage}"
+                    )
+                is_dir = await stage.exec(f"test -d {shlex.quote(source)}", user=0)
+                if is_dir.return_code == 0:
+                    await stage.download(source, target, contents=True)
+                else:
+                    name = posixpath.basename(source)
+                    await stage.download(source, target / name if into_directory else target, False)
+            async with self.passage() as via:
+                transfer.copy_in(laid, self.rootfs.fs, f"{via}/x", contents=True)
+                await self.inside(f"tar -C {via}/x -cf - . | tar -C / -xpf - --no-overwrite-dir")
 
     async def copy_step(self, copy: Copy) -> None:
         """A `COPY`/`ADD` in the build: laid out under a passage as it lands in the root,
