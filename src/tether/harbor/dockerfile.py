@@ -11,9 +11,9 @@ give it, in `CMD`'s place), and in the sandbox multi-stage builds (`FROM ... AS 
 `COPY --from=build`; each stage built on its own). Substitutions see the image's environment
 first (`ENV PATH="/x:${PATH}"` keeps the system's). What cannot be honoured is said, never
 skipped in silence: `COPY --from` another image, `ADD` of a URL or `RUN --mount` fails the
-trial at start naming the instruction (and a line that cannot be read, its line); `CMD` and the other instructions are listed in `Image.ignored`, which
-the environment logs. (A task scored 0
-because a `COPY` or an `ENV` was dropped reads as the agent's failure.)
+trial at start naming the instruction (and a line that cannot be read, its line); `CMD` and
+the other instructions are listed in `Image.ignored`, which the environment logs. (A task
+scored 0 because a `COPY` or an `ENV` was dropped reads as the agent's failure.)
 """
 
 from __future__ import annotations
