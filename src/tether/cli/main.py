@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from ..errors import ConfigError, RecordError, StoreUnavailable
@@ -114,6 +115,40 @@ def hide_store_password() -> None:
     os.execve(sys.executable, [sys.executable, "-m", "tether", *words], env)
 
 
+def command_images(args: argparse.Namespace) -> int:
+    """`tether images [--clear] [--json]`."""
+    import json
+
+    from ..harbor import build
+
+    if args.clear:
+        removed = build.evict(limit=0)
+        left = build.kept()
+        print(f"removed {len(removed)} images ({size(sum(k.size for k in removed))})"
+              + (f"; {len(left)} in use stay" if left else ""))  # fmt: skip
+        return 0
+    entries = build.kept()
+    if not entries and not args.json:
+        print(f"no images are kept (in {build.images()})")
+    for k in reversed(entries):  # the most recently used first
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(k.used))
+        if args.json:
+            print(json.dumps({"key": k.key, "bytes": k.size, "used": k.used, "path": str(k.path)}))
+        else:
+            print(f"{k.key}\t{size(k.size)}\tused {when}")
+    return 0
+
+
+def size(n: int) -> str:
+    """A size on disk as a person reads it."""
+    value = float(n)
+    for unit in ("B", "KB", "MB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
 def interrupt_on_sigint() -> None:
     """Ctrl-C (SIGINT) cancels, however `tether` was started. A shell starts a background
     command (`cmd &` in a script, a CI job started so) with SIGINT ignored, and Python then
@@ -152,6 +187,8 @@ def preload(store: str | None, model: bool) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    if args.command == "images":  # the Harbor image cache: no store, no model
+        return command_images(args)
     try:
         if args.command == "show":  # its store only where one is named (else its journal)
             args.store = store_url(args.store, make_folder=False) if args.store else None

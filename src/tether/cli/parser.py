@@ -28,7 +28,22 @@ def build_parser() -> argparse.ArgumentParser:
     run_commands(sub)
     store_commands(sub)
     show_command(sub)
+    images_command(sub)
     return parser
+
+
+def images_command(sub: Subparsers) -> None:
+    images = sub.add_parser(
+        "images",
+        help="the Harbor task images the sandbox built and keeps: list or clear them",
+        description="The images SandboxEnvironment built from tasks' Dockerfiles, kept in "
+        "$XDG_CACHE_HOME/tether/harbor-images (~/.cache/...) and reused by every trial of a "
+        "task: each with its size and last use. The cache holds at most "
+        "$TETHER_HARBOR_CACHE_GB (default 20) GB; past it the least recently used go after a "
+        "build. --clear removes every one no trial or build uses now.",
+    )
+    images.add_argument("--clear", action="store_true", help="remove them (those not in use)")
+    images.add_argument("--json", action="store_true", help="one JSON object an image")
 
 
 if TYPE_CHECKING:  # not subscriptable at run time

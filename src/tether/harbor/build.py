@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 LAYOUT = "2"
@@ -92,3 +93,98 @@ def base_differs(base: str) -> str | None:
     if not base or base == "scratch" or same:
         return None
     return f"FROM {base}: this host's system ({host}) is taken as the image's base"
+
+
+CACHE_GB = 20.0
+"""How much the kept images may hold together (`$TETHER_HARBOR_CACHE_GB`): past it, the least
+recently used go first, after a build (an 8.3 GB entry once stayed for ever)."""
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A built image in the cache: its key, its size on disk, when a trial last used it."""
+
+    path: Path
+    size: int
+    used: float
+
+    @property
+    def key(self) -> str:
+        return self.path.name
+
+
+def kept() -> list[Kept]:
+    """The built images in the cache, least recently used first (a build still under way, or
+    one a crash cut short, is not one)."""
+    top = images()
+    if not top.is_dir():
+        return []
+    found = [
+        Kept(p, size_of(p), p.stat().st_mtime)
+        for p in top.iterdir()
+        if p.is_dir() and not p.is_symlink() and "." not in p.name
+    ]
+    return sorted(found, key=lambda k: k.used)
+
+
+def size_of(top: Path) -> int:
+    total = 0
+    for folder, dirs, files in os.walk(top):
+        for name in (*dirs, *files):
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+    return total
+
+
+def in_use(image: Path) -> int:
+    """Hold `image` for a trial's life (a shared lock on `KEY.use`; the caller closes the
+    descriptor it returns), noting the use (its cache entry's age is its last use): `evict`
+    removes no image a trial's overlay is laid over."""
+    fd = os.open(image.with_name(image.name + ".use"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    with contextlib.suppress(OSError):
+        os.utime(image)
+    return fd
+
+
+def limit_bytes() -> int:
+    value = os.environ.get("TETHER_HARBOR_CACHE_GB", "")
+    try:
+        gb = float(value) if value else CACHE_GB
+    except ValueError:
+        gb = CACHE_GB
+    return int(gb * (1 << 30))
+
+
+def evict(keep: Path | None = None, limit: int | None = None) -> list[Kept]:
+    """Remove the least recently used images until the cache holds at most `limit` bytes
+    (`limit_bytes()`; 0: all), never `keep` nor one a build or a start holds (its lock is
+    taken); what was removed."""
+    from .rootfs import remove
+
+    limit = limit_bytes() if limit is None else limit
+    entries = kept()
+    total = sum(k.size for k in entries)
+    removed = []
+    for entry in entries:
+        if total <= limit:
+            break
+        if entry.path == keep:
+            continue
+        locks = [
+            os.open(entry.path.with_name(entry.key + end), os.O_RDWR | os.O_CREAT, 0o600)
+            for end in (".lock", ".use")
+        ]
+        try:
+            try:
+                for lock in locks:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being built, or a trial is laid over it
+            remove(entry.path)
+            total -= entry.size
+            removed.append(entry)
+        finally:
+            for lock in locks:
+                os.close(lock)
+    return removed

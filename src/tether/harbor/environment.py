@@ -107,7 +107,9 @@ class LocalEnvironment(BaseEnvironment):
     """Runs the trial's commands with bash on this machine, confined to a scratch directory."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="tether-harbor-"))
+        self.root = Path(tempfile.gettempdir()) / f"tether-harbor-{uuid.uuid4().hex}"
+        """The trial's scratch directory, made (0700) when the trial starts: Harbor makes
+        environments it never starts, and each left an empty directory in /tmp."""
         self.trial_marker = uuid.uuid4().hex
         super().__init__(*args, **kwargs)
         self.image, self.image_error = image_of(self.environment_dir)
@@ -179,7 +181,14 @@ class LocalEnvironment(BaseEnvironment):
             not_run.append(f"ENTRYPOINT {self.image.entrypoint}")
         return not_run
 
+    def made_root(self) -> None:
+        """The scratch directory, made now, the caller's alone (a fresh name: never one that
+        is there already)."""
+        if not self.root.is_dir():
+            self.root.mkdir(mode=0o700)
+
     def make_places(self) -> None:
+        self.made_root()
         for place in (*CONTAINER_DIRS, self.workdir()):
             self.local(place).mkdir(parents=True, exist_ok=True)
 
@@ -256,7 +265,7 @@ class LocalEnvironment(BaseEnvironment):
 
     async def stop(self, delete: bool) -> None:
         kill_marked(self.trial_marker)
-        if delete:
+        if delete and self.root.exists():
             remove(self.root)
 
     # -- files ---------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from harbor.environments.capabilities import EnvironmentCapabilities
 
 from ..tools.sandbox import SYSTEM, bwrap, system_view
 from . import transfer
-from .build import base_differs, building, images, key
+from .build import base_differs, building, evict, images, in_use, key
 from .dockerfile import Copy, Image, Run
 from .environment import (
     DOCKERFILE,
@@ -87,6 +87,7 @@ class SandboxEnvironment(LocalEnvironment):
         self.listener: asyncio.Task[None] | None = None
         self.broken: str | None = None  # why the replies could not be read, if they could not
         self.net = False  # the host's network: a build's only
+        self.holding: int | None = None  # the image's `in_use` lock, for the trial's life
 
     @staticmethod
     def type() -> str:
@@ -145,6 +146,7 @@ class SandboxEnvironment(LocalEnvironment):
         """The root's layers, then the container's directories; the logs' are writable by
         every user, as Harbor makes the directories it mounts there (the agent may run as a
         user of the task's image)."""
+        self.made_root()
         self.rootfs.prepare()
         self.base_commands()
         super().make_places()
@@ -263,10 +265,15 @@ class SandboxEnvironment(LocalEnvironment):
         into = images() / key(self.environment_dir)
         async with building(into):
             if into.is_dir() and not force:
+                self.holding = in_use(into)
                 return into
             if into.is_dir():
                 remove(into)
             await self.build(into)
+            self.holding = in_use(into)
+        evicted = evict(keep=into)  # the cache stays within its bound, oldest out first
+        if evicted:
+            self.logger.info(f"image cache: removed {len(evicted)} least recently used")
         return into
 
     async def build(self, into: Path) -> None:
@@ -439,7 +446,10 @@ class SandboxEnvironment(LocalEnvironment):
     async def stop(self, delete: bool) -> None:
         """End the sandbox, and with it every process of the trial."""
         await self.end()
-        if delete:
+        if self.holding is not None:
+            os.close(self.holding)  # the image may go from the cache now
+            self.holding = None
+        if delete and self.root.exists():
             remove(self.root)
 
     # -- files ----------------------------------------------------------------------------
