@@ -720,3 +720,31 @@ def test_a_question_with_calls_of_several_runs_in_flight_names_no_run() -> None:
     assert found is not None and found.run_id == "a"
     server.calling[3] = RunContext(run_id="b", call_id="c9")
     assert server.asking_run() is None
+
+
+async def test_a_cancelled_run_agent_call_cancels_its_run(tmp_path: Path, wire: WireServer) -> None:
+    """An MCP client that cancels its `run_agent` call: the run is cancelled with it, its bash
+    call's processes killed (it went on: its bash made a file 11 s after the cancel)."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from helpers import until
+
+    wire.add(calls=[("bash", {"command": "touch started; sleep 3; touch late"})])
+    wire.add(text="Done.")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tether", "mcp-serve", "--base-url", wire.url, "--tools", "bash",
+              "--workspace", str(tmp_path), "--approve", "auto", "--no-sandbox"],
+        env=cli_env(OPENAI_API_KEY="k"),
+    )  # fmt: skip
+    async with Client(params) as client:
+        call = asyncio.create_task(client.call_tool("run_agent", {"task": "Take your time."}))
+        await until(lambda: (tmp_path / "started").exists(), "the run's bash to start", 30)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.sleep(4.5)  # past the command's own 3 s: had it gone on, it made `late`
+        assert not (tmp_path / "late").exists()

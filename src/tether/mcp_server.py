@@ -13,6 +13,8 @@ it by DNS rebinding (the SDK's check, on for a loopback address).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import socket
 import uuid
@@ -49,7 +51,13 @@ def agent_tool(
             context=RunContext(workspace=workspace),
             approver=approver,
         )
-        result: RunResult | None = await run.wait()
+        try:
+            result: RunResult | None = await run.wait()
+        except asyncio.CancelledError:  # the client cancelled its call: the run goes too
+            runtime.cancel(run.id)  # (it went on: its bash made a file 11 s later)
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(run.wait()), CANCEL_WAIT_S)
+            raise
         if result is None:
             raise RuntimeError("the agent run did not start")
         if result.outcome != "done":
@@ -104,6 +112,11 @@ so that clients without the token (answered 401 from their headers, before any b
 cannot hold every slot."""
 HEADERS_MAX = 64 * 1024
 """The most bytes of a request's headers read before it is refused."""
+
+
+CANCEL_WAIT_S = 10.0
+"""How long a cancelled `run_agent` call waits for its run to end (its tool calls' processes
+killed) before it answers the cancel."""
 
 
 async def serve_http(
