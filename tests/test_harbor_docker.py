@@ -1,7 +1,8 @@
 """Tasks written the way authors write them for Docker, one per way a real task set failed in
 the sandbox (`pip install` at build, `${PATH}` in `ENV`, a multi-stage build, a service the
-entrypoint starts, a task that kills every Python, the host's `/opt`): each scores 1 with its
-oracle and 0 with nothing done, as under Docker (#58)."""
+entrypoint starts, a task that kills every Python, the host's `/opt`, a copy into a directory
+of the image, a compose file of the task's own container only): each scores 1 with its oracle
+and 0 with nothing done, as under Docker (#58)."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def refuse_what_cannot_be_given(environment_dir: Path, config: EnvironmentConfig
     """Fail the trial at start, saying why, when the task needs what runs here cannot give: a
     trial scored 0 because its database service never started reads as the agent's failure."""
     compose = [n for n in COMPOSE_FILES if (environment_dir / n).is_file()]
-    if compose:
+    if compose and not only_the_main_service(environment_dir / compose[0]):
         raise RuntimeError(
             f"the task's environment/{compose[0]} starts services, which this environment "
             "cannot start (use Harbor's docker environment for this task)"
@@ -70,6 +70,23 @@ def refuse_what_cannot_be_given(environment_dir: Path, config: EnvironmentConfig
         raise RuntimeError(
             f"the task declares MCP servers ({names}); this environment cannot start them"
         )
+
+
+def only_the_main_service(path: Path) -> bool:
+    """Whether a task's compose file starts nothing but the task's own container: one service,
+    built from the task's Dockerfile, depending on none (as Harbor's template for an
+    air-gapped task is: `network_mode: none`, which a trial here has anyway). Such a task
+    was refused as one that starts services."""
+    import yaml  # type: ignore[import-untyped,unused-ignore]  # harbor's dependency
+
+    try:
+        services = (yaml.safe_load(path.read_text()) or {}).get("services") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return False
+    if not isinstance(services, dict) or len(services) != 1:
+        return False
+    (main,) = services.values()
+    return isinstance(main, dict) and "build" in main and not main.get("depends_on")
 
 
 def check_user(user: str | int | None) -> None:

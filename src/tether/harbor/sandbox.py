@@ -337,7 +337,9 @@ class SandboxEnvironment(LocalEnvironment):
         with tempfile.TemporaryDirectory(prefix="tether-stage-") as staged:
             laid = Path(staged)
             target = laid / copy.destination.lstrip("/")
+            await self.directory_there(copy.destination, laid)
             into_directory = copy.destination.endswith("/") or len(copy.sources) > 1
+            into_directory = into_directory or target.is_dir()
             for source in copy.sources:
                 found = await stage.exec(f"test -e {shlex.quote(source)}", user=0)
                 if found.return_code != 0:
@@ -355,11 +357,21 @@ class SandboxEnvironment(LocalEnvironment):
                 transfer.copy_in(laid, self.rootfs.fs, f"{via}/x", contents=True)
                 await self.inside(f"tar -C {via}/x -cf - . | tar -C / -xpf - --no-overwrite-dir")
 
+    async def directory_there(self, destination: str, laid: Path) -> None:
+        """A copy's destination that is a directory in the image so far, made in the layout
+        too: `COPY file /app` where /app is a directory puts the file in it, as Docker does
+        (laid out as a file named `app`, it replaced the directory: a real task's `RUN mkdir
+        -p /app` then `COPY --chown=1000:1000 encrypted.txt /app` failed the build)."""
+        there = await self.exec(f"test -d {shlex.quote(destination)}", user=0)
+        if there.return_code == 0:
+            (laid / destination.lstrip("/")).mkdir(parents=True, exist_ok=True)
+
     async def copy_step(self, copy: Copy) -> None:
         """A `COPY`/`ADD` in the build: laid out under a passage as it lands in the root,
         then unpacked over `/` inside (existing directories keep their owners and modes)."""
         with tempfile.TemporaryDirectory(prefix="tether-copy-") as staged:
             stage = Path(staged)  # laid out privately: a process a RUN left cannot meet it
+            await self.directory_there(copy.destination, stage)
             self.put_in_place(copy, lambda path: stage / path.lstrip("/"))
             async with self.passage() as via:
                 transfer.copy_in(stage, self.rootfs.fs, f"{via}/x", contents=True)
