@@ -129,7 +129,8 @@ def api_reference() -> str:
 
 API_GROUPS = {
     "Agents and runs": [
-        "Agent", "Runtime", "RunResult", "Budget", "RestartPolicy", "RunContext", "run_child",
+        "Agent", "Runtime", "RunHandle", "RunResult", "Budget", "RestartPolicy", "RunContext",
+        "run_child",
         "approve_all", "deny_all", "Guardrail", "Event",
     ],
     "Accounts and rates": ["Limits", "Standing", "Rate", "RateStanding"],

@@ -80,3 +80,18 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     where = run(venv / "bin" / "python", "-c", "import tether; print(tether.__file__)", cwd=work)
     assert where.startswith(str(venv))
     assert (home / "data" / "tether" / "runs.sqlite").exists()  # durable by default
+
+
+def test_no_install_hint_names_a_distribution_that_is_not_ours() -> None:
+    """The distribution is `tether-runtime`: a hint to `pip install 'tether[mcp]'` installed
+    someone else's package, or nothing."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    pages = [root / "README.md", *(root / "docs").rglob("*.md"), *(root / "src").rglob("*.py")]
+    wrong = [
+        f"{p.relative_to(root)}: {m.group()}"
+        for p in pages
+        for m in re.finditer(r"(?<![\w-])tether\[\w+", p.read_text())
+    ]
+    assert wrong == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import tether
 
 EXPECTED = {
@@ -39,6 +41,7 @@ EXPECTED = {
     "ReasoningPart",
     "RestartPolicy",
     "RunContext",
+    "RunHandle",
     "RunResult",
     "Runtime",
     "ScriptedModel",
@@ -94,3 +97,22 @@ def test_provider_errors_form_one_tree() -> None:
     assert issubclass(tether.ProviderError, tether.TetherError)
     assert issubclass(tether.MissingAPIKey, tether.ConfigError)
     assert issubclass(tether.StoreUnavailable, tether.TetherError)
+
+
+def test_the_readmes_python_quickstart_passes_mypy_strict(tmp_path: Path) -> None:
+    """A newcomer's type checker on the README's own example: `run.wait()` was `RunResult |
+    None`, so `result.outcome` failed `mypy --strict` as written."""
+    import re
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Quickstart: Python", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    (tmp_path / "quickstart.py").write_text(code.group(1))
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "quickstart.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr

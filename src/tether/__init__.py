@@ -5,6 +5,7 @@ from __future__ import annotations
 from .accounts import Limits, Standing
 from .agent import Agent, run_child
 from .approvals import approve_all, deny_all
+from .backends import RunHandle
 from .errors import (
     AccountOverBudget,
     ApprovalError,
@@ -107,6 +108,7 @@ __all__ = [
     "RunEnded",
     "RunError",
     "RunExists",
+    "RunHandle",
     "RunResult",
     "Runtime",
     "ScriptedModel",

@@ -52,7 +52,7 @@ def agent_tool(
             approver=approver,
         )
         try:
-            result: RunResult | None = await run.wait()
+            result: RunResult = await run.wait()
         except asyncio.CancelledError:  # the client cancelled its call: the run goes too
             runtime.cancel(run.id)  # (it went on: its bash made a file 11 s later)
             with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):

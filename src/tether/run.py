@@ -244,10 +244,16 @@ class Run:
         """The approval requests this run waits on."""
         return self.desk.waiting()
 
-    async def wait(self) -> RunResult | None:
-        """Wait for the run to end; its last result (None if it never got to run)."""
+    async def wait(self) -> RunResult:
+        """Wait for the run to end; its last result (cancelled, with nothing done, for one
+        cancelled before it got to run). Always a result: `RunResult | None` made every
+        caller's `result.outcome` an error under `mypy --strict`, the README's own."""
         if self.task_handle is not None:
             await asyncio.shield(self.task_handle)
+        if self.result is None:
+            return RunResult(
+                self.id, "cancelled", "", "cancelled", Usage(), 0.0, 0, list(self.transcript)
+            )
         return self.result
 
     async def attempt(self, task: str | None) -> RunResult:

@@ -45,7 +45,7 @@ def command_run(args: argparse.Namespace, options: RunOptions) -> int:
         try:
             from ..tracing import configure
         except ImportError:
-            return error("--otel needs the otel extra: pip install 'tether[otel]'")
+            return error("--otel needs the otel extra: pip install 'tether-runtime[otel]'")
         span_sink, shutdown = configure()
         sinks.append(span_sink)
     try:

@@ -1,4 +1,4 @@
-"""Tether as a Harbor agent, for Terminal-Bench and any Harbor task set (`tether[harbor]`).
+"""Tether as a Harbor agent, for Terminal-Bench and any Harbor task set (`tether-runtime[harbor]`).
 
     harbor run -d terminal-bench@2.0 --agent tether.harbor.agent:TetherAgent \\
         --model anthropic/claude-sonnet-4-5

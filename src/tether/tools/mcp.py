@@ -70,7 +70,7 @@ async def mcp_tools(
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters
     except ImportError:
-        raise ConfigError("--mcp needs the mcp extra: pip install 'tether[mcp]'") from None
+        raise ConfigError("--mcp needs the mcp extra: pip install 'tether-runtime[mcp]'") from None
     settings = auth or AuthSettings()
     rule = approval if isinstance(approval, MCPApproval) else MCPApproval.parse([approval])
     async with opened() as stack:
