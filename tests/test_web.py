@@ -1405,3 +1405,43 @@ def test_slow_clients_cannot_hold_the_page_s_connections(wire: WireServer, tmp_p
         assert status == 401 and headers.get("connection", "").lower() == "close"
     finally:
         server.stop()
+
+
+def test_serve_starts_without_a_model_key_to_watch_a_store(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """`tether serve --store ...` exited `OPENAI_API_KEY is not set` with no key: a person
+    who only watches the store's runs (list, approve, cancel) needs none. It starts, says so,
+    lists the store's runs, and a run started from it says what is missing (400)."""
+    store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    wire.rule = script
+    done = tether("run", "an unknown errand", "--store", store, "--base-url", wire.url,
+                  env=cli_env(OPENAI_API_KEY="sk-x"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    env = {k: v for k, v in cli_env().items() if k != "OPENAI_API_KEY"}
+    proc = warm.Popen(
+        [*TETHER, "serve", "--port", "0", "--token", TOKEN, "--store", store,
+         "--model", "gpt-4.1-mini", "--data-dir", str(tmp_path / "data")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        said = Output(proc.stderr)
+        assert "OPENAI_API_KEY is not set" in said.wait_for("the page lists, approves")
+        url = said.wait_for("tether serve: open http://").split("open ", 1)[1].split("/?", 1)[0]
+
+        def api(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+            request = urllib.request.Request(
+                url + path, method=method, data=json.dumps(body).encode() if body else None,
+                headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+            )  # fmt: skip
+            with urllib.request.urlopen(request, timeout=30) as r:
+                return json.loads(r.read())
+
+        assert [r["status"] for r in api("GET", "/api/list")["runs"]] == ["done"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            api("POST", "/api/runs", {"task": "say hi"})
+        assert refused.value.code == 400
+        assert "OPENAI_API_KEY is not set" in refused.value.read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(10)

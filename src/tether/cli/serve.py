@@ -31,10 +31,17 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
             "other machines"
         )
     token = args.token or secrets.token_urlsafe(24)
+    model_name = options.model or ""
     try:
         default_tools = [t.name for t in select_tools(options)]
         agent = build_agent(options)  # a bad option is an error before the server starts
         asyncio.run(agent.model.aclose())
+        model_name = agent.model.name
+    except MissingAPIKey as e:  # to watch a store's runs, approve and cancel, none is needed
+        if args.store == "memory":
+            return error(str(e))
+        print(f"tether serve: {e}; the page lists, approves and cancels the store's runs, and "
+              "a run started there says what is missing", file=sys.stderr)  # fmt: skip
     except ConfigError as e:
         return error(str(e))
     loaded = [t.name for t in select_tools(dataclasses.replace(options, tools="none"))]
@@ -66,7 +73,7 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
         return o.to_dict()  # the runtime builds it: a bad choice is the form's error (400)
 
     defaults = {
-        "model": agent.model.name,
+        "model": model_name,
         "tools": default_tools,
         "available_tools": available,
         "max_steps": options.max_steps,
