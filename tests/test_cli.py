@@ -1086,3 +1086,19 @@ def test_a_store_password_on_the_command_line_leaves_it(postgres: str) -> None:
         worker.wait(30)
     assert b"worker" in shown and b"127.0.0.1" in shown
     assert b"s3cret-pw" not in shown
+
+
+def test_a_usage_mistake_and_a_missing_database_are_one_line_each(postgres: str) -> None:
+    """A wrong `--provider` printed 22 lines of usage above the one that mattered; a Postgres
+    database that does not exist exited 1 as an outage would. Each is one line, exit 2,
+    saying what to do."""
+    wrong = tether("run", "hi", "--provider", "nope")
+    assert (wrong.returncode, wrong.stderr.count("\n")) == (2, 1), wrong.stderr
+    assert "invalid choice: 'nope'" in wrong.stderr and "see tether run --help" in wrong.stderr
+    missing = postgres.rsplit("/", 1)[0] + "/tether_no_such_database"
+    script = str(Path(__file__).parent.parent / "examples" / "weather_script.json")
+    for command in (("runs",), ("run", "hi", "--provider", "scripted", "--script", script)):
+        p = tether(*command, "--store", missing)
+        assert (p.returncode, p.stderr.count("\n")) == (2, 1), p.stderr
+        assert "the database tether_no_such_database does not exist" in p.stderr
+        assert "createdb tether_no_such_database" in p.stderr

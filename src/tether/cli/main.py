@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     except StoreUnavailable as e:
         print(f"tether: {e}", file=sys.stderr)
         leave(1)
+    except ConfigError as e:  # one found once the command is under way (a store's database)
+        return error(str(e))
     except RecordError as e:  # a store row that is not Tether's: refused, nothing of it run
         print(f"tether: {e}", file=sys.stderr)
         leave(1)

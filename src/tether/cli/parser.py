@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ..durable.outage import STORE_PATIENCE_S
 from ..journal import STORE_FORMS
@@ -17,14 +17,24 @@ from .common import STORE_HELP, data_dir
 from .limits import limits_command
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, its usage errors in one line that says where the help is (a wrong
+    `--provider` printed 22 lines of usage above the one that mattered)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tether",
         description="Tether: a supervised runtime for LLM agents.",
         epilog="Exit status: 0 done, 1 failed, 2 bad usage, 3 halted by a budget, 130 cancelled.",
     )
     parser.add_argument("--version", action="version", version=f"tether {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub: Subparsers = parser.add_subparsers(  # type: ignore[assignment]
+        dest="command", metavar="COMMAND", required=True
+    )  # its parsers are `Parser`s (one-line errors), read as argparse's
     run_commands(sub)
     store_commands(sub)
     show_command(sub)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..errors import StoreUnavailable
+from ..errors import ConfigError, StoreUnavailable
 from ..redact import scrub
 
 STORE_PATIENCE_S = 30.0
@@ -111,9 +111,21 @@ def said_by_us() -> Iterator[None]:
         log.removeFilter(drop)
 
 
-def cannot_open(e: Exception) -> StoreUnavailable:
-    """The error of a store that could not be opened (a command's start, a client)."""
-    return StoreUnavailable(f"cannot open the store: {cause_of(str(e))}")
+MISSING_DATABASE = re.compile(r'database "(?P<name>[^"]+)" does not exist')
+
+
+def cannot_open(e: Exception) -> StoreUnavailable | ConfigError:
+    """The error of a store that could not be opened (a command's start, a client): a
+    database that does not exist is the command's mistake, said in one line (exit 2, as a
+    SQLite file that is not there), not an outage to wait out."""
+    cause = cause_of(str(e))
+    missing = MISSING_DATABASE.search(cause)
+    if missing:
+        return ConfigError(
+            f"--store: the database {missing['name']} does not exist on that server: create "
+            f"it (createdb {missing['name']}) or name another"
+        )
+    return StoreUnavailable(f"cannot open the store: {cause}")
 
 
 def unavailable(patience: float, cause: str | None, run_id: str | None = None) -> StoreUnavailable:
