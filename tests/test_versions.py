@@ -409,3 +409,28 @@ def test_an_upgrade_without_a_version_goes_to_the_one_other_served_or_is_refused
         upgrade_target("r", "mailer", "1", ["1", "2", "3"])
     with pytest.raises(ConfigError, match="other than 1: start one first"):
         upgrade_target("r", "mailer", "1", ["1"])
+
+
+def test_a_cli_worker_says_why_it_leaves_a_python_agents_run(tmp_path: Path) -> None:
+    """A Python agent's run waits on its version's queue for a worker that registers the
+    agent; `tether worker --tools-from app.py` (the obvious guess) builds runs from their
+    recorded options only, and said nothing while the run waited for ever. It says, once,
+    which agent and version the run waits for and how to start a worker of it."""
+    from helpers import Output
+
+    store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    queued = warm.run(
+        [sys.executable, SCRIPT, "queue", "1", store, "http://127.0.0.1:9/v1", "py-1"],
+        capture_output=True, text=True, timeout=60, env=cli_env(),
+    )  # fmt: skip
+    assert queued.returncode == 0, queued.stderr
+    worker = warm.Popen(
+        [*TETHER, "worker", "--store", store, "--beat", "0.2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env(), text=True,
+    )  # fmt: skip
+    try:
+        line = Output(worker.stderr).wait_for("run py-1 waits for a worker")
+    finally:
+        worker.kill()
+        worker.wait(30)
+    assert "agent mailer version 1" in line and "await rt.work()" in line, line

@@ -110,6 +110,7 @@ class DurableRuns:
         self.patience = patience
         self.quiet = _quiet  # DBOS's log, quiet about the store while DBOS runs (the process)
         self.abandoned: set[str] = set()  # runs stopped for want of the store, to queue again
+        self.unserved_said: set[str] = set()  # queued runs a worker here said it cannot take
         self.run_slots = run_slots
         self.limiter_for = limiter_for or (lambda agent: None)
         self.keep_finished = keep_finished

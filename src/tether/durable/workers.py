@@ -15,7 +15,7 @@ from ..admission import Limiter
 from .dbos_private import listen_to
 from .outage import cause_of
 from .process import DurableRuns, say
-from .versions import home_queue, route
+from .versions import QUEUE, home_queue, route
 
 
 async def work(runs: DurableRuns, concurrency: int, beat: float, dead_after: float) -> None:
@@ -82,6 +82,8 @@ async def tend(runs: DurableRuns, name: str, dead: list[str]) -> None:
             f"recovered {len(recovered)} runs"
             + (f", and put {len(moved)} on their versions' queues" if moved else "")
         )
+    for line in await asyncio.to_thread(unserved, runs):
+        say(f"tether worker {name}: {line}")
     if runs.abandoned:
         stopped = sorted(runs.abandoned)
         for run_id in stopped:
@@ -92,3 +94,35 @@ async def tend(runs: DurableRuns, name: str, dead: list[str]) -> None:
             f"tether worker {name}: queued again {len(stopped)} runs stopped while the store "
             f"did not answer: {', '.join(stopped)}"
         )
+
+
+UNSERVED_LOOK = 100
+"""The most recently queued runs a worker looks at, each round, for ones it cannot take."""
+
+
+def unserved(runs: DurableRuns) -> list[str]:
+    """What to say of the queued runs this worker cannot take, each once: a Python agent's run
+    waits on its version's queue for a worker that registers that agent (`tether worker
+    --tools-from app.py` builds runs from their recorded options only), and the worker's log
+    said nothing while the run waited for ever."""
+    from .view import WORKFLOW
+
+    mine = set(runs.serving().queues())
+    queued = runs.reader.list_workflows(
+        name=WORKFLOW, status="ENQUEUED", load_input=False, limit=UNSERVED_LOOK, sort_desc=True
+    )
+    said = []
+    for w in queued:
+        queue = w.queue_name or ""
+        if queue in mine or w.workflow_id in runs.unserved_said or not queue.startswith(QUEUE):
+            continue
+        runs.unserved_said.add(w.workflow_id)
+        agent, _, version = queue.removeprefix(f"{QUEUE}:").rpartition("@")
+        said.append(
+            f"run {w.workflow_id} waits for a worker of agent {agent or '?'} version "
+            f"{version or '?'}, which this one does not have (it executes "
+            f"{runs.serving().said()}): "
+            f"start a Python worker that registers the agent (Runtime(store=..., agents=[...]) "
+            "and `await rt.work()`), or `tether upgrade` the run"
+        )
+    return said
