@@ -315,6 +315,22 @@ def run_tether(*args: str) -> subprocess.CompletedProcess[str]:
     return warm.run([*TETHER, *args], capture_output=True, text=True, timeout=120, env=cli_env())
 
 
+def test_an_image_only_result_reaches_the_model_once_as_an_image(tmp_path: Path) -> None:
+    """A tool whose result is one image, with the structured copy of it that some servers add
+    (server-everything's): the model is shown the image once, no text copy of it (the copy
+    went too, 200 k characters of base64)."""
+    script = tmp_path / "picture.json"
+    script.write_text(json.dumps([{"tool_calls": [{"name": "picture", "arguments": {}}]},
+                                  {"text": "ok"}]))  # fmt: skip
+    p = run_tether(
+        "run", "x", "--provider", "scripted", "--script", str(script), "--store", "memory",
+        "--mcp", f"{sys.executable} {RAW} picture", "--json", "--mcp-approve", "never",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    result = next(e for e in map(json.loads, p.stdout.splitlines()) if e["type"] == "tool_result")
+    assert len(result["output"]) < 1_000 and len(result.get("images", [])) == 1, result
+
+
 def answer_script(tmp_path: Path) -> str:
     script = tmp_path / "answer.json"
     script.write_text(json.dumps([{"text": "ok"}]))

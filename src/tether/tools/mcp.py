@@ -371,7 +371,9 @@ def call_output(result: Any) -> str | list[Any]:
         else:
             texts.append(block_text(block))
     text = "\n".join(filter(None, texts))
-    if not text and result.structured_content is not None:
+    if not text and not images and result.structured_content is not None:
+        # the result's JSON when its content says nothing; an image's structured copy is
+        # the image again, in base64 (an image-only result went twice: 200 k characters)
         text = orjson.dumps(result.structured_content).decode()
     text = kept(text)
     if result.is_error:
