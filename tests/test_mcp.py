@@ -173,6 +173,33 @@ async def test_mcp_serves_a_halted_agent_run_as_an_error_not_an_answer(
     assert len(wire.requests) == 1
 
 
+async def test_mcp_serve_keeps_its_runs_in_the_store_it_is_given(
+    tmp_path: Path, wire: WireServer
+) -> None:
+    """`tether mcp-serve --store URL` ran `run_agent`'s runs in memory all the same: now they
+    are kept in the store, listed by `tether runs` and shown by `tether show`."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from helpers import tether
+
+    store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    wire.add(text="Kept.")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tether", "mcp-serve", "--base-url", wire.url, "--tools", "none",
+              "--workspace", str(tmp_path), "--store", store],
+        env=cli_env(OPENAI_API_KEY="k"),
+    )  # fmt: skip
+    async with Client(params) as client:
+        answer = await client.call_tool("run_agent", {"task": "Keep this."})
+    assert not answer.is_error and answer.content[0].text == "Kept."
+    listed = tether("runs", "--store", store, "--json", env=cli_env()).stdout.splitlines()
+    assert [(json.loads(r)["task"], json.loads(r)["state"]) for r in listed] == [
+        ("Keep this.", "done")
+    ]
+
+
 def mcp_serve_http(tmp_path: Path, wire: WireServer, *extra: str) -> tuple[Any, str]:
     """`tether mcp-serve --http --port 0 ...` started; the process and the address it printed."""
     proc = warm.Popen(

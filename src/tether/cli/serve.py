@@ -207,7 +207,7 @@ def command_mcp_serve(args: argparse.Namespace, options: RunOptions) -> int:
         tools = timed(select_tools(options), options.tool_timeout)
         workspace = Path(options.workspace)
         approver: Approver = approve_all if options.approve == "auto" else deny_all
-        runtime = cli_runtime(None)
+        runtime = cli_runtime(args.store, data=args.data_dir)  # a store keeps its runs
         try:
             probe = build_agent(options)  # without a key, no run_agent tool
             asyncio.run(probe.model.aclose())  # (the local model's server, too)
