@@ -196,3 +196,17 @@ def test_a_second_browser_sign_in_sends_the_redirect_its_client_was_registered_w
     assert registered_port(storage) == 0
     storage.held = {}
     assert registered_port(storage) == 0
+
+
+def test_a_browser_sign_in_has_its_own_time_beside_the_connect_timeout() -> None:
+    """A person signing in at the browser takes longer than `--connect-timeout` (10 s by
+    default): the server's connection is given the sign-in's own time on top, for a remote
+    server that signs in at the browser only."""
+    from tether.tools.mcp import signing_in
+    from tether.tools.mcp_auth import AuthSettings
+
+    browser = AuthSettings(sign_in_timeout=300.0)
+    assert signing_in("https://mcp.example/mcp", browser) == 300.0
+    assert signing_in("python server.py", browser) == 0.0  # stdio: no sign-in
+    machine = AuthSettings(grant="client_credentials", sign_in_timeout=300.0)
+    assert signing_in("https://mcp.example/mcp", machine) == 0.0
