@@ -110,14 +110,19 @@ def copy_entry(
         try:
             into = opened_directory(target_dir, target_name)
             try:
-                for child in sorted(os.listdir(inner)):
-                    copy_entry(inner, child, into, child, inner_where)
+                copy_children(inner, into, inner_where)
                 os.chmod(into, mode | 0o700)  # its owner may go on writing into it
             finally:
                 os.close(into)
         finally:
             os.close(inner)
     # a device, a fifo or a socket: not copied
+
+
+def copy_children(source_dir: int, target_dir: int, where: str | None) -> None:
+    """Every entry of the directory `source_dir` into `target_dir` (`copy_entry`'s)."""
+    for child in sorted(os.listdir(source_dir)):
+        copy_entry(source_dir, child, target_dir, child, where)
 
 
 def leads_out(link: str) -> bool:
@@ -198,8 +203,7 @@ def copy_out(root: Path, relative: str, target: Path, contents: bool = False) ->
             try:
                 into = opened_directory(host, target.name)
                 try:
-                    for child in sorted(os.listdir(inner)):
-                        copy_entry(inner, child, into, child, ".")
+                    copy_children(inner, into, ".")
                 finally:
                     os.close(into)
             finally:
@@ -228,8 +232,7 @@ def copy_in(source: Path, root: Path, relative: str, contents: bool = False) -> 
                 except OSError as e:
                     raise refused_link(e, name, target_dir, relative) from None
                 try:
-                    for child in sorted(os.listdir(inner)):
-                        copy_entry(inner, child, into, child, None)
+                    copy_children(inner, into, None)
                 finally:
                     os.close(into)
             finally:
