@@ -390,17 +390,18 @@ def test_tether_limits_and_run_account_on_sqlite(wire: WireServer, tmp_path: Pat
     ] == {"cost_per_day": 0.1, "when_over": "refuse"}  # nothing changed by the bad ones
 
 
-def test_a_cancelled_run_whose_process_died_mid_call_holds_nothing(
-    wire: WireServer, tmp_path: Path
-) -> None:
-    """A run killed while its call waits at the mock, then cancelled: it is never taken over,
-    so the cancel counts what it held as spent (it may have been paid) and nothing stays
-    held against its account."""
-    store = f"sqlite:///{tmp_path / 'runs.db'}"
+def killed_mid_call(
+    wire: WireServer, tmp_path: Path, store: str, then: str | None = None
+) -> dict[str, str]:
+    """`tether run --account acme` (a $5 limit, a price for model `m`) as run `cut`, killed
+    with SIGKILL while its call waits at the mock; the mock's next reply `then`, if given.
+    The environment the commands ran with."""
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({"m": {"input": 1000, "output": 1000}}))
     held = threading.Event()
     wire.add(text="late", gate=held)
+    if then is not None:
+        wire.add(text=then)
     env = cli_env(OPENAI_API_KEY="sk-test")
     assert tether("limits", "set", "acme", "--cost-total", "5", "--store", store).returncode == 0
     run = warm.Popen(
@@ -419,6 +420,17 @@ def test_a_cancelled_run_whose_process_died_mid_call_holds_nothing(
         run.wait()
     finally:
         held.set()
+    return env
+
+
+def test_a_cancelled_run_whose_process_died_mid_call_holds_nothing(
+    wire: WireServer, tmp_path: Path
+) -> None:
+    """A run killed while its call waits at the mock, then cancelled: it is never taken over,
+    so the cancel counts what it held as spent (it may have been paid) and nothing stays
+    held against its account."""
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    env = killed_mid_call(wire, tmp_path, store)
 
     def standing() -> dict[str, Any]:
         shown = tether("limits", "acme", "--store", store, "--json", env=env)
@@ -486,28 +498,7 @@ def test_a_run_killed_mid_call_is_resumed_and_its_account_counts_the_cut_call(
     store = f"sqlite:///{tmp_path / 'runs.db'}"
     if backend == "postgres":
         store = request.getfixturevalue("postgres")
-    prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({"m": {"input": 1000, "output": 1000}}))
-    held = threading.Event()
-    wire.add(text="late", gate=held).add(text="hello")
-    env = cli_env(OPENAI_API_KEY="sk-test")
-    assert tether("limits", "set", "acme", "--cost-total", "5", "--store", store).returncode == 0
-    run = warm.Popen(
-        [
-            *(*TETHER, "run", "say hello", "--store", store, "--base-url", wire.url),
-            *("--model", "m", "--prices", str(prices), "--max-output-tokens", "60"),
-            *("--account", "acme", "--run-id", "cut"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    try:
-        wait_until(lambda: wire.requests, "the call at the mock", 30)
-        run.send_signal(signal.SIGKILL)
-        run.wait()
-    finally:
-        held.set()
+    env = killed_mid_call(wire, tmp_path, store, then="hello")
     shown = tether("limits", "acme", "--store", store, "--json", env=env)
     estimate = json.loads(shown.stdout)["held"]["total"]["usd"]
     assert estimate > 0.06
