@@ -100,6 +100,67 @@ def test_a_run_uses_an_mcp_server_over_streamable_http(wire: WireServer, http_se
     assert result["output"] == "0 pears in stock"
 
 
+def raw_http_server(*mode: str) -> Iterator[str]:
+    """`mcp_http_raw.py`: a handshake-era server, every answer a server-sent event."""
+    port = free_port()
+    proc = warm.Popen([sys.executable, str(FIXTURES / "mcp_http_raw.py"), str(port), *mode])
+
+    def listening() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        except OSError:
+            return False
+        return True
+
+    wait_until(listening, "the MCP server to listen", 30, 0.05)
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def sse_server() -> Iterator[str]:
+    yield from raw_http_server()
+
+
+@pytest.fixture
+def forgetful_server() -> Iterator[str]:
+    yield from raw_http_server("forget")
+
+
+def test_a_result_over_a_mebibyte_comes_over_http(wire: WireServer, sse_server: str) -> None:
+    """The SDK reads a server's event stream an event at most 1 MiB long: a 1.5 MB result (a
+    file read, a page fetched) failed the call. It reaches the model, kept as any long result
+    is."""
+    wire.add(calls=[("dump", {"size": 1_500_000})]).add(text="Long.")
+    status, events = run_with_mcp(wire, sse_server)
+    assert status == 0
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert not result["is_error"], result["output"][:300]
+    out = result["output"]
+    assert out.startswith("Axxx") and out.endswith("xxxZ")
+    assert "1300002 characters of the result cut" in out
+
+
+def test_a_server_that_forgot_the_session_gets_a_new_one(
+    wire: WireServer, forgetful_server: str
+) -> None:
+    """A remote server that restarted answers our session id with 404 ("Session not found"):
+    as the spec says, the client starts a new session, and the run's later calls work (they
+    failed, each, for the rest of the run)."""
+    wire.add(calls=[("stock", {"item": "apples"})])
+    wire.add(calls=[("stock", {"item": "pears"})])
+    wire.add(calls=[("stock", {"item": "plums"})]).add(text="Done.")
+    status, events = run_with_mcp(wire, forgetful_server)
+    assert status == 0
+    results = [(e["output"], e["is_error"]) for e in events if e["type"] == "tool_result"]
+    assert results == [
+        ("12 apples in stock (session 1)", False),
+        ("12 pears in stock (session 2)", False),
+        ("12 plums in stock (session 3)", False),
+    ]
+
+
 def test_an_unreachable_mcp_server_is_a_clear_error(wire: WireServer) -> None:
     p = warm.run(
         [*TETHER, "run", "x", "--base-url", wire.url, "--mcp", "http://127.0.0.1:9/mcp"],
@@ -791,3 +852,29 @@ async def test_a_cancelled_run_agent_call_cancels_its_run(tmp_path: Path, wire: 
             await call
         await asyncio.sleep(4.5)  # past the command's own 3 s: had it gone on, it made `late`
         assert not (tmp_path / "late").exists()
+
+
+async def test_a_question_waits_for_its_person_past_the_tool_timeout() -> None:
+    """A server's question is a person's time, as an approval is: the call's time limit stops
+    while the question waits (it was cut off after the tool's time-out, 60 s by default), and
+    runs again after: a call that takes too long on its own is still stopped."""
+    import asyncio
+
+    from tether import Agent, ScriptedModel, reply
+    from tether.questions import Answer, Question
+    from tether.tools.mcp import mcp_tools
+
+    async def slow_person(question: Question) -> Answer:
+        await asyncio.sleep(2.5)  # longer than the tool's time limit
+        return Answer("accept", content={"quantity": 3})
+
+    script = [
+        reply(tool_calls=[("reserve", {"item": "pears"})]),
+        reply(tool_calls=[("slow", {"seconds": 5})]),
+        reply("Done."),
+    ]
+    async with mcp_tools([SERVER], tool_timeout=1.5, approval="never", asker=slow_person) as tools:
+        result = await Agent(ScriptedModel(script), tools).run("Reserve pears.")
+    reserved, slow = (m.tool_results[0] for m in result.messages if m.tool_results)
+    assert (reserved.output, reserved.is_error) == ("reserved 3 pears", False)
+    assert slow.is_error and "timed out after 1.5 s" in slow.output

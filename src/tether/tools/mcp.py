@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import dataclasses
 import shlex
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -38,6 +39,9 @@ from .tool import DEFAULT_TIMEOUT, RunContext, Tool
 
 RESULT_KEEP = 100_000
 """Characters of a result's text kept at its head, and as many at its tail."""
+MESSAGE_BYTES = 64 * 1024 * 1024
+"""The largest message a remote server may send in one event of its stream (the SDK's own
+bound, 1 MiB, failed a result of 1.5 MB: a file read, a page fetched)."""
 
 
 class MCPToolError(Exception):
@@ -67,8 +71,7 @@ async def mcp_tools(
     wait for a person's approval is `approval`'s to say (`MCPApproval`; by default every
     tool its server does not mark read-only)."""
     try:
-        from mcp import Client
-        from mcp.client.stdio import StdioServerParameters
+        import mcp  # noqa: F401
     except ImportError:
         raise ConfigError("--mcp needs the mcp extra: pip install 'tether-runtime[mcp]'") from None
     settings = auth or AuthSettings()
@@ -76,25 +79,12 @@ async def mcp_tools(
     async with opened() as stack:
         tools: list[Tool] = []
         for spec in servers:
-            target: Any
-            if spec.startswith(("http://", "https://")):
-                target = await remote(stack, spec, settings, token_dir)
-            else:
-                argv = shlex.split(spec)
-                if not argv:
-                    raise ConfigError("--mcp: an empty command")
-                target = StdioServerParameters(command=argv[0], args=argv[1:])
+            server = Server(spec, asker)
+            connection = await connect(stack, spec, server, settings, token_dir, sampling)
             try:
                 # a sign-in at a browser is a person's time, bounded by its own time-out
                 async with asyncio.timeout(connect_timeout + signing_in(spec, settings)):
-                    server = Server(spec, asker)
-                    client = await stack.enter_async_context(
-                        Client(
-                            target,
-                            elicitation_callback=server.elicit,
-                            sampling_callback=server.sample if sampling else None,
-                        )
-                    )
+                    client = await connection.started()
                     listed = await client.list_tools()
             except TimeoutError:
                 raise ConfigError(
@@ -113,7 +103,7 @@ async def mcp_tools(
                     Tool(
                         t.name,
                         t.description or "",
-                        server.caller(client, t.name),
+                        server.caller(connection, t.name),
                         None,
                         context_param=CONTEXT,
                         timeout=tool_timeout,
@@ -123,6 +113,114 @@ async def mcp_tools(
                     )
                 )
         yield tools
+
+
+async def connect(
+    stack: AsyncExitStack,
+    spec: str,
+    server: Server,
+    auth: AuthSettings,
+    token_dir: Path | None,
+    sampling: bool,
+) -> Connection:
+    """The connection to the server `spec`, its task started (and stopped with `stack`)."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    connection = Connection()
+    target: Callable[[], Any]
+    if spec.startswith(("http://", "https://")):
+        target = await remote(stack, spec, auth, token_dir, connection.said)
+    else:
+        argv = shlex.split(spec)
+        if not argv:
+            raise ConfigError("--mcp: an empty command")
+        params = StdioServerParameters(command=argv[0], args=argv[1:])
+        target = lambda: params  # noqa: E731
+    connection.start(
+        lambda: Client(
+            target(),
+            elicitation_callback=server.elicit,
+            sampling_callback=server.sample if sampling else None,
+        )
+    )
+    stack.push_async_callback(connection.close)
+    return connection
+
+
+class Connection:
+    """One server's client, opened by a task of its own (the SDK's client belongs to the task
+    that opened it), which opens it again when a remote server has forgotten our session: a
+    server that restarted answers our session id with 404, and the spec says the client then
+    starts a new session. The calls of the runs went on failing with "Session not found"."""
+
+    def __init__(self) -> None:
+        self.client: Any = None
+        self.lost = False
+        """Set when the server said 404 to a request that carried our session id."""
+        self.wanted = asyncio.Event()
+        self.opening: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self, open_client: Callable[[], Any]) -> None:
+        """Open the first client (`open_client()` makes one) in the connection's own task."""
+        self.task = asyncio.create_task(self.keep(open_client))
+
+    async def started(self) -> Any:
+        """The first client, or what failed to open it."""
+        return await asyncio.shield(self.opening)
+
+    async def reopen(self) -> Any:
+        """A client of a new session (one reopening for all the calls that find it lost)."""
+        if self.opening.done():
+            self.opening = asyncio.get_running_loop().create_future()
+            self.wanted.set()
+        return await asyncio.shield(self.opening)
+
+    async def keep(self, open_client: Callable[[], Any]) -> None:
+        while True:
+            try:
+                async with open_client() as client:
+                    self.client, self.lost = client, False
+                    self.opening.set_result(client)
+                    await self.wanted.wait()
+                    self.wanted.clear()
+            except Exception as e:  # told to whoever waits; the next call tries again
+                if not self.opening.done():
+                    self.opening.set_exception(e)
+                    self.opening.exception()  # retrieved: a later call may never come
+                self.client = None
+                await self.wanted.wait()
+                self.wanted.clear()
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        if self.opening.done() and not self.opening.cancelled():
+            self.opening.exception()
+        else:
+            self.opening.cancel()
+
+    async def call(self, name: str, arguments: dict[str, Any], report: Any) -> Any:
+        """A tool call, made again once in a new session when the server had forgotten ours
+        (it never ran the call: it did not know the session it came in)."""
+        from mcp.shared.exceptions import MCPError
+
+        client = self.client or await self.reopen()
+        try:
+            return await client.call_tool(name, arguments, progress_callback=report)
+        except MCPError:
+            if not self.lost:
+                raise
+        client = await self.reopen()
+        return await client.call_tool(name, arguments, progress_callback=report)
+
+    def said(self, response: Any) -> None:
+        """An HTTP response of the server's: a 404 to our session id is a forgotten session."""
+        if response.status_code == 404 and response.request.headers.get("mcp-session-id"):
+            self.lost = True
 
 
 APPROVALS = ("hints", "always", "never")
@@ -179,14 +277,24 @@ def said_idempotent(listed: Any) -> bool:
 
 
 async def remote(
-    stack: AsyncExitStack, url: str, auth: AuthSettings, token_dir: Path | None
-) -> Any:
-    """The streamable HTTP transport to `url`, with OAuth when the server asks for it."""
+    stack: AsyncExitStack,
+    url: str,
+    auth: AuthSettings,
+    token_dir: Path | None,
+    heard: Callable[[Any], None],
+) -> Callable[[], Any]:
+    """What makes a streamable HTTP transport to `url` (with OAuth when the server asks for
+    it), each over the same HTTP client, whose every response `heard` is told of."""
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     http = await stack.enter_async_context(create_mcp_http_client(auth=oauth(url, auth, token_dir)))
-    return streamable_http_client(url, http_client=http)
+
+    async def hook(response: Any) -> None:
+        heard(response)
+
+    http.event_hooks["response"].append(hook)
+    return lambda: streamable_http_client(url, http_client=http, max_sse_event_size=MESSAGE_BYTES)
 
 
 def signing_in(spec: str, auth: AuthSettings) -> float:
@@ -240,14 +348,14 @@ class Server:
         self.asked: dict[tuple[str, str], int] = {}
         """How many questions each call in flight (run id, call id) has asked."""
 
-    def caller(self, client: Any, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+    def caller(self, connection: Connection, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
         async def call(**arguments: Any) -> str | list[Any]:
             ctx: RunContext = arguments.pop(CONTEXT)
             self.count += 1
             key = self.count
             self.calling[key] = ctx
             try:
-                result = await client.call_tool(name, arguments, progress_callback=progress(ctx))
+                result = await connection.call(name, arguments, progress(ctx))
             finally:
                 del self.calling[key]
                 self.asked.pop((ctx.run_id, ctx.call_id or ""), None)
@@ -282,7 +390,9 @@ class Server:
         emitter = ctx.emitter if ctx else None
         if emitter is not None:
             emitter.emit("question_asked", **question.to_dict())
-        answer = await self.asker(question)
+        time = ctx.time if ctx is not None else None
+        with time.person() if time is not None else contextlib.nullcontext():  # a person's time
+            answer = await self.asker(question)  # is not the tool's
         if answer.action == "accept" and not question.url:
             wrong = problems(question, answer.content or {})
             if wrong:  # an asker's mistake is not the server's to receive

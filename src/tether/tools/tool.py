@@ -21,8 +21,9 @@ import functools
 import inspect
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, overload
@@ -40,6 +41,37 @@ from ..tree import Allowance
 DEFAULT_TIMEOUT = 60.0
 
 _POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="tether-tool")
+
+
+class CallTime:
+    """A call's time limit, stopped while the call waits for a person: an MCP server's
+    question (elicitation) is a person's time, as an approval is, not the tool's (a question
+    asked under a 60 s tool time-out was cut off while its person read it). Set by the
+    toolbox for each call of a tool that takes its run's context."""
+
+    def __init__(self) -> None:
+        self.limit: asyncio.Timeout | None = None
+        self.waiting = 0
+        self.left = 0.0
+
+    @contextmanager
+    def person(self) -> Iterator[None]:
+        """While in here, the call's time limit does not run; after, it has what it had."""
+        limit = self.limit
+        if limit is None or limit.expired() or (self.waiting == 0 and limit.when() is None):
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        if self.waiting == 0:
+            self.left = max(0.0, (limit.when() or 0.0) - loop.time())
+            limit.reschedule(None)
+        self.waiting += 1
+        try:
+            yield
+        finally:
+            self.waiting -= 1
+            if self.waiting == 0 and not limit.expired():
+                limit.reschedule(loop.time() + self.left)
 
 
 @dataclass
@@ -81,6 +113,8 @@ class RunContext:
     spent: list[Usage] | None = None
     """Set for each call: the usage of the model calls the tool made, which its result carries
     into the run's usage and cost (`ToolResult.usage`)."""
+    time: CallTime | None = None
+    """Set for each call: its time limit, which a tool stops while it waits for a person."""
     kept: dict[str, Any] = field(default_factory=dict)
     """What tools keep between the calls of one run (the terminal's shell session): shared by
     the run's calls, in this process only, never recorded."""

@@ -17,7 +17,7 @@ from ..events import Emitter, call_dict, tool_result_data
 from ..messages import ToolCall, ToolResult, ToolSpec, Usage
 from ..redact import scrub
 from ..tree import child_run_id
-from .tool import RunContext, Tool, ToolArgumentsError, tool_from_function
+from .tool import CallTime, RunContext, Tool, ToolArgumentsError, tool_from_function
 
 
 class Toolbox:
@@ -94,10 +94,12 @@ class Toolbox:
                 )
         if t.context_param:  # a context of the call's own: it may start a child run by it
             ctx = dataclasses.replace(
-                ctx, call_id=call.id, emitter=emitter or ctx.emitter, spent=[]
+                ctx, call_id=call.id, emitter=emitter or ctx.emitter, spent=[], time=CallTime()
             )
         try:
-            async with asyncio.timeout(t.timeout):
+            async with asyncio.timeout(t.timeout) as limit:
+                if ctx.time is not None:
+                    ctx.time.limit = limit
                 output, images = await t.call(kwargs, ctx)
         except TimeoutError:
             result = error(
