@@ -349,6 +349,7 @@ def test_a_tool_name_clash_is_a_clear_error_and_stops_the_server(
     )
     assert p.returncode == 2, p.stderr
     assert "two tools are named 'stock'" in p.stderr and "Traceback" not in p.stderr
+    assert f"--mcp-prefix '{mcp}=PREFIX'" in p.stderr  # how to mend it
     left = [
         d.name
         for d in Path("/proc").iterdir()
@@ -878,3 +879,47 @@ async def test_a_question_waits_for_its_person_past_the_tool_timeout() -> None:
     reserved, slow = (m.tool_results[0] for m in result.messages if m.tool_results)
     assert (reserved.output, reserved.is_error) == ("reserved 3 pears", False)
     assert slow.is_error and "timed out after 1.5 s" in slow.output
+
+
+def test_two_servers_tools_of_one_name_are_told_apart_by_a_prefix(
+    wire: WireServer, http_server: str
+) -> None:
+    """Two servers with a tool of one name: an error that says how to mend it, and with
+    `--mcp-prefix` both are offered, each calling its own server (the clash could only be
+    mended by dropping a server)."""
+    status, _ = run_with_mcp(wire, SERVER, "--mcp", http_server)
+    assert status == 2 and wire.requests == []
+    wire.add(calls=[("stock", {"item": "apples"}), ("web_stock", {"item": "pears"})])
+    wire.add(text="Done.")
+    p = warm.run(
+        [*TETHER, "run", "x", "--base-url", wire.url, "--json", "--tools", "none",
+         "--mcp", SERVER, "--mcp", http_server, "--mcp-prefix", f"{http_server}=web",
+         "--mcp-tools", "stock", "--mcp-tools", "inventory#sum*", "--mcp-skip", "summarize"],
+        capture_output=True, text=True, timeout=60, env=cli_env(OPENAI_API_KEY="k"),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    offered = [t["function"]["name"] for t in wire.requests[0]["tools"]]
+    assert offered == ["stock", "web_stock"]  # summarize matched, then skipped
+    events = [json.loads(line) for line in p.stdout.splitlines()]
+    results = {e["name"]: e["output"] for e in events if e["type"] == "tool_result"}
+    assert results == {"stock": "12 apples in stock", "web_stock": "0 pears in stock"}
+
+
+def test_a_bad_name_rule_is_one_line(tmp_path: Path) -> None:
+    p = run_tether(
+        "run", "x", "--provider", "scripted", "--script", answer_script(tmp_path),
+        "--store", "memory", "--mcp", SERVER, "--mcp-prefix", "web",
+    )  # fmt: skip
+    assert p.returncode == 2 and "--mcp-prefix 'web': give SERVER=PREFIX" in p.stderr
+
+
+async def test_a_tool_that_needs_mcp_tasks_is_not_offered() -> None:
+    """Tether calls tools without MCP tasks: a tool whose server says it needs them
+    (`taskSupport: required`) would fail every call, so the model is not offered it."""
+    from tether.tools.mcp import MCPNames, mcp_tools
+
+    async with mcp_tools([f"{sys.executable} {RAW} huge"]) as tools:
+        assert [t.name for t in tools] == ["dump"]
+    names = MCPNames(prefixes={"raw": "big"})  # the server by the name it gives itself
+    async with mcp_tools([f"{sys.executable} {RAW} huge"], names=names) as tools:
+        assert [t.name for t in tools] == ["big_dump"]

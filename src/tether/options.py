@@ -63,6 +63,13 @@ class RunOptions:
     mcp_approve: list[str] = field(default_factory=list)
     """Which MCP tools' calls wait for approval: hints (the default: those not marked
     read-only), always, never, or [SERVER#]TOOL=RULE (see `tools.mcp.MCPApproval`)."""
+    mcp_prefix: list[str] = field(default_factory=list)
+    """SERVER=PREFIX: that server's tools are offered as PREFIX_TOOL (see
+    `tools.mcp.MCPNames`)."""
+    mcp_tools: list[str] = field(default_factory=list)
+    """[SERVER#]TOOL patterns: when given, only the MCP tools that match one are offered."""
+    mcp_skip: list[str] = field(default_factory=list)
+    """[SERVER#]TOOL patterns: MCP tools that are not offered."""
     mcp_sampling: str = "on"
     """Whether an MCP server's sampling requests are answered by the run's model: on or off."""
     mcp_auth: str | None = None

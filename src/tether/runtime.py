@@ -61,7 +61,7 @@ from .tools.tool import RunContext, Spawn, Tool
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
     from .durable.remote import StoreView
-    from .tools.mcp import MCPApproval
+    from .tools.mcp import MCPApproval, MCPNames
     from .tools.mcp_auth import AuthSettings
 
 Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
@@ -257,6 +257,7 @@ class Runtime:
         asker: Asker | None = None,
         sampling: bool = True,
         approval: MCPApproval | str = "hints",
+        names: MCPNames | None = None,
     ) -> list[Tool]:
         """The tools of these MCP servers, connected once per runtime and kept open by a task
         of its own (a connection belongs to the task that opened it, and a run's task ends).
@@ -265,8 +266,9 @@ class Runtime:
         answers a server's questions (by default they wait for `answer`), whether its sampling
         requests are answered, and which calls wait for a person's approval (`approval`, by
         default those of every tool its server does not mark read-only; see
-        `tools.mcp.MCPApproval`)."""
-        key = "\n".join([*servers, repr(auth), str(sampling), repr(approval)])
+        `tools.mcp.MCPApproval`), and which tools are offered under which names (`names`, by
+        default all as their servers name them; see `tools.mcp.MCPNames`)."""
+        key = "\n".join([*servers, repr(auth), str(sampling), repr(approval), repr(names)])
         if key not in self.held:
             found: asyncio.Future[list[Tool]] = asyncio.get_running_loop().create_future()
             self.held[key] = found
@@ -283,6 +285,7 @@ class Runtime:
                         asker=asker or self.questions.ask,
                         sampling=sampling,
                         approval=approval,
+                        names=names,
                     ) as tools:
                         found.set_result(tools)
                         await asyncio.Event().wait()

@@ -137,7 +137,7 @@ def cli_runtime(
         options = scope.options_for(recorded) if scope else RunOptions.from_dict(recorded)
         tools = select_tools(options)
         if options.mcp:
-            from ..tools.mcp import MCPApproval
+            from ..tools.mcp import MCPApproval, MCPNames
 
             tools += await rt.mcp_tools(
                 options.mcp,
@@ -147,6 +147,7 @@ def cli_runtime(
                 asker=asker,
                 sampling=options.mcp_sampling != "off",
                 approval=MCPApproval.parse(options.mcp_approve),
+                names=MCPNames.parse(options.mcp_prefix, options.mcp_tools, options.mcp_skip),
             )
         return build_agent(options, tools)
 

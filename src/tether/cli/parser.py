@@ -488,6 +488,28 @@ def tool_options(t: Group) -> None:
         "TOOL=RULE, SERVER#TOOL=RULE for one tool (repeatable)",
     )
     t.add_argument(
+        "--mcp-prefix",
+        action="append",
+        default=[],
+        metavar="SERVER=PREFIX",
+        help="offer an MCP server's tools as PREFIX_TOOL (the server as --mcp gives it, or by "
+        "its own name), so that two servers' tools of one name can both be used (repeatable)",
+    )
+    t.add_argument(
+        "--mcp-tools",
+        action="append",
+        default=[],
+        metavar="[SERVER#]TOOL",
+        help="offer only the MCP tools that match (TOOL may be a pattern: 'read_*'; repeatable)",
+    )
+    t.add_argument(
+        "--mcp-skip",
+        action="append",
+        default=[],
+        metavar="[SERVER#]TOOL",
+        help="leave out the MCP tools that match (repeatable)",
+    )
+    t.add_argument(
         "--mcp-sampling",
         choices=("on", "off"),
         default="on",

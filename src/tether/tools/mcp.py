@@ -20,6 +20,8 @@ import base64
 import binascii
 import contextlib
 import dataclasses
+import fnmatch
+import re
 import shlex
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -54,6 +56,7 @@ async def mcp_tools(
     *,
     tool_timeout: float = DEFAULT_TIMEOUT,
     approval: MCPApproval | str = "hints",
+    names: MCPNames | None = None,
     connect_timeout: float = 30.0,
     auth: AuthSettings | None = None,
     token_dir: Path | None = None,
@@ -69,13 +72,15 @@ async def mcp_tools(
     `tool_progress` event. A server's sampling request is answered by the model of the run
     whose call it came in, on that run's budget (`sampling=False`: refused). Which calls
     wait for a person's approval is `approval`'s to say (`MCPApproval`; by default every
-    tool its server does not mark read-only)."""
+    tool its server does not mark read-only); which tools are offered, under which names, is
+    `names`'s (`MCPNames`; by default all, as their servers name them)."""
     try:
         import mcp  # noqa: F401
     except ImportError:
         raise ConfigError("--mcp needs the mcp extra: pip install 'tether-runtime[mcp]'") from None
     settings = auth or AuthSettings()
     rule = approval if isinstance(approval, MCPApproval) else MCPApproval.parse([approval])
+    names = names or MCPNames()
     async with opened() as stack:
         tools: list[Tool] = []
         for spec in servers:
@@ -97,21 +102,27 @@ async def mcp_tools(
                     raise said from None
                 failed = "the sign-in failed" if signing_in_failed(e) else "cannot reach the server"
                 raise ConfigError(f"--mcp {spec!r}: {failed}: {why(e)}") from e
+            known = (spec, *([client.server_info.name] if client.server_info else []))
             for t in listed.tools:
+                name = names.offered(known, t)
+                if name is None:
+                    continue
                 check_schema(spec, t.name, t.input_schema)
                 tools.append(
                     Tool(
-                        t.name,
+                        name,
                         t.description or "",
                         server.caller(connection, t.name),
                         None,
                         context_param=CONTEXT,
                         timeout=tool_timeout,
-                        approval=rule.policy(spec, t),
+                        approval=rule.policy(known, t),
                         schema=t.input_schema,
                         idempotent=said_idempotent(t),
+                        source=spec,
                     )
                 )
+        check_names(tools)
         yield tools
 
 
@@ -258,14 +269,86 @@ class MCPApproval:
                 default = value
         return cls(default, tools)
 
-    def policy(self, server: str, listed: Any) -> Policy:
-        """The approval policy of the server's tool `listed`."""
-        rule = self.tools.get(f"{server}#{listed.name}") or self.tools.get(listed.name)
-        rule = rule or self.default
+    def policy(self, server: tuple[str, ...], listed: Any) -> Policy:
+        """The approval policy of the server's tool `listed` (the server known by any of the
+        names in `server`: its `--mcp` text, the name it gives itself)."""
+        found = [self.tools.get(f"{name}#{listed.name}") for name in server]
+        rule = next(filter(None, found), None) or self.tools.get(listed.name) or self.default
         if rule == "hints":
             hints = getattr(listed, "annotations", None)
             return "never" if hints is not None and hints.read_only_hint is True else "always"
         return "always" if rule == "always" else "never"
+
+
+PREFIX = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+@dataclass(frozen=True)
+class MCPNames:
+    """Which tools of the MCP servers a run is offered, and under which names. A server is
+    named as `--mcp` gives it or by the name it gives itself (server-filesystem's is
+    `secure-filesystem-server`). `prefixes`: a server's tools are offered as `PREFIX_TOOL`;
+    `only`: when given, only the tools that match one of these `[SERVER#]TOOL` patterns are
+    offered (TOOL may be a shell pattern: `read_*`); `skip`: tools left out, the same way. A
+    tool that needs MCP tasks (`taskSupport: required`) is never offered: Tether calls tools
+    without them. Two tools of one name (of two servers, or of a server and the run's own)
+    were an error that only dropping a server mended."""
+
+    prefixes: dict[str, str] = field(default_factory=dict)
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, prefixes: list[str], only: list[str], skip: list[str]) -> MCPNames:
+        """From `--mcp-prefix SERVER=PREFIX`, `--mcp-tools` and `--mcp-skip` values; a bad
+        one is a ConfigError that names it."""
+        found = {}
+        for given in prefixes:
+            server, eq, prefix = given.rpartition("=")
+            if not eq or not server.strip() or not PREFIX.fullmatch(prefix.strip()):
+                raise ConfigError(
+                    f"--mcp-prefix {given!r}: give SERVER=PREFIX, the server as --mcp gives it "
+                    "or by its own name, the prefix of letters, digits, _ and - (at most 32)"
+                )
+            found[server.strip()] = prefix.strip()
+        for flag, patterns in (("--mcp-tools", only), ("--mcp-skip", skip)):
+            for pattern in patterns:
+                if not pattern.rpartition("#")[2].strip():
+                    raise ConfigError(f"{flag} {pattern!r}: give TOOL or SERVER#TOOL")
+        return cls(found, tuple(only), tuple(skip))
+
+    def offered(self, server: tuple[str, ...], listed: Any) -> str | None:
+        """The name the server's tool `listed` is offered under, or None: not offered."""
+        execution = getattr(listed, "execution", None)
+        if execution is not None and execution.task_support == "required":
+            return None
+        if self.only and not self.matches(self.only, server, listed.name):
+            return None
+        if self.matches(self.skip, server, listed.name):
+            return None
+        prefix = next((self.prefixes[n] for n in server if n in self.prefixes), "")
+        return f"{prefix}_{listed.name}" if prefix else str(listed.name)
+
+    @staticmethod
+    def matches(patterns: tuple[str, ...], server: tuple[str, ...], tool: str) -> bool:
+        for pattern in patterns:
+            named, hash_, tools = pattern.rpartition("#")
+            if (not hash_ or named in server) and fnmatch.fnmatchcase(tool, tools):
+                return True
+        return False
+
+
+def check_names(tools: list[Tool]) -> None:
+    """Two servers' tools of one name are a ConfigError that says how to tell them apart."""
+    seen: dict[str, Tool] = {}
+    for t in tools:
+        other = seen.setdefault(t.name, t)
+        if other is not t:
+            raise ConfigError(
+                f"--mcp: the servers {other.source!r} and {t.source!r} both have a tool named "
+                f"{t.name!r}: offer one's tools under a prefix (--mcp-prefix "
+                f"'{t.source}=PREFIX') or leave one out (--mcp-skip '{t.source}#{t.name}')"
+            )
 
 
 def said_idempotent(listed: Any) -> bool:

@@ -186,6 +186,9 @@ class Tool:
     built-ins are made as Tether is imported, and building their models then cost every
     start, `tether --help` included, whether a run used them or not (about 25 ms of
     `tether --help`, farm-bench medians 0.287 s against 0.313 s)."""
+    source: str = ""
+    """Where the tool comes from when not from Python: an MCP server, as `--mcp` gave it
+    (said when two tools share a name)."""
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:

@@ -41,7 +41,7 @@ class Toolbox:
                 )
             t = tool_from_function(t)
         if t.name in self.tools and self.tools[t.name] is not t:
-            raise ValueError(f"two tools are named {t.name!r}")
+            raise ValueError(f"two tools are named {t.name!r}{clash_hint(t, self.tools[t.name])}")
         t.model()
         self.tools[t.name] = t
 
@@ -157,6 +157,18 @@ class Toolbox:
         if len(calls) == 1:
             return [await one(calls[0])]
         return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+def clash_hint(*tools: Tool) -> str:
+    """How to tell two tools of one name apart, when one is an MCP server's."""
+    source = next((t.source for t in tools if t.source), "")
+    if not source:
+        return ""
+    name = tools[0].name
+    return (
+        f" (one of them the MCP server {source!r}'s: offer its tools under a prefix, "
+        f"--mcp-prefix '{source}=PREFIX', or leave it out, --mcp-skip '{source}#{name}')"
+    )
 
 
 def error(call: ToolCall, message: str) -> ToolResult:
