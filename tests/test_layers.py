@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "fork",
             "run_filter",
             "dashboard",
+            "summaries",
             "accounts",
             "rates",
         },
@@ -39,7 +40,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("run options", {"options"}),
     ("runs in memory", {"run", "supervisor", "bus"}),
     ("durable runs", {"durable"}),
-    ("the Runtime", {"backends", "runtime"}),
+    ("the Runtime", {"backends", "runtime", "overview"}),
     ("the package's public names", {"tether"}),
     ("interfaces", {"cli", "web", "mcp_server", "harbor", "__main__"}),
 ]

@@ -45,7 +45,6 @@ import hmac
 import html
 import secrets
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,6 @@ from aiohttp import web
 from ..accounts import check_account
 from ..backends import RunHandle
 from ..dashboard import figures, window_of
-from ..durable.remote import RemoteRun
 from ..errors import (
     AccountOverBudget,
     ApprovalError,
@@ -71,12 +69,13 @@ from ..errors import (
 from ..events import Event, Sink
 from ..journal import Journal
 from ..options import CLI_AGENT
-from ..run_filter import Cursor, Page, RunFilter, check_limit, page_of
+from ..overview import Overview, act
+from ..run_filter import Cursor, RunFilter, check_limit
 from ..runtime import Runtime
+from ..summaries import activity
 from ..tools.tool import RunContext
 from .dashboard_page import DASHBOARD_PAGE
 from .pages import INBOX_PAGE, INDEX_PAGE, RUN_PAGE, fill
-from .summaries import activity, first_ms, message_dict, row_summary, summarize
 
 
 def shell(path: str) -> bool:
@@ -91,11 +90,6 @@ HEARTBEAT_S = 15.0
 QUEUE_BOX = (
     '<label><input type="checkbox" name="queue"> for a worker (queued in the store)</label> '
 )
-SHOWN_FROM_STORE = 500
-"""How many of the store's runs executed elsewhere `GET /api/runs` lists (the most recent);
-`GET /api/list` pages through all of them."""
-ENDED_STATES = ("done", "halted", "failed", "cancelled", "interrupted")
-"""A run in one of these waits for nobody: the inbox does not ask it."""
 
 OptionsFor = Callable[[dict[str, Any]], dict[str, Any]]
 """The run options (`options.RunOptions` as a dict) for a new run from the form's overrides
@@ -129,6 +123,7 @@ class WebApp:
         self.workspace = workspace or Path.cwd()
         self.archived: dict[str, list[Event]] = {}
         self.hosts = {h.lower() for h in hosts} if hosts is not None else None
+        self.overview = Overview(runtime)
 
     def load_journal(self) -> None:
         """Runs journaled before this server started: their pages replay them."""
@@ -356,7 +351,7 @@ class WebApp:
         return web.json_response({"ids": queued, "status": "queued"}, status=201)
 
     async def list_runs(self, request: web.Request) -> web.Response:
-        return web.json_response(await self.summaries(), dumps=dumps)
+        return web.json_response(await self.overview.recent(), dumps=dumps)
 
     async def list_page(self, request: web.Request) -> web.Response:
         """A page of the runs, newest first, filtered (`state`, repeated or comma-separated;
@@ -373,7 +368,7 @@ class WebApp:
             limit, after = paging(request)
         except ConfigError as e:
             return json_error(400, str(e))
-        page = await self.page(flt, after, limit)
+        page = await self.overview.page(flt, after, limit)
         body = {
             "runs": page.rows,
             "next": page.next.encode() if page.next is not None else None,
@@ -381,24 +376,6 @@ class WebApp:
             "counts": page.counts,
         }
         return web.json_response(body, dumps=dumps)
-
-    async def page(
-        self, flt: RunFilter, after: Cursor | None, limit: int, oldest_first: bool = False
-    ) -> Page:
-        """The store's page (the runs executing here shown as they stream), or in memory the
-        page of this server's runs."""
-        logs = self.runtime.bus.logs
-        view = self.runtime.view
-        if view is not None:
-            page = await asyncio.to_thread(view.page, flt, after, limit, oldest_first)
-            page.rows = [
-                self.summary(r["id"]) if r["id"] in logs else row_summary(r) for r in page.rows
-            ]
-            return page
-        keyed = self.keyed_here()
-        page = page_of(keyed, flt, after, limit, oldest_first)
-        page.counts = dict(Counter(s["status"] for _, s in keyed))
-        return page
 
     async def dashboard(self, request: web.Request) -> web.Response:
         """The dashboard's figures over the last `window` (hour or day): of the store's runs,
@@ -450,66 +427,18 @@ class WebApp:
             limit, after = paging(request)
         except ConfigError as e:
             return json_error(400, str(e))
-        waits = RunFilter(states=frozenset({"waiting"}))
-        if self.runtime.view is not None:
-            page = await self.page(waits, after, limit, oldest_first=True)
-        else:
-            page = page_of(self.waiting_here(), waits, after, limit, oldest_first=True)
-        found: list[dict[str, Any]] = []
-        for s in page.rows:
-            try:
-                run = await asyncio.to_thread(self.runtime.get, s["id"])
-            except NoSuchRun:
-                continue
-            of_run = {"run_id": s["id"], "task": s.get("task")}
-            for r in await act(run, run.waiting):
-                kind = {"kind": "approval"} if questions else {}
-                found.append({**r.to_dict(), **of_run, **kind})
-            if questions:
-                asked = await asyncio.to_thread(self.runtime.asked, s["id"])
-                found += [{**q.to_dict(), **of_run, "kind": "question"} for q in asked]
+        found, page = await self.overview.waiting(after, limit, questions)
         response = web.json_response(found, dumps=dumps)
         if page.next is not None:
             more = f"{request.path}?limit={limit}&cursor={page.next.encode()}"
             response.headers["Link"] = f'<{more}>; rel="next"'
         return response
 
-    def keyed_here(self) -> list[tuple[Cursor, dict[str, Any]]]:
-        """This server's runs in memory, each with its key in a page's order."""
-        logs = self.runtime.bus.logs
-        return [(Cursor(first_ms(logs[i].events), i), self.summary(i)) for i in list(logs)]
-
-    def waiting_here(self) -> list[tuple[Cursor, dict[str, Any]]]:
-        """`keyed_here`, those waiting for a person as `waiting` (a run in memory says
-        `running` while its calls wait)."""
-        keyed = self.keyed_here()
-        for _, s in keyed:
-            run = self.runtime.runs.get(s["id"])
-            asks = run is not None and (run.waiting() or self.runtime.asked(s["id"]))
-            if asks and s["status"] not in ENDED_STATES:
-                s["status"] = "waiting"
-        return keyed
-
     async def get_run(self, request: web.Request) -> web.Response:
         run_id = request.match_info["id"]
-        if run_id in self.runtime.bus.logs:
-            summary = self.summary(run_id)
-        else:  # a run of the store executed elsewhere, or none
-            row = await asyncio.to_thread(self.runtime.stored_run, run_id)
-            if row is None:
-                return json_error(404, f"no run {run_id!r}")
-            summary = row_summary(row)
-        try:
-            run: RunHandle | None = await asyncio.to_thread(self.runtime.get, run_id)
-        except NoSuchRun:  # journaled by a server here before, and not in a store
-            run = None
-        summary["transcript"], summary["approvals"] = None, []
-        if run is not None:
-            transcript, waiting = await act(run, lambda: (run.transcript, run.waiting()))
-            summary["transcript"] = [message_dict(m) for m in transcript]
-            summary["approvals"] = [r.to_dict() for r in waiting]
-        asked = await asyncio.to_thread(self.runtime.asked, run_id)
-        summary["questions"] = [q.to_dict() for q in asked]
+        summary = await self.overview.describe(run_id)
+        if summary is None:
+            return json_error(404, f"no run {run_id!r}")
         return web.json_response(summary, dumps=dumps)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
@@ -665,23 +594,6 @@ class WebApp:
             raise json_http_error(status, f"run {run_id!r} is not running here") from None
 
     # -- summaries ------------------------------------------------------------------------------
-    async def summaries(self) -> list[dict[str, Any]]:
-        """The runs of this server, then those of its store that execute elsewhere (the most
-        recent `SHOWN_FROM_STORE`, oldest first)."""
-        here = [self.summary(run_id) for run_id in self.runtime.bus.logs]
-        stored = await asyncio.to_thread(self.runtime.stored_runs, SHOWN_FROM_STORE)
-        seen = set(self.runtime.bus.logs)
-        return here + [row_summary(r) for r in stored if r["id"] not in seen]
-
-    def summary(self, run_id: str) -> dict[str, Any]:
-        run = self.runtime.runs.get(run_id)
-        s = summarize(self.runtime.bus.logs[run_id].events)
-        s["id"] = run_id
-        if run is not None:
-            s["status"] = run.status
-        elif s["status"] in ("queued", "running", "idle"):
-            s["status"] = "interrupted"  # its server stopped before it ended
-        return s
 
 
 def paging(request: web.Request) -> tuple[int, Cursor | None]:
@@ -693,14 +605,6 @@ def paging(request: web.Request) -> tuple[int, Cursor | None]:
         raise ConfigError("limit: a whole number is required") from None
     cursor = request.query.get("cursor")
     return check_limit(limit), Cursor.decode(cursor) if cursor else None
-
-
-async def act[T](run: RunHandle, request: Callable[[], T]) -> T:
-    """A request to a run: in a thread for a run of the store executed elsewhere (it reads
-    and writes the store), here for one this server executes (its handle lives on this loop)."""
-    if isinstance(run, RemoteRun):
-        return await asyncio.to_thread(request)
-    return request()
 
 
 def same(given: str, expected: str) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dashboard import Ended
-from ..events import Event
-from ..messages import Message, TextPart, ToolCall, ToolResult
+from .dashboard import Ended
+from .events import Event
+from .messages import Message, TextPart, ToolCall, ToolResult
 
 
 def row_summary(row: dict[str, Any]) -> dict[str, Any]:
