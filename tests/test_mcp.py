@@ -199,8 +199,10 @@ async def test_an_mcp_client_uses_tethers_tools_and_agent(tmp_path: Path, wire: 
     )
     async with Client(params) as client:
         listed = await client.list_tools()
-        names = sorted(t.name for t in listed.tools)
-        assert names == ["list_files", "read_file", "run_agent"]
+        names = {t.name for t in listed.tools}
+        assert {"list_files", "read_file", "run_agent", "start_run", "decide_call"} <= names
+        hints = {t.name: t.annotations for t in listed.tools}
+        assert hints["read_file"].read_only_hint and not hints["run_agent"].read_only_hint
         read = await client.call_tool("read_file", {"path": "notes.txt"})
         assert read.content[0].text == "remember the milk" and not read.is_error
         outside = await client.call_tool("read_file", {"path": "../../etc/passwd"})
@@ -294,7 +296,7 @@ async def test_mcp_serve_over_http_needs_its_token(tmp_path: Path, wire: WireSer
         http = create_mcp_http_client(headers=headers)
         async with http, Client(streamable_http_client(url, http_client=http)) as client:
             names = sorted(t.name for t in (await client.list_tools()).tools)
-            assert names == ["read_file", "run_agent"]
+            assert {"read_file", "run_agent", "start_run"} <= set(names)
             read = await client.call_tool("read_file", {"path": "notes.txt"})
             assert read.content[0].text == "remember the milk"
             answer = await client.call_tool("run_agent", {"task": "Say hello."})
@@ -923,3 +925,59 @@ async def test_a_tool_that_needs_mcp_tasks_is_not_offered() -> None:
     names = MCPNames(prefixes={"raw": "big"})  # the server by the name it gives itself
     async with mcp_tools([f"{sys.executable} {RAW} huge"], names=names) as tools:
         assert [t.name for t in tools] == ["big_dump"]
+
+
+async def test_an_mcp_client_supervises_runs_as_the_page_does(
+    tmp_path: Path, wire: WireServer
+) -> None:
+    """`tether mcp-serve`'s supervisor tools: a run started returns at once; its bash call
+    waits for approval (under `--approve ask`), which `run_status` shows and `decide_call`
+    gives; `run_events` pages through what it did; `list_runs` lists it done; a question of
+    a run that is not there is an error result that says so."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    wire.add(calls=[("bash", {"command": "echo hello > said.txt"})]).add(text="Said it.")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tether", "mcp-serve", "--base-url", wire.url, "--tools", "bash",
+              "--workspace", str(tmp_path), "--no-sandbox"],
+        env=cli_env(OPENAI_API_KEY="k"),
+    )  # fmt: skip
+
+    async def call(client: Any, name: str, **arguments: Any) -> Any:
+        result = await client.call_tool(name, arguments)
+        assert not result.is_error, result.content[0].text
+        return json.loads(result.content[0].text)
+
+    async with Client(params) as client:
+        run_id = (await call(client, "start_run", task="Say hello."))["run_id"]
+        waiting: list[dict[str, Any]] = []
+
+        async def approval_shown() -> bool:
+            waiting[:] = (await call(client, "run_status", run_id=run_id))["approvals"]
+            return bool(waiting)
+
+        for _ in range(300):
+            if await approval_shown():
+                break
+            await asyncio.sleep(0.1)
+        (approval,) = waiting
+        assert approval["name"] == "bash" and not (tmp_path / "said.txt").exists()
+        await call(client, "decide_call", run_id=run_id, approval_id=approval["approval_id"],
+                   approve=True, args_hash=approval["args_hash"])  # fmt: skip
+        seen: list[dict[str, Any]] = []
+        after = 0
+        while not seen or seen[-1]["type"] != "run_finished":
+            page = await call(client, "run_events", run_id=run_id, after=after, wait=5)
+            seen += page["events"]
+            after = page["next"]
+        types = [e["type"] for e in seen]
+        assert types.index("approval_decided") < types.index("tool_result")
+        assert seen[-1]["answer"] == "Said it." and (tmp_path / "said.txt").exists()
+        listed = await call(client, "list_runs", state="done")
+        assert [(r["id"], r["status"]) for r in listed] == [(run_id, "done")]
+        gone = await client.call_tool("cancel_run", {"run_id": "nope"})
+        assert gone.is_error and "no run 'nope'" in gone.content[0].text

@@ -1,9 +1,16 @@
 """`tether mcp-serve`: Tether's tools, and a Tether agent as one more tool, for MCP clients.
 
 Over stdio, or streamable HTTP on 127.0.0.1 (`--http`). Each tool keeps its schema, timeout and
-error results; `run_agent` runs the configured agent (model, tools, budgets from the command
-line) on a task and returns its answer. Tool calls that need approval are denied here (an MCP
-client has no way to be asked) unless started with `--approve auto`.
+error results, and its images go as images; `run_agent` runs the configured agent (model,
+tools, budgets from the command line) on a task and returns its answer. Tool calls that need
+approval are denied here (an MCP client has no way to be asked) unless started with
+`--approve auto`.
+
+With the agent come the supervisor's tools, so that an MCP client runs agents as the page
+does: `start_run` (returns at once; under `--approve ask`, the default, its calls that need
+approval wait for `decide_call`), `list_runs`, `run_status` (with what waits for a person),
+`run_events` (a page of the run's events at a time), `decide_call`, `answer_question` and
+`cancel_run`.
 
 Over HTTP the server is guarded as the page is: every request carries the bearer token (a new
 one is printed at start; `--no-token` for a local client that cannot send one), and a Host or
@@ -14,6 +21,7 @@ it by DNS rebinding (the SDK's check, on for a loopback address).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hmac
 import socket
@@ -21,10 +29,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from .approvals import Approver
+from .errors import NoSuchRun
 from .messages import ToolCall
 from .options import CLI_AGENT
+from .overview import Overview, act
+from .questions import Action
 from .result import RunResult
+from .run_filter import RunFilter
 from .runtime import Runtime
 from .tools.tool import RunContext, Tool, tool
 from .tools.toolbox import Toolbox
@@ -67,6 +81,146 @@ def agent_tool(
     return run_agent
 
 
+EVENTS_PER_CALL = 200
+"""The most events one `run_events` call returns (a run's token deltas are left out)."""
+
+
+def supervisor_tools(
+    runtime: Runtime, options: dict[str, Any], workspace: Path, approver: Approver | None
+) -> list[Tool]:
+    """The tools an MCP client supervises runs with, as the page does: start, list, read,
+    decide, answer, cancel. Runs start with `approver` (None: their calls that need approval
+    wait for `decide_call`). Each answers in JSON; a run that is not there is an error result
+    that says so."""
+    overview = Overview(runtime)
+
+    @tool(name="start_run")
+    async def start_run(task: str) -> str:
+        """Start a Tether agent on a task and return its run id at once (follow it with
+        run_status and run_events).
+
+        Args:
+            task: What the agent should do, in plain words.
+        """
+        run = await runtime.start(
+            CLI_AGENT, task, options=options, context=RunContext(workspace=workspace),
+            approver=approver,
+        )  # fmt: skip
+        return dumps({"run_id": run.id, "status": run.status})
+
+    @tool(name="list_runs")
+    async def list_runs(state: str = "", limit: int = 20) -> str:
+        """The most recent runs: id, task, status, steps, cost and answer of each.
+
+        Args:
+            state: Only the runs in this state (queued, running, waiting, done, failed, ...).
+            limit: How many runs, at most 100.
+        """
+        flt = RunFilter(states=frozenset({state})) if state else RunFilter()
+        page = await overview.page(flt, None, max(1, min(limit, 100)))
+        keys = ("id", "task", "status", "steps", "cost_usd", "answer")
+        return dumps([{k: row.get(k) for k in keys} for row in page.rows])
+
+    @tool(name="run_status")
+    async def run_status(run_id: str) -> str:
+        """One run's status, usage and answer, with the calls that wait for approval and the
+        questions that wait for an answer.
+
+        Args:
+            run_id: The run's id.
+        """
+        found = await overview.describe(run_id)
+        if found is None:
+            raise NoSuchRun(f"no run {run_id!r}")
+        found.pop("transcript", None)  # its events tell it, a page at a time
+        return dumps(found)
+
+    @tool(name="run_events")
+    async def run_events(run_id: str, after: int = 0, wait: float = 0.0) -> str:
+        """The run's events from number `after` on, at most 200: what it asked the model,
+        its tool calls and results, approvals, its end. `next` is where the next call starts.
+
+        Args:
+            run_id: The run's id.
+            after: The number of events already read (0: from the start).
+            wait: Seconds to wait for an event when none is new (at most 30).
+        """
+        events = runtime.events(run_id, after)
+        found: list[dict[str, Any]] = []
+        seen = after
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.05, min(wait, 30.0))) as limit:
+                async for e in events:
+                    seen = e.seq + 1
+                    if e.type != "model_delta":
+                        found.append(e.to_dict())
+                    if len(found) >= EVENTS_PER_CALL or e.type == "run_finished":
+                        break
+                    limit.reschedule(asyncio.get_running_loop().time() + 0.05)
+        ended = bool(found) and found[-1]["type"] == "run_finished"
+        return dumps({"events": found, "next": seen, "ended": ended})
+
+    @tool(name="decide_call")
+    async def decide_call(
+        run_id: str, approval_id: str, approve: bool, args_hash: str = "", reason: str = ""
+    ) -> str:
+        """Approve or deny a call that waits for a person (run_status lists them).
+
+        Args:
+            run_id: The run's id.
+            approval_id: The waiting call's approval id.
+            approve: True to let it run, false to refuse it.
+            args_hash: The args_hash run_status showed: the call is approved only for those
+                arguments.
+            reason: Why, told to the model when the call is denied.
+        """
+        run = await asyncio.to_thread(runtime.get, run_id)
+        if approve:
+            said = reason or "approved by an MCP client"
+            await act(run, lambda: run.approve(approval_id, args_hash or None, said))
+        else:
+            await act(run, lambda: run.deny(approval_id, reason or "denied by an MCP client"))
+        return dumps({"run_id": run_id, "approval_id": approval_id, "approved": approve})
+
+    @tool(name="answer_question")
+    async def answer_question(
+        run_id: str, question_id: str, answer: dict[str, Any] | None = None, decline: bool = False
+    ) -> str:
+        """Answer a question a run's tool asked (run_status lists them, with the fields each
+        wants), or decline it.
+
+        Args:
+            run_id: The run's id.
+            question_id: The question's id.
+            answer: The fields the question asked for, as a JSON object.
+            decline: True to refuse to answer.
+        """
+        action: Action = "decline" if decline else "accept"
+        await runtime.answer(run_id, question_id, None if decline else answer or {}, action=action)
+        return dumps({"run_id": run_id, "question_id": question_id, "action": action})
+
+    @tool(name="cancel_run")
+    async def cancel_run(run_id: str) -> str:
+        """Stop a run now, with its tool calls' processes.
+
+        Args:
+            run_id: The run's id.
+        """
+        run = await asyncio.to_thread(runtime.get, run_id)
+        cancelled = await act(run, run.cancel)
+        return dumps({"run_id": run_id, "cancelled": bool(cancelled)})
+
+    return [start_run, list_runs, run_status, run_events, decide_call, answer_question, cancel_run]
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
+
+
+READ_ONLY = {"read_file", "list_files", "list_runs", "run_status", "run_events"}
+"""The tools that change nothing (an MCP client may call them unasked: `readOnlyHint`)."""
+
+
 def mcp_server(tools: list[Tool], workspace: Path, approver: Approver) -> Any:
     """The SDK's server for these tools."""
     from mcp import types
@@ -78,7 +232,12 @@ def mcp_server(tools: list[Tool], workspace: Path, approver: Approver) -> Any:
     async def list_tools(context: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(
             tools=[
-                types.Tool(name=t.name, description=t.description, input_schema=t.parameters)
+                types.Tool(
+                    name=t.name,
+                    description=t.description,
+                    input_schema=t.parameters,
+                    annotations=hints(t),
+                )
                 for t in toolbox.tools.values()
             ]
         )
@@ -86,8 +245,20 @@ def mcp_server(tools: list[Tool], workspace: Path, approver: Approver) -> Any:
     async def call_tool(context: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         call = ToolCall(uuid.uuid4().hex[:12], params.name, dict(params.arguments or {}))
         result = await toolbox.run(call, ctx, approver)
-        return types.CallToolResult(
-            content=[types.TextContent(text=result.output)], is_error=result.is_error
+        content: list[Any] = [types.TextContent(text=result.output)]
+        content += [
+            types.ImageContent(data=base64.b64encode(i.data).decode(), mime_type=i.media_type)
+            for i in result.images
+            if i.data is not None
+        ]
+        return types.CallToolResult(content=content, is_error=result.is_error)
+
+    def hints(t: Tool) -> types.ToolAnnotations:
+        """What a client may know of a tool before it calls it."""
+        read_only = t.name in READ_ONLY
+        return types.ToolAnnotations(
+            read_only_hint=read_only,
+            idempotent_hint=read_only or t.idempotent,
         )
 
     server: Server[Any] = Server(
