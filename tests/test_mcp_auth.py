@@ -37,8 +37,12 @@ class Server:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/mcp"
+        self.args = args
+        self.start()
+
+    def start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(FIXTURES / "oauth_mcp_server.py"), str(self.port), *args],
+            [sys.executable, str(FIXTURES / "oauth_mcp_server.py"), str(self.port), *self.args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -133,6 +137,26 @@ def test_an_expired_token_is_refreshed_not_signed_in_again(server: Server, tmp_p
     assert second.returncode == 0, second.stderr
     stats = server.stats()
     assert (stats["authorize"], stats["refresh"]) == (1, 1)
+
+
+def test_a_server_that_forgot_our_client_has_us_register_again(
+    server: Server, tmp_path: Path
+) -> None:
+    """An authorization server restarted has forgotten the client Tether registered (and its
+    tokens): the sign-in registers anew instead of sending the person to the browser with a
+    client id the server refuses (it shows an error and never redirects back: the run waited
+    out the sign-in time, 300 s)."""
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps({"sign_in_timeout": 20}))
+    first = run(tmp_path, server.url)
+    assert first.returncode == 0, first.stderr
+    server.stop()
+    server.start()  # the same address, nothing remembered
+    second = run(tmp_path, server.url, "--mcp-auth", str(auth))
+    assert second.returncode == 0, second.stderr
+    assert tool_output(second) == "12 apples in stock"
+    stats = server.stats()  # the address asked once without the person, then the browser
+    assert (stats["register"], stats["authorize"], stats["token"]) == (1, 2, 1)
 
 
 @pytest.mark.parametrize("server", [("--deny",)], indirect=True)

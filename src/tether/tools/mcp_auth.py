@@ -31,7 +31,7 @@ import webbrowser
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, TextIO
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urljoin, urlsplit
 
 import orjson
 
@@ -128,6 +128,9 @@ class TokenFile:
         self.server = server
         self.settings = settings
         self.held: dict[str, Any] = self.read()
+        self.kept_client = "client" in self.held
+        """Whether the client was registered by an earlier process (the server may have
+        forgotten it since); not one registered now."""
 
     def read(self) -> dict[str, Any]:
         if self.path is None:
@@ -188,7 +191,22 @@ class TokenFile:
 
     async def set_client_info(self, client_info: Any) -> None:
         self.held["client"] = client_info.model_dump(mode="json", exclude_none=True)
+        self.kept_client = False
         self.write()
+
+    def registered_here(self) -> bool:
+        """Whether the client kept is one Tether registered itself (not the settings')."""
+        s = self.settings
+        return "client" in self.held and not s.client_id and not s.client_metadata_url
+
+    def forget_client(self) -> bool:
+        """Forget a client Tether registered itself (never one the settings name), so that
+        the next sign-in registers anew; whether there was one."""
+        if not self.registered_here():
+            return False
+        del self.held["client"]
+        self.write()
+        return True
 
 
 def free_port() -> int:
@@ -306,7 +324,7 @@ def oauth(server: str, settings: AuthSettings, token_dir: Path | None) -> Any:
         scope=settings.scope,
         token_endpoint_auth_method=settings.token_endpoint_auth_method,  # type: ignore[arg-type]
     )
-    return expiring(OAuthClientProvider)(
+    return relearning(expiring(OAuthClientProvider), storage)(
         server_url=server,
         client_metadata=metadata,
         storage=storage,
@@ -330,6 +348,75 @@ def expiring(provider: type[Any]) -> type[Any]:
                 self.context.update_token_expiry(tokens)
 
     return Expiring
+
+
+def relearning(provider: type[Any], storage: TokenFile) -> type[Any]:
+    """The SDK's provider, registering anew when the authorization server has forgotten the
+    client Tether registered (it restarted, and kept its clients in memory). The SDK sent the
+    person to the browser with the forgotten client id, where the server shows an error and
+    never redirects back, so the run waited out the whole sign-in time (300 s). Before the
+    browser, the authorization address is asked once without the person: a refusal of the
+    client (400 or 401 naming it) has Tether register again first. A failed refresh does the
+    same: it means a sign-in at the browser anyway, and a client costs one request."""
+
+    class Relearning(provider):  # type: ignore[misc]
+        async def _handle_refresh_response(self, response: Any) -> bool:
+            if await super()._handle_refresh_response(response):
+                return True
+            if storage.forget_client():
+                self.context.client_info = None
+            return False
+
+        async def _perform_authorization(self) -> Any:
+            if storage.kept_client and storage.registered_here() and await self.client_refused():
+                storage.forget_client()
+                self.context.client_info = await self.register_anew()
+            return await super()._perform_authorization()
+
+        async def client_refused(self) -> bool:
+            """Whether the authorization endpoint refuses our client id (asked without
+            following any redirect, and without a person)."""
+            import httpx2
+
+            meta = self.context.oauth_metadata
+            endpoint = str(meta.authorization_endpoint) if meta else None
+            endpoint = endpoint or urljoin(
+                self.context.get_authorization_base_url(self.context.server_url), "/authorize"
+            )
+            query = {
+                "response_type": "code",
+                "client_id": self.context.client_info.client_id,
+                "redirect_uri": str(self.context.client_metadata.redirect_uris[0]),
+                "state": "probe",
+                "code_challenge": "A" * 43,
+                "code_challenge_method": "S256",
+            }
+            try:
+                async with httpx2.AsyncClient(timeout=10) as http:
+                    answer = await http.get(endpoint, params=query)
+            except httpx2.HTTPError:
+                return False  # the browser will say what is wrong
+            return answer.status_code in (400, 401) and "client" in answer.text.lower()
+
+        async def register_anew(self) -> Any:
+            import httpx2
+            from mcp.client.auth.utils import (
+                create_client_registration_request,
+                handle_registration_response,
+            )
+
+            base = self.context.get_authorization_base_url(self.context.server_url)
+            request = create_client_registration_request(
+                self.context.oauth_metadata, self.context.client_metadata, base
+            )
+            async with httpx2.AsyncClient(timeout=30) as http:
+                found = await handle_registration_response(await http.send(request))
+            if self.context.oauth_metadata is not None:
+                found.issuer = self._expected_issuer()
+            await self.context.storage.set_client_info(found)
+            return found
+
+    return Relearning
 
 
 def registered_port(storage: TokenFile) -> int:
