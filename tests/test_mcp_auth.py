@@ -234,3 +234,19 @@ def test_a_browser_sign_in_has_its_own_time_beside_the_connect_timeout() -> None
     assert signing_in("python server.py", browser) == 0.0  # stdio: no sign-in
     machine = AuthSettings(grant="client_credentials", sign_in_timeout=300.0)
     assert signing_in("https://mcp.example/mcp", machine) == 0.0
+
+
+def test_a_key_that_cannot_be_read_is_said_with_its_path(tmp_path: Path) -> None:
+    """A worker's key for `private_key_jwt` beside its settings file; one it cannot read is
+    a ConfigError naming it, not a traceback at the first token request."""
+    from tether.errors import ConfigError
+    from tether.tools.mcp_auth import AuthSettings, oauth
+
+    auth = tmp_path / "auth.json"
+    auth.write_text(
+        json.dumps({"grant": "client_credentials", "client_id": "w", "private_key_file": "k.pem"})
+    )
+    settings = AuthSettings.load(auth)
+    assert settings.private_key_file == str(tmp_path / "k.pem")
+    with pytest.raises(ConfigError, match="cannot read private_key_file .*k.pem"):
+        oauth("http://127.0.0.1:9/mcp", settings, None)

@@ -46,11 +46,12 @@ PASSING = [
     "auth/offline-access-scope",
     "auth/offline-access-not-supported",
     "auth/client-credentials-basic",
+    "auth/client-credentials-jwt",
 ]
-"""Every client scenario of suite 0.1.16 but three: `auth/2025-03-26-oauth-metadata-backcompat`
+"""Every client scenario of suite 0.1.16 but two: `auth/2025-03-26-oauth-metadata-backcompat`
 (its server's metadata names an issuer other than its own, which the SDK's issuer check, after
-RFC 8414 §3.3, refuses), and the `client-credentials-jwt` and `cross-app-access` extensions
-(signed client assertions and identity assertions, not supported)."""
+RFC 8414 §3.3, refuses), and the `cross-app-access` extension (identity assertions, not
+supported)."""
 
 
 @pytest.fixture(scope="session")

@@ -56,6 +56,10 @@ def auth_settings(folder: Path) -> AuthSettings:
     settings = {k: context[k] for k in AUTH_FIELDS if k in context}
     if "client-credentials" in os.environ.get("MCP_CONFORMANCE_SCENARIO", ""):
         settings["grant"] = "client_credentials"
+    if "private_key_pem" in context:  # a key that signs the client's assertions
+        (folder / "client.pem").write_text(context["private_key_pem"])
+        settings["private_key_file"] = "client.pem"  # beside the settings file
+        settings["signing_algorithm"] = context.get("signing_algorithm", "RS256")
     else:
         settings["client_metadata_url"] = METADATA_URL
     path = folder / "auth.json"

@@ -27,7 +27,9 @@ import os
 import socket
 import sys
 import time
+import warnings
 import webbrowser
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -39,7 +41,7 @@ from ..errors import ConfigError
 
 Grant = Literal["authorization_code", "client_credentials"]
 GRANTS = ("authorization_code", "client_credentials")
-TOKEN_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
+TOKEN_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none", "private_key_jwt")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,15 @@ class AuthSettings:
     client_metadata_url: str | None = None
     """An HTTPS URL of this client's metadata document, used as its id where the authorization
     server accepts one (instead of registering)."""
+    private_key_file: str | None = None
+    """A PEM file of the key that signs the client's assertions at the token endpoint
+    (`private_key_jwt`, RFC 7523), for the client_credentials grant instead of a secret; a
+    relative path is read from the settings file's folder."""
+    signing_algorithm: str = "RS256"
+    """The algorithm of those assertions: RS256, ES256, ..."""
+    issuer: str | None = None
+    """The issuer URL of the authorization server a client_credentials client is registered
+    with: its credentials then go to that server only, whatever the MCP server names."""
     account: str = "default"
     """A name for the identity signed in as: tokens are kept per server and per account."""
     sign_in_timeout: float = 300.0
@@ -78,6 +89,9 @@ class AuthSettings:
             raise ConfigError(f"{where}: not JSON: {e}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: must be a JSON object")
+        key = data.get("private_key_file")
+        if isinstance(key, str):  # beside the settings file, as a user writes it
+            data["private_key_file"] = str(Path(path).parent / Path(key).expanduser())
         return cls.from_dict(data, where)
 
     @classmethod
@@ -97,10 +111,10 @@ class AuthSettings:
         if settings.grant not in GRANTS:
             raise ConfigError(f"{where}: 'grant' must be one of {', '.join(GRANTS)}")
         if settings.grant == "client_credentials" and not (
-            settings.client_id and settings.client_secret
+            settings.client_id and (settings.client_secret or settings.private_key_file)
         ):
             raise ConfigError(f"{where}: the client_credentials grant needs client_id and "
-                              "client_secret")  # fmt: skip
+                              "client_secret (or private_key_file)")  # fmt: skip
         method = settings.token_endpoint_auth_method
         if method is not None and method not in TOKEN_AUTH_METHODS:
             raise ConfigError(
@@ -302,19 +316,26 @@ def oauth(server: str, settings: AuthSettings, token_dir: Path | None) -> Any:
     if settings.grant == "client_credentials":
         from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 
+        if settings.private_key_file:
+            return signed_assertions(server, settings, storage)
         method = settings.token_endpoint_auth_method or "client_secret_basic"
         if method not in ("client_secret_basic", "client_secret_post"):
             raise ConfigError("--mcp-auth: the client_credentials grant authenticates with "
-                              "client_secret_basic or client_secret_post")  # fmt: skip
-        assert settings.client_id and settings.client_secret  # checked by `from_dict`
-        return expiring(ClientCredentialsOAuthProvider)(
-            server_url=server,
-            storage=storage,
-            client_id=settings.client_id,
-            client_secret=settings.client_secret,
-            token_endpoint_auth_method=method,
-            scope=settings.scope,
-        )
+                              "client_secret_basic, client_secret_post or private_key_jwt "
+                              "(private_key_file)")  # fmt: skip
+        if not (settings.client_id and settings.client_secret):
+            raise ConfigError("--mcp-auth: the client_credentials grant needs client_id and "
+                              "client_secret")  # fmt: skip
+        with pinned_or_not(settings):
+            return expiring(ClientCredentialsOAuthProvider)(
+                server_url=server,
+                storage=storage,
+                client_id=settings.client_id,
+                client_secret=settings.client_secret,
+                token_endpoint_auth_method=method,
+                scope=settings.scope,
+                issuer=settings.issuer,
+            )
     sign_in = SignIn(server, settings, registered_port(storage))
     metadata = OAuthClientMetadata(
         client_name="Tether",
@@ -332,6 +353,50 @@ def oauth(server: str, settings: AuthSettings, token_dir: Path | None) -> Any:
         callback_handler=sign_in.take_code,
         client_metadata_url=settings.client_metadata_url,
     )
+
+
+def signed_assertions(server: str, settings: AuthSettings, storage: TokenFile) -> Any:
+    """A client_credentials client that authenticates with assertions it signs with its
+    private key (`private_key_jwt`), for a worker whose identity is a key, not a secret."""
+    from mcp.client.auth.extensions.client_credentials import (
+        PrivateKeyJWTOAuthProvider,
+        SignedJWTParameters,
+    )
+
+    assert settings.private_key_file and settings.client_id  # checked by `from_dict`
+    try:
+        key = Path(settings.private_key_file).read_text()
+    except OSError as e:
+        raise ConfigError(
+            f"--mcp-auth: cannot read private_key_file {settings.private_key_file!r}: {e.strerror}"
+        ) from None
+    signing = SignedJWTParameters(
+        issuer=settings.client_id,
+        subject=settings.client_id,
+        signing_key=key,
+        signing_algorithm=settings.signing_algorithm,
+    )
+    with pinned_or_not(settings):
+        return expiring(PrivateKeyJWTOAuthProvider)(
+            server_url=server,
+            storage=storage,
+            client_id=settings.client_id,
+            assertion_provider=signing.create_assertion_provider(),
+            scope=settings.scope,
+            issuer=settings.issuer,
+        )
+
+
+@contextlib.contextmanager
+def pinned_or_not(settings: AuthSettings) -> Iterator[None]:
+    """Without `issuer`, the SDK warns on stderr that the MCP server decides where the
+    credentials go: the settings' `issuer` field (documented) is the user's choice to make,
+    not a warning in every run's output."""
+    with warnings.catch_warnings():
+        if settings.issuer is None:
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", message="Omitting `issuer` is deprecated")
+        yield
 
 
 def expiring(provider: type[Any]) -> type[Any]:
