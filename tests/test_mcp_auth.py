@@ -248,5 +248,5 @@ def test_a_key_that_cannot_be_read_is_said_with_its_path(tmp_path: Path) -> None
     )
     settings = AuthSettings.load(auth)
     assert settings.private_key_file == str(tmp_path / "k.pem")
-    with pytest.raises(ConfigError, match="cannot read private_key_file .*k.pem"):
+    with pytest.raises(ConfigError, match=r"cannot read private_key_file .*k\.pem"):
         oauth("http://127.0.0.1:9/mcp", settings, None)
