@@ -11,43 +11,52 @@ out, never dropped unsaid. What a server sends is bounded as a model server's re
 server must list its tools within the connect time-out, each tool's input schema must be a
 valid JSON Schema of an object (else one line naming the tool), and a result's text is kept
 to its first and last `RESULT_KEEP` characters. Needs the `mcp` extra.
+
+What a server sends is turned into Tether's values in `mcp_content`; which tools are offered,
+under which names, and which wait for approval is `mcp_policy`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import dataclasses
-import fnmatch
-import re
 import shlex
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..accounts import OverBudget
-from ..approvals import Policy
 from ..errors import ConfigError, ProviderError
-from ..messages import ImagePart, Message, ModelRequest, TextPart, image_type
+from ..messages import ModelRequest
 from ..questions import Answer, Asker, Question, decline_all, problems
 from .mcp_auth import AuthSettings, oauth
+from .mcp_content import (
+    RESULT_KEEP,
+    MCPToolError,
+    block_image,
+    block_text,
+    call_output,
+    check_schema,
+    sampled_message,
+)
+from .mcp_policy import MCPApproval, MCPNames, check_names, said_idempotent
 from .tool import DEFAULT_TIMEOUT, RunContext, Tool
 
-RESULT_KEEP = 100_000
-"""Characters of a result's text kept at its head, and as many at its tail."""
+__all__ = [
+    "RESULT_KEEP",
+    "MCPApproval",
+    "MCPNames",
+    "MCPToolError",
+    "block_image",
+    "block_text",
+    "mcp_tools",
+]
+
 MESSAGE_BYTES = 64 * 1024 * 1024
 """The largest message a remote server may send in one event of its stream (the SDK's own
 bound, 1 MiB, failed a result of 1.5 MB: a file read, a page fetched)."""
-
-
-class MCPToolError(Exception):
-    """The server answered the call with an error result."""
 
 
 @asynccontextmanager
@@ -234,131 +243,6 @@ class Connection:
             self.lost = True
 
 
-APPROVALS = ("hints", "always", "never")
-
-
-@dataclass(frozen=True)
-class MCPApproval:
-    """Which MCP tools' calls wait for a person's approval, under the run's approval policy as
-    bash's do (`--approve ask|auto|deny`). `default`: `hints` (the default) asks for every tool
-    its server does not mark read-only (`readOnlyHint`; MCP's `destructiveHint` defaults to
-    true), `always` for all, `never` for none. `tools`: a rule per tool, by its name
-    (`write_file`) or by its server and name (`SERVER#write_file`, the server as `--mcp` gave
-    it), which wins. Tools were built with approval "never": server-filesystem's `write_file`
-    and `move_file`, marked destructive, ran under `--approve deny`."""
-
-    default: str = "hints"
-    tools: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, rules: list[str]) -> MCPApproval:
-        """From `--mcp-approve` values: `hints`, `always`, `never`, or `[SERVER#]TOOL=RULE`;
-        a bad one is a ConfigError that names it."""
-        default, tools = "hints", {}
-        for rule in rules:
-            name, eq, value = rule.rpartition("=")
-            value = value.strip()
-            if value not in APPROVALS or (eq and not name.strip()):
-                raise ConfigError(
-                    f"--mcp-approve {rule!r}: give hints, always or never, or "
-                    "TOOL=RULE (SERVER#TOOL=RULE for one server's)"
-                )
-            if eq:
-                tools[name.strip()] = value
-            else:
-                default = value
-        return cls(default, tools)
-
-    def policy(self, server: tuple[str, ...], listed: Any) -> Policy:
-        """The approval policy of the server's tool `listed` (the server known by any of the
-        names in `server`: its `--mcp` text, the name it gives itself)."""
-        found = [self.tools.get(f"{name}#{listed.name}") for name in server]
-        rule = next(filter(None, found), None) or self.tools.get(listed.name) or self.default
-        if rule == "hints":
-            hints = getattr(listed, "annotations", None)
-            return "never" if hints is not None and hints.read_only_hint is True else "always"
-        return "always" if rule == "always" else "never"
-
-
-PREFIX = re.compile(r"[A-Za-z0-9_-]{1,32}")
-
-
-@dataclass(frozen=True)
-class MCPNames:
-    """Which tools of the MCP servers a run is offered, and under which names. A server is
-    named as `--mcp` gives it or by the name it gives itself (server-filesystem's is
-    `secure-filesystem-server`). `prefixes`: a server's tools are offered as `PREFIX_TOOL`;
-    `only`: when given, only the tools that match one of these `[SERVER#]TOOL` patterns are
-    offered (TOOL may be a shell pattern: `read_*`); `skip`: tools left out, the same way. A
-    tool that needs MCP tasks (`taskSupport: required`) is never offered: Tether calls tools
-    without them. Two tools of one name (of two servers, or of a server and the run's own)
-    were an error that only dropping a server mended."""
-
-    prefixes: dict[str, str] = field(default_factory=dict)
-    only: tuple[str, ...] = ()
-    skip: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, prefixes: list[str], only: list[str], skip: list[str]) -> MCPNames:
-        """From `--mcp-prefix SERVER=PREFIX`, `--mcp-tools` and `--mcp-skip` values; a bad
-        one is a ConfigError that names it."""
-        found = {}
-        for given in prefixes:
-            server, eq, prefix = given.rpartition("=")
-            if not eq or not server.strip() or not PREFIX.fullmatch(prefix.strip()):
-                raise ConfigError(
-                    f"--mcp-prefix {given!r}: give SERVER=PREFIX, the server as --mcp gives it "
-                    "or by its own name, the prefix of letters, digits, _ and - (at most 32)"
-                )
-            found[server.strip()] = prefix.strip()
-        for flag, patterns in (("--mcp-tools", only), ("--mcp-skip", skip)):
-            for pattern in patterns:
-                if not pattern.rpartition("#")[2].strip():
-                    raise ConfigError(f"{flag} {pattern!r}: give TOOL or SERVER#TOOL")
-        return cls(found, tuple(only), tuple(skip))
-
-    def offered(self, server: tuple[str, ...], listed: Any) -> str | None:
-        """The name the server's tool `listed` is offered under, or None: not offered."""
-        execution = getattr(listed, "execution", None)
-        if execution is not None and execution.task_support == "required":
-            return None
-        if self.only and not self.matches(self.only, server, listed.name):
-            return None
-        if self.matches(self.skip, server, listed.name):
-            return None
-        prefix = next((self.prefixes[n] for n in server if n in self.prefixes), "")
-        return f"{prefix}_{listed.name}" if prefix else str(listed.name)
-
-    @staticmethod
-    def matches(patterns: tuple[str, ...], server: tuple[str, ...], tool: str) -> bool:
-        for pattern in patterns:
-            named, hash_, tools = pattern.rpartition("#")
-            if (not hash_ or named in server) and fnmatch.fnmatchcase(tool, tools):
-                return True
-        return False
-
-
-def check_names(tools: list[Tool]) -> None:
-    """Two servers' tools of one name are a ConfigError that says how to tell them apart."""
-    seen: dict[str, Tool] = {}
-    for t in tools:
-        other = seen.setdefault(t.name, t)
-        if other is not t:
-            raise ConfigError(
-                f"--mcp: the servers {other.source!r} and {t.source!r} both have a tool named "
-                f"{t.name!r}: offer one's tools under a prefix (--mcp-prefix "
-                f"'{t.source}=PREFIX') or leave one out (--mcp-skip '{t.source}#{t.name}')"
-            )
-
-
-def said_idempotent(listed: Any) -> bool:
-    """Whether the server says a tool may be called again with no further effect (MCP's
-    `idempotentHint`, or `readOnlyHint`): a durable run makes such a call again when a crash
-    interrupted it, where another is reported as of unknown outcome."""
-    hints = getattr(listed, "annotations", None)
-    return bool(hints and (hints.idempotent_hint or hints.read_only_hint))
-
-
 async def remote(
     stack: AsyncExitStack,
     url: str,
@@ -532,17 +416,6 @@ class Server:
         )
 
 
-def sampled_message(m: Any) -> Message:
-    """A message of a sampling request as a message of ours: its text and images (anything
-    else is named in a note, never dropped unsaid)."""
-    blocks = m.content if isinstance(m.content, list) else [m.content]
-    parts: list[Any] = []
-    for block in blocks:
-        image = block_image(block) if m.role == "user" else None
-        parts.append(image if image is not None else TextPart(block_text(block)))
-    return Message("assistant" if m.role == "assistant" else "user", tuple(parts))
-
-
 def progress(ctx: RunContext) -> Callable[[float, float | None, str | None], Any]:
     async def report(done: float, total: float | None, message: str | None) -> None:
         if ctx.emitter is not None:
@@ -551,99 +424,6 @@ def progress(ctx: RunContext) -> Callable[[float, float | None, str | None], Any
             )
 
     return report
-
-
-def call_output(result: Any) -> str | list[Any]:
-    """A call's result as a tool's output: text, with its images beside it."""
-    images: list[ImagePart] = []
-    texts: list[str] = []
-    for block in result.content:  # an image is shown as one, anything else as text
-        image = block_image(block)
-        if image is not None:
-            images.append(image)
-        else:
-            texts.append(block_text(block))
-    text = "\n".join(filter(None, texts))
-    if not text and not images and result.structured_content is not None:
-        # the result's JSON when its content says nothing; an image's structured copy is
-        # the image again, in base64 (an image-only result went twice: 200 k characters)
-        text = orjson.dumps(result.structured_content).decode()
-    text = kept(text)
-    if result.is_error:
-        raise MCPToolError(text or "the MCP server reported an error")
-    return [text, *images] if images else text
-
-
-def kept(text: str) -> str:
-    """A result's text, its middle cut when it is longer than twice `RESULT_KEEP`."""
-    if len(text) <= 2 * RESULT_KEEP:
-        return text
-    cut = len(text) - 2 * RESULT_KEEP
-    return (
-        f"{text[:RESULT_KEEP]}\n[... {cut} characters of the result cut ...]\n{text[-RESULT_KEEP:]}"
-    )
-
-
-def check_schema(spec: str, name: str, schema: Any) -> None:
-    """A tool's input schema must be a JSON Schema of an object: the model is sent it, and
-    calls are checked against it (a bad one was a traceback when the agent was built)."""
-    from jsonschema.exceptions import SchemaError
-    from jsonschema.validators import validator_for
-
-    why_not = ""
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
-        why_not = "it is not a schema of an object"
-    else:
-        try:
-            validator_for(schema).check_schema(schema)
-        except SchemaError as e:
-            why_not = e.message
-    if why_not:
-        raise ConfigError(f"--mcp {spec!r}: tool {name!r} has an invalid input schema: {why_not}")
-
-
-def block_image(block: Any) -> ImagePart | None:
-    """An image content block as an image the model is shown (see `tool.tool_output`), its
-    media type read from its bytes: a server's own word for it (any `mimeType`, an SVG, HTML)
-    went to the model and the page as it was; what is not a PNG, JPEG, GIF or WebP image is
-    left out, said so."""
-    if getattr(block, "type", "") != "image":
-        return None
-    try:
-        data = base64.b64decode(block.data, validate=True)
-        return ImagePart(image_type(data), data)
-    except (binascii.Error, TypeError, ValueError):
-        return None  # not an image after all: `block_text` says it is left out
-
-
-def block_text(block: Any) -> str:
-    """A content block as the model will read it: text as it is, anything else as a note."""
-    kind = getattr(block, "type", "")
-    if kind == "text":
-        return str(block.text)
-    if kind in ("image", "audio"):
-        size = len(getattr(block, "data", "") or "") * 3 // 4
-        return (
-            f"[left out: an {kind} ({mime_of(block)}, about "
-            f"{size} bytes); tool results reach the model as text]"
-        )
-    if kind == "resource":
-        res = block.resource
-        if getattr(res, "text", None) is not None:
-            return f"[resource {res.uri}]\n{res.text}"
-        size = len(getattr(res, "blob", "") or "") * 3 // 4
-        return (
-            f"[left out: resource {res.uri} ({mime_of(res) or 'binary'}, about {size} bytes); "
-            "tool results reach the model as text]"
-        )
-    if kind == "resource_link":
-        return f"[resource link: {block.uri}{' ' + block.name if block.name else ''}]"
-    return f"[left out: a {kind or 'content'} block the model cannot be shown]"
-
-
-def mime_of(block: Any) -> str:
-    """A block's media type, under the SDK's older or newer field name."""
-    return str(getattr(block, "mime_type", None) or getattr(block, "mimeType", None) or "")
 
 
 def signing_in_failed(e: BaseException) -> bool:
