@@ -85,31 +85,44 @@ EVENTS_PER_CALL = 200
 """The most events one `run_events` call returns (a run's token deltas are left out)."""
 
 
-def supervisor_tools(
-    runtime: Runtime, options: dict[str, Any], workspace: Path, approver: Approver | None
-) -> list[Tool]:
+class Supervisor:
     """The tools an MCP client supervises runs with, as the page does: start, list, read,
     decide, answer, cancel. Runs start with `approver` (None: their calls that need approval
     wait for `decide_call`). Each answers in JSON; a run that is not there is an error result
     that says so."""
-    overview = Overview(runtime)
 
-    @tool(name="start_run")
-    async def start_run(task: str) -> str:
+    def __init__(
+        self,
+        runtime: Runtime,
+        options: dict[str, Any],
+        workspace: Path,
+        approver: Approver | None,
+    ) -> None:
+        self.runtime, self.options = runtime, options
+        self.workspace, self.approver = workspace, approver
+        self.overview = Overview(runtime)
+
+    def tools(self) -> list[Tool]:
+        methods = (
+            self.start_run, self.list_runs, self.run_status, self.run_events,
+            self.decide_call, self.answer_question, self.cancel_run,
+        )  # fmt: skip
+        return [tool(name=m.__name__)(m) for m in methods]
+
+    async def start_run(self, task: str) -> str:
         """Start a Tether agent on a task and return its run id at once (follow it with
         run_status and run_events).
 
         Args:
             task: What the agent should do, in plain words.
         """
-        run = await runtime.start(
-            CLI_AGENT, task, options=options, context=RunContext(workspace=workspace),
-            approver=approver,
+        run = await self.runtime.start(
+            CLI_AGENT, task, options=self.options, context=RunContext(workspace=self.workspace),
+            approver=self.approver,
         )  # fmt: skip
         return dumps({"run_id": run.id, "status": run.status})
 
-    @tool(name="list_runs")
-    async def list_runs(state: str = "", limit: int = 20) -> str:
+    async def list_runs(self, state: str = "", limit: int = 20) -> str:
         """The most recent runs: id, task, status, steps, cost and answer of each.
 
         Args:
@@ -117,26 +130,24 @@ def supervisor_tools(
             limit: How many runs, at most 100.
         """
         flt = RunFilter(states=frozenset({state})) if state else RunFilter()
-        page = await overview.page(flt, None, max(1, min(limit, 100)))
+        page = await self.overview.page(flt, None, max(1, min(limit, 100)))
         keys = ("id", "task", "status", "steps", "cost_usd", "answer")
         return dumps([{k: row.get(k) for k in keys} for row in page.rows])
 
-    @tool(name="run_status")
-    async def run_status(run_id: str) -> str:
+    async def run_status(self, run_id: str) -> str:
         """One run's status, usage and answer, with the calls that wait for approval and the
         questions that wait for an answer.
 
         Args:
             run_id: The run's id.
         """
-        found = await overview.describe(run_id)
+        found = await self.overview.describe(run_id)
         if found is None:
             raise NoSuchRun(f"no run {run_id!r}")
         found.pop("transcript", None)  # its events tell it, a page at a time
         return dumps(found)
 
-    @tool(name="run_events")
-    async def run_events(run_id: str, after: int = 0, wait: float = 0.0) -> str:
+    async def run_events(self, run_id: str, after: int = 0, wait: float = 0.0) -> str:
         """The run's events from number `after` on, at most 200: what it asked the model,
         its tool calls and results, approvals, its end. `next` is where the next call starts.
 
@@ -145,7 +156,7 @@ def supervisor_tools(
             after: The number of events already read (0: from the start).
             wait: Seconds to wait for an event when none is new (at most 30).
         """
-        events = runtime.events(run_id, after)
+        events = self.runtime.events(run_id, after)
         found: list[dict[str, Any]] = []
         seen = after
         with contextlib.suppress(TimeoutError):
@@ -160,9 +171,8 @@ def supervisor_tools(
         ended = bool(found) and found[-1]["type"] == "run_finished"
         return dumps({"events": found, "next": seen, "ended": ended})
 
-    @tool(name="decide_call")
     async def decide_call(
-        run_id: str, approval_id: str, approve: bool, args_hash: str = "", reason: str = ""
+        self, run_id: str, approval_id: str, approve: bool, args_hash: str = "", reason: str = ""
     ) -> str:
         """Approve or deny a call that waits for a person (run_status lists them).
 
@@ -174,7 +184,7 @@ def supervisor_tools(
                 arguments.
             reason: Why, told to the model when the call is denied.
         """
-        run = await asyncio.to_thread(runtime.get, run_id)
+        run = await asyncio.to_thread(self.runtime.get, run_id)
         if approve:
             said = reason or "approved by an MCP client"
             await act(run, lambda: run.approve(approval_id, args_hash or None, said))
@@ -182,9 +192,12 @@ def supervisor_tools(
             await act(run, lambda: run.deny(approval_id, reason or "denied by an MCP client"))
         return dumps({"run_id": run_id, "approval_id": approval_id, "approved": approve})
 
-    @tool(name="answer_question")
     async def answer_question(
-        run_id: str, question_id: str, answer: dict[str, Any] | None = None, decline: bool = False
+        self,
+        run_id: str,
+        question_id: str,
+        answer: dict[str, Any] | None = None,
+        decline: bool = False,
     ) -> str:
         """Answer a question a run's tool asked (run_status lists them, with the fields each
         wants), or decline it.
@@ -196,21 +209,20 @@ def supervisor_tools(
             decline: True to refuse to answer.
         """
         action: Action = "decline" if decline else "accept"
-        await runtime.answer(run_id, question_id, None if decline else answer or {}, action=action)
+        await self.runtime.answer(
+            run_id, question_id, None if decline else answer or {}, action=action
+        )
         return dumps({"run_id": run_id, "question_id": question_id, "action": action})
 
-    @tool(name="cancel_run")
-    async def cancel_run(run_id: str) -> str:
+    async def cancel_run(self, run_id: str) -> str:
         """Stop a run now, with its tool calls' processes.
 
         Args:
             run_id: The run's id.
         """
-        run = await asyncio.to_thread(runtime.get, run_id)
+        run = await asyncio.to_thread(self.runtime.get, run_id)
         cancelled = await act(run, run.cancel)
         return dumps({"run_id": run_id, "cancelled": bool(cancelled)})
-
-    return [start_run, list_runs, run_status, run_events, decide_call, answer_question, cancel_run]
 
 
 def dumps(value: Any) -> str:

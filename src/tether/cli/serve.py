@@ -201,7 +201,7 @@ def is_loopback(host: str) -> bool:
 
 
 def command_mcp_serve(args: argparse.Namespace, options: RunOptions) -> int:
-    from ..mcp_server import agent_tool, serve_http, serve_stdio, supervisor_tools
+    from ..mcp_server import Supervisor, agent_tool, serve_http, serve_stdio
 
     try:
         tools = timed(select_tools(options), options.tool_timeout)
@@ -213,7 +213,7 @@ def command_mcp_serve(args: argparse.Namespace, options: RunOptions) -> int:
             asyncio.run(probe.model.aclose())  # (the local model's server, too)
             tools.append(agent_tool(runtime, options.to_dict(), workspace, approver))
             waits = None if options.approve == "ask" else approver  # for decide_call
-            tools += supervisor_tools(runtime, options.to_dict(), workspace, waits)
+            tools += Supervisor(runtime, options.to_dict(), workspace, waits).tools()
         except MissingAPIKey as e:
             print(f"tether mcp-serve: no run_agent tool: {e}", file=sys.stderr)
         if not args.http:
