@@ -7,14 +7,11 @@ import argparse
 import os
 from typing import TYPE_CHECKING, NoReturn
 
-from ..durable.outage import STORE_PATIENCE_S
 from ..journal import STORE_FORMS
-from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS
-from ..providers import PROVIDERS
-from ..tools import BUILTINS
 from ..version import __version__
 from .common import STORE_HELP, data_dir
 from .limits import limits_command
+from .run_options import add_run_options, patience_option
 
 
 class Parser(argparse.ArgumentParser):
@@ -202,6 +199,41 @@ def store_commands(sub: Subparsers) -> None:
     fork = fork_command(sub)
     worker = worker_command(sub)
     limits = limits_command(sub)
+    runs = runs_command(sub)
+    send = sub.add_parser("send", help="send a message to a durable run (kept until it is read)")
+    send.add_argument("run_id", metavar="RUN_ID")
+    send.add_argument("text", metavar="TEXT")
+    cancel = sub.add_parser("cancel", help="cancel a durable run")
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    upgrade = upgrade_command(sub)
+    approve, deny, answer = decision_commands(sub)
+    migrate = sub.add_parser(
+        "migrate",
+        help="rewrite a store written before 0.1.0 (pickled records) as records, once",
+        description="Rewrite a store's pickled records (Tether before 0.1.0) as records. Each "
+        "is read by an unpickler that builds Tether's own types only: one that names anything "
+        "else is left as it was, named, and the command exits 1. Stop the store's workers "
+        "first; running it again changes nothing more.",
+    )
+    for p in (
+        *(resume, fork, runs, send, cancel, upgrade, approve, deny),
+        *(worker, migrate, answer, limits),
+    ):
+        p.add_argument(
+            "--store",
+            metavar="URL",
+            help=f"{STORE_FORMS} (default: $TETHER_STORE, else {STORE_HELP})",
+        )
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p.add_argument(
+            "--data-dir", default=str(data_dir()), help="where the default store is kept"
+        )
+    for p in (resume, fork, worker):
+        patience_option(p)
+
+
+def runs_command(sub: Subparsers) -> argparse.ArgumentParser:
+    """`tether runs`: the store's runs, filtered."""
     runs = sub.add_parser("runs", help="list the runs of a durable store")
     runs.add_argument(
         "--state",
@@ -221,11 +253,11 @@ def store_commands(sub: Subparsers) -> None:
         help="the N most recent runs that match (read newest first by the store's index, so "
         "as fast in a store of 100,000 runs as of 100); still printed oldest first",
     )
-    send = sub.add_parser("send", help="send a message to a durable run (kept until it is read)")
-    send.add_argument("run_id", metavar="RUN_ID")
-    send.add_argument("text", metavar="TEXT")
-    cancel = sub.add_parser("cancel", help="cancel a durable run")
-    cancel.add_argument("run_id", metavar="RUN_ID")
+    return runs
+
+
+def upgrade_command(sub: Subparsers) -> argparse.ArgumentParser:
+    """`tether upgrade`: a waiting run moved to another version of its agent."""
     upgrade = sub.add_parser(
         "upgrade",
         help="move a run that waits for its agent's version to another version",
@@ -242,6 +274,11 @@ def store_commands(sub: Subparsers) -> None:
         metavar="VERSION",
         help="the version (default: the one other that live workers have)",
     )
+    return upgrade
+
+
+def decision_commands(sub: Subparsers) -> tuple[argparse.ArgumentParser, ...]:
+    """`tether approve`, `deny` and `answer`: a person's word to a waiting run."""
     approve = sub.add_parser("approve", help="approve a durable run's waiting tool call")
     deny = sub.add_parser("deny", help="deny a durable run's waiting tool call")
     for p in (approve, deny):
@@ -266,29 +303,7 @@ def store_commands(sub: Subparsers) -> None:
     answer.add_argument("question_id", metavar="QUESTION_ID")
     answer.add_argument("content", metavar="JSON", nargs="?", help="e.g. '{\"quantity\": 2}'")
     answer.add_argument("--decline", action="store_true", help="refuse to answer")
-    migrate = sub.add_parser(
-        "migrate",
-        help="rewrite a store written before 0.1.0 (pickled records) as records, once",
-        description="Rewrite a store's pickled records (Tether before 0.1.0) as records. Each "
-        "is read by an unpickler that builds Tether's own types only: one that names anything "
-        "else is left as it was, named, and the command exits 1. Stop the store's workers "
-        "first; running it again changes nothing more.",
-    )
-    for p in (
-        *(resume, fork, runs, send, cancel, upgrade, approve, deny),
-        *(worker, migrate, answer, limits),
-    ):
-        p.add_argument(
-            "--store",
-            metavar="URL",
-            help=f"{STORE_FORMS} (default: $TETHER_STORE, else {STORE_HELP})",
-        )
-        p.add_argument("--json", action="store_true", help="print JSON")
-        p.add_argument(
-            "--data-dir", default=str(data_dir()), help="where the default store is kept"
-        )
-    for p in (resume, fork, worker):
-        patience_option(p)
+    return approve, deny, answer
 
 
 def worker_command(sub: Subparsers) -> argparse.ArgumentParser:
@@ -378,284 +393,4 @@ def connections_option(group: argparse._ActionsContainer) -> None:
         metavar="N",
         help="connections to the store for the runs this process executes; steps wait for "
         "one in turn (default: 20; Postgres allows 100 in all by default)",
-    )
-
-
-def patience_option(group: argparse._ActionsContainer) -> None:
-    group.add_argument(
-        "--store-patience",
-        type=float,
-        default=STORE_PATIENCE_S,
-        metavar="SECONDS",
-        help="how long runs wait for a store that stops answering; then they end failed here "
-        f"and stay in the store, to resume (default: {STORE_PATIENCE_S:g})",
-    )
-
-
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options of a command that runs agents, in groups (their order is --help's)."""
-    model_options(p.add_argument_group("model"))
-    tools = p.add_argument_group("tools")
-    tool_options(tools)
-    budget_options(p.add_argument_group("budgets (checked before every model call)"))
-    approval_options(tools)
-    run_options(p.add_argument_group("run"))
-
-
-Group = argparse._ArgumentGroup
-
-
-def model_options(m: Group) -> None:
-    m.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        default=os.environ.get("TETHER_PROVIDER"),
-        help="wire protocol of the model (default: $TETHER_PROVIDER, else openai-chat; with no "
-        "API key and the local extra installed, the bundled offline model)",
-    )
-    m.add_argument("--model", help="model name (default depends on the provider)")
-    m.add_argument("--base-url", help="any compatible server, e.g. http://127.0.0.1:11434/v1")
-    m.add_argument(
-        "--output-schema",
-        metavar="FILE",
-        help="a JSON Schema the final answer must match (an answer that does not is sent back "
-        "to the model, up to 3 answers); --json gives the value as run_finished.output",
-    )
-    m.add_argument(
-        "--fallback",
-        action="append",
-        default=[],
-        metavar="PROVIDER:MODEL[@URL]",
-        help="a model that answers when the one before cannot serve now (429, 5xx, overloaded, "
-        "unreachable, time-out), after its retries; repeat for more, tried in order",
-    )
-    m.add_argument(
-        "--guardrails",
-        action="append",
-        default=[],
-        metavar="FILE_OR_MODULE",
-        help="Python file or module whose input_guardrails, tool_guardrails and "
-        "output_guardrails lists check the run (a trip halts it, exit 3); repeatable",
-    )
-    m.add_argument("--script", metavar="FILE", help="replies for --provider scripted (JSON list)")
-    m.add_argument("--no-stream", action="store_true", help="ask for whole replies, not streams")
-    m.add_argument(
-        "--max-retries",
-        type=int,
-        default=2,
-        metavar="N",
-        help="retries of a failed model call (429, 5xx, connection) (default: 2)",
-    )
-    m.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
-    m.add_argument(
-        "--read-timeout",
-        type=float,
-        default=120.0,
-        metavar="S",
-        help="longest silence from the model server (default: 120)",
-    )
-
-
-def tool_options(t: Group) -> None:
-    t.add_argument(
-        "--tools",
-        metavar="NAME,NAME|none",
-        help=f"built-in tools to enable: {', '.join(BUILTINS)} "
-        f"(default: {DEFAULT_TOOLS}; none when --tools-from is given)",
-    )
-    t.add_argument(
-        "--tools-from",
-        action="append",
-        default=[],
-        metavar="FILE_OR_MODULE",
-        help="load @tool functions from a Python file or module (repeatable)",
-    )
-    t.add_argument(
-        "--mcp",
-        action="append",
-        default=[],
-        metavar="COMMAND_OR_URL",
-        help="use the tools of an MCP server: a command (stdio) or a streamable HTTP URL "
-        "(repeatable)",
-    )
-    t.add_argument(
-        "--mcp-approve",
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="which MCP tools' calls wait for approval (as bash's, under --approve): hints "
-        "(the default: every tool its server does not mark read-only), always, never, or "
-        "TOOL=RULE, SERVER#TOOL=RULE for one tool (repeatable)",
-    )
-    t.add_argument(
-        "--mcp-prefix",
-        action="append",
-        default=[],
-        metavar="SERVER=PREFIX",
-        help="offer an MCP server's tools as PREFIX_TOOL (the server as --mcp gives it, or by "
-        "its own name), so that two servers' tools of one name can both be used (repeatable)",
-    )
-    t.add_argument(
-        "--mcp-tools",
-        action="append",
-        default=[],
-        metavar="[SERVER#]TOOL",
-        help="offer only the MCP tools that match (TOOL may be a pattern: 'read_*'; repeatable)",
-    )
-    t.add_argument(
-        "--mcp-skip",
-        action="append",
-        default=[],
-        metavar="[SERVER#]TOOL",
-        help="leave out the MCP tools that match (repeatable)",
-    )
-    t.add_argument(
-        "--mcp-sampling",
-        choices=("on", "off"),
-        default="on",
-        help="whether an MCP server may have the run's model answer a request in the middle of "
-        "a call, on the run's budget (default: on)",
-    )
-    t.add_argument(
-        "--mcp-auth",
-        metavar="FILE",
-        help="how to sign in to the remote MCP servers: a JSON file of client_id, "
-        "client_secret, grant (authorization_code or client_credentials), scope (default: "
-        "register, and sign in at the browser when a server asks)",
-    )
-    t.add_argument(
-        "--tool-timeout",
-        type=float,
-        metavar="S",
-        help="time limit for every tool call (default: each tool's own, 60 s)",
-    )
-    t.add_argument(
-        "--tool-choice",
-        metavar="auto|required|none|NAME",
-        help="whether the model must call a tool: required, or the tool NAME, hold until it "
-        "has called one; none forbids tools (default: auto, the model decides)",
-    )
-    t.add_argument(
-        "--sandbox",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run bash in bubblewrap: the file system read-only but the workspace, a private "
-        "/tmp, no network, every process ending with its call, memory and CPU time bounded "
-        "(default: where bubblewrap works, else unsandboxed with a warning; --sandbox makes "
-        "its absence an error, --no-sandbox runs bash with your user's full power)",
-    )
-    t.add_argument(
-        "--sandbox-net",
-        action="store_true",
-        help="with --sandbox, let commands use the network",
-    )
-    t.add_argument(
-        "--tool-env",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="pass this environment variable to bash; it gets only PATH, HOME, USER, LANG, "
-        "LC_*, TERM, TZ, TMPDIR and SHELL otherwise, so no key reaches a command (repeatable)",
-    )
-    t.add_argument(
-        "--workspace",
-        default=".",
-        metavar="DIR",
-        help="directory the tools work in (default: the current one)",
-    )
-
-
-def budget_options(b: Group) -> None:
-    b.add_argument(
-        "--max-steps",
-        type=int,
-        default=DEFAULT_MAX_STEPS,
-        metavar="N",
-        help=f"at most N model calls (default: {DEFAULT_MAX_STEPS})",
-    )
-    b.add_argument("--max-tokens", type=int, metavar="N", help="input plus output tokens")
-    b.add_argument("--max-input-tokens", type=int, metavar="N")
-    b.add_argument("--max-output-tokens", type=int, metavar="N")
-    b.add_argument("--max-cost", type=float, metavar="USD", help="cost from the price table")
-    b.add_argument(
-        "--account",
-        metavar="NAME",
-        help="the account the run belongs to: each model call counts against its limits "
-        "(tether limits), across every run and worker of the store",
-    )
-    b.add_argument("--prices", metavar="FILE", help="JSON price table laid over the defaults")
-    b.add_argument("--timeout", type=float, metavar="SECONDS", help="wall-clock limit for a run")
-    b.add_argument(
-        "--context-window",
-        type=int,
-        metavar="TOKENS",
-        help="trim old tool outputs, then summarise older turns, to fit this window "
-        "(default: the model's, where it is known; 0 turns it off)",
-    )
-
-
-def approval_options(t: Group) -> None:
-    """Who decides the calls that need approval, and the terminal profile (in "tools")."""
-    t.add_argument(
-        "--approve",
-        choices=("ask", "auto", "deny"),
-        default="ask",
-        help="calls that need approval (bash, tools marked so): ask at the terminal, "
-        "approve all, or deny all (default: ask; with no terminal to ask on, deny)",
-    )
-    t.add_argument(
-        "--yolo",
-        dest="approve",
-        action="store_const",
-        const="auto",
-        help="run every tool call without asking (the same as --approve auto)",
-    )
-    t.add_argument(
-        "--profile",
-        choices=("default", "terminal"),
-        default="default",
-        help="terminal: a terminal agent (bash and the file tools, a system prompt for shell "
-        "work, a check before the answer); bash still asks for approval unless --yolo",
-    )
-    t.add_argument(
-        "--check",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="ask the model once to check its work against the task before its answer is "
-        "taken (default: on with --profile terminal)",
-    )
-
-
-def run_options(o: Group) -> None:
-    o.add_argument("--system", metavar="TEXT", help="system prompt")
-    o.add_argument("--json", action="store_true", help="print events as JSON lines")
-    o.add_argument(
-        "--otel",
-        action="store_true",
-        help="emit OpenTelemetry spans (needs the otel extra; exporter from the "
-        "OTEL_* environment, else printed to stderr)",
-    )
-    o.add_argument("--run-id", metavar="ID", help="id of the run (default: generated)")
-    o.add_argument(
-        "--store",
-        metavar="URL",
-        help=f"where durable runs are recorded: {STORE_FORMS}; or memory for a run that is "
-        f"not recorded (default: $TETHER_STORE, else {STORE_HELP})",
-    )
-    patience_option(o)
-    o.add_argument(
-        "--queue",
-        action="store_true",
-        help="with --store: queue the run for tether worker instead of running it here",
-    )
-    o.add_argument(
-        "--data-dir",
-        default=str(data_dir()),
-        help="where run journals and the default store are kept, for tether show and runs "
-        f"(default: {data_dir()})",
-    )
-    o.add_argument(
-        "--log",
-        metavar="FILE",
-        help="append a structured log (JSON lines, secrets redacted) to FILE",
     )
