@@ -183,28 +183,8 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
     if o.only is not None:  # the page's choice among every tool the options give
         tools = [t for t in tools if t.name in o.only]
     tools = timed(tools, o.tool_timeout)  # every tool's, an MCP server's too
-    settings = HTTPSettings(
-        connect_timeout=o.connect_timeout,
-        read_timeout=o.read_timeout,
-        max_retries=o.max_retries,
-    )
-    model: Model = make_model(
-        o.provider or default_provider(o),
-        o.model,
-        base_url=o.base_url,
-        stream=not o.no_stream,
-        settings=settings,
-        script=o.script,
-    )
-    fallbacks = [fallback_model(spec, o, settings) for spec in o.fallback]
     prices = load_prices(o.prices) if o.prices else None
-    for m in (model, *fallbacks):
-        if o.max_cost is not None and price_for(m.name, prices) is None:
-            raise ConfigError(
-                f"--max-cost: no price is known for model {m.name!r}; give one with --prices FILE"
-            )
-    if fallbacks:
-        model = FallbackModel(model, *fallbacks)
+    model = model_of(o, prices)
     budget = Budget(
         max_steps=o.max_steps,
         max_input_tokens=o.max_input_tokens,
@@ -213,12 +193,7 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
         max_cost_usd=o.max_cost,
         max_seconds=o.timeout,
     )
-    window = o.context_window
-    if window is None:
-        window = window_for(model.name)
-    if window is not None and window < 0:
-        raise ConfigError("--context-window must not be negative")
-    context = ContextPolicy(window, reserve=min(4096, window // 4)) if window else None
+    context = context_of(o, model)
     names = [t.name for t in tools]
     if o.tool_choice is not None and o.tool_choice not in ("auto", "required", "none", *names):
         raise ConfigError(
@@ -249,6 +224,42 @@ def build_agent(o: RunOptions, tools: list[Tool] | None = None) -> Agent:
             f"tools: {e}; a built-in, a --tools-from tool and an MCP server's tool must not "
             "share a name"
         ) from None
+
+
+def model_of(o: RunOptions, prices: Any) -> Model:
+    """The options' model, with its fallbacks; each must have a price when a cost limit is
+    set (else the limit could not be kept)."""
+    settings = HTTPSettings(
+        connect_timeout=o.connect_timeout,
+        read_timeout=o.read_timeout,
+        max_retries=o.max_retries,
+    )
+    model: Model = make_model(
+        o.provider or default_provider(o),
+        o.model,
+        base_url=o.base_url,
+        stream=not o.no_stream,
+        settings=settings,
+        script=o.script,
+    )
+    fallbacks = [fallback_model(spec, o, settings) for spec in o.fallback]
+    for m in (model, *fallbacks):
+        if o.max_cost is not None and price_for(m.name, prices) is None:
+            raise ConfigError(
+                f"--max-cost: no price is known for model {m.name!r}; give one with --prices FILE"
+            )
+    return FallbackModel(model, *fallbacks) if fallbacks else model
+
+
+def context_of(o: RunOptions, model: Model) -> ContextPolicy | None:
+    """How much of the conversation the model is sent: the options' window, or the
+    model's known one."""
+    window = o.context_window
+    if window is None:
+        window = window_for(model.name)
+    if window is not None and window < 0:
+        raise ConfigError("--context-window must not be negative")
+    return ContextPolicy(window, reserve=min(4096, window // 4)) if window else None
 
 
 def load_schema(path: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import math
 import secrets
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,30 +48,7 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
     loaded = [t.name for t in select_tools(dataclasses.replace(options, tools="none"))]
     available = [*BUILTINS, *(n for n in loaded if n not in BUILTINS)]
 
-    def options_for(form: dict[str, Any]) -> dict[str, Any]:
-        """The server's options with the form's choices laid over them."""
-        o = dataclasses.replace(options)
-        if form.get("model"):
-            if not isinstance(form["model"], str):
-                raise ConfigError("model: a string is required")
-            o.model = form["model"]
-        if form.get("max_steps") is not None:
-            o.max_steps = whole(form["max_steps"], "max_steps", 1, 100_000)
-        if form.get("max_cost") is not None:
-            o.max_cost = dollars(form["max_cost"], "max_cost")
-        if form.get("tool_choice") is not None:
-            if not isinstance(form["tool_choice"], str):
-                raise ConfigError("tool_choice: a string is required")
-            o.tool_choice = form["tool_choice"] or None  # build_agent checks the name
-        chosen = form.get("tools")
-        if isinstance(chosen, list):
-            unknown = [str(n) for n in chosen if n not in available]
-            if unknown:
-                raise ConfigError(f"tools: unknown {', '.join(unknown)}")
-            # every tool the server offers, narrowed to the form's choice
-            o.tools = ",".join(n for n in BUILTINS if n in available)
-            o.only = [str(n) for n in chosen]
-        return o.to_dict()  # the runtime builds it: a bad choice is the form's error (400)
+    options_for = form_options(options, available)
 
     defaults = {
         "model": model_name,
@@ -107,6 +85,40 @@ def command_serve(args: argparse.Namespace, options: RunOptions) -> int:
     except OSError as e:  # the port is taken, or the address is not this machine's
         return error(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}")
     return 0
+
+
+def form_options(
+    options: RunOptions, available: list[str]
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """How the page's form makes a run's options: the server's, with the form's choices
+    (model, step and cost limits, tool choice, a subset of `available` tools) laid over."""
+
+    def options_for(form: dict[str, Any]) -> dict[str, Any]:
+        """The server's options with the form's choices laid over them."""
+        o = dataclasses.replace(options)
+        if form.get("model"):
+            if not isinstance(form["model"], str):
+                raise ConfigError("model: a string is required")
+            o.model = form["model"]
+        if form.get("max_steps") is not None:
+            o.max_steps = whole(form["max_steps"], "max_steps", 1, 100_000)
+        if form.get("max_cost") is not None:
+            o.max_cost = dollars(form["max_cost"], "max_cost")
+        if form.get("tool_choice") is not None:
+            if not isinstance(form["tool_choice"], str):
+                raise ConfigError("tool_choice: a string is required")
+            o.tool_choice = form["tool_choice"] or None  # build_agent checks the name
+        chosen = form.get("tools")
+        if isinstance(chosen, list):
+            unknown = [str(n) for n in chosen if n not in available]
+            if unknown:
+                raise ConfigError(f"tools: unknown {', '.join(unknown)}")
+            # every tool the server offers, narrowed to the form's choice
+            o.tools = ",".join(n for n in BUILTINS if n in available)
+            o.only = [str(n) for n in chosen]
+        return o.to_dict()  # the runtime builds it: a bad choice is the form's error (400)
+
+    return options_for
 
 
 async def serve_until_stopped(
