@@ -297,9 +297,9 @@ def test_runs_waiting_for_their_accounts_room_leave_their_slots_to_other_account
     """Two slots for runs (a page's server's `max_runs`), both taken by runs of an account
     over a limit that says to queue: a run of another account starts and ends meanwhile (it
     waited behind them for as long as they waited); raised, the account's runs go on."""
-    from tether import agent as agent_module
+    from tether import paying
 
-    monkeypatch.setattr(agent_module, "QUEUE_POLL_S", 0.05)
+    monkeypatch.setattr(paying, "QUEUE_POLL_S", 0.05)
 
     async def go() -> None:
         async with Runtime(agents=[looking_agent(turns=0)], max_runs=2) as rt:

@@ -36,7 +36,11 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     ("providers and tools", {"providers", "tools"}),
-    ("loop and agent", {"loop", "context", "output", "result", "calls", "guardrails", "agent"}),
+    (
+        "loop and agent",
+        {"loop", "context", "output", "result", "calls", "guardrails", "paying", "children"}
+        | {"agent"},
+    ),
     ("run options", {"options"}),
     ("runs in memory", {"run", "supervisor", "bus"}),
     ("durable runs", {"durable"}),

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from .accounts import Limits, Standing
-from .agent import Agent, run_child
+from .agent import Agent
 from .approvals import approve_all, deny_all
 from .backends import RunHandle
+from .children import run_child
 from .errors import (
     AccountOverBudget,
     ApprovalError,

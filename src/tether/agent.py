@@ -13,7 +13,6 @@ transcript the caller passed in.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import time
@@ -24,20 +23,18 @@ from typing import Any, Protocol
 
 import orjson
 
-from .accounts import Cost, OverBudget, cost_of
-from .accounts import estimate as estimate_cost
-from .admission import Limiter, aside
+from .accounts import OverBudget
+from .admission import Limiter
 from .approvals import Approver, Policy
 from .calls import respond
+from .children import run_child
 from .context import ContextPolicy, estimate, fit, is_context_error
 from .errors import (
-    ChildRunEnded,
     OutputInvalid,
     ProviderError,
-    ProviderStatusError,
     StoreUnavailable,
 )
-from .events import Emitter, Sink, images_data, model_response_data, tool_result_data
+from .events import Emitter, Sink, images_data, model_response_data
 from .guardrails import Guardrail, Kind, Verdict, tripped, verdicts
 from .loop import (
     CHOICES,
@@ -52,22 +49,22 @@ from .loop import (
     ToolsDone,
     ask_to_check,
     choice_for,
-    close_open_calls,
     last_answer,
     output_room,
     step,
     unique_calls,
 )
 from .messages import ImagePart, Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
-from .output import OUTPUT_TRIES, Output, jsonable, retry_message
+from .output import OUTPUT_TRIES, Output, retry_message
+from .paying import Sampling, paid, summarized
 from .pricing import Price, price_for
 from .providers.base import Model, TextHook
 from .rates import GATE, Gate, Rates
-from .result import RunResult
+from .result import RunResult, close, finish_run, internal_error
 from .tools.session import close_kept
 from .tools.tool import RunContext, Tool, tool_from_function
 from .tools.toolbox import Toolbox
-from .tree import Allowance, child_run_id
+from .tree import Allowance
 
 CHILD_TIMEOUT = 3600.0
 """How long an agent used as a tool may take by default (its own budget and its parent's time
@@ -80,14 +77,6 @@ def fingerprint(agent: Agent) -> str:
     version while a restart of the same code is the same one."""
     text = orjson.dumps(agent.definition(), option=orjson.OPT_SORT_KEYS, default=str)
     return hashlib.sha256(text).hexdigest()[:12]
-
-
-def close(emitter: Emitter, state: LoopState, why: str) -> None:
-    """Close the calls a run left open (see `close_open_calls`), with `tool_result` events for
-    those that had none, so every `tool_call` a subscriber saw gets its result."""
-    for result in close_open_calls(state.messages, why, state.finished):
-        if emitter.active:
-            emitter.emit("tool_result", **tool_result_data(result))
 
 
 @dataclass
@@ -465,112 +454,6 @@ async def model_turn(agent: Agent, state: LoopState, effects: Effects) -> ModelR
         return await effects.call_model(state)
 
 
-QUEUE_POLL_S = 5.0
-"""How often a run held for its account's room (a limit's `when_over="queue"`) asks again."""
-
-
-async def paid(
-    agent: Agent,
-    ctx: RunContext,
-    key: str,
-    request: ModelRequest,
-    first: bool,
-    emitter: Emitter,
-    call: Callable[[], Awaitable[ModelResponse]],
-    used: Callable[[Cost], Awaitable[None]] | None = None,
-) -> ModelResponse:
-    """`call` (the model call of `request`), reserved against the run's account before it is
-    made and settled with what it used after (`accounts.py`); `key` names the call within the
-    run. An account with no room raises `OverBudget` (the run halts), except before a run's
-    `first` call when its limit says to queue: the run then waits for room. `used`, if given,
-    settles a call that answered instead (a durable run's rides with its step's record)."""
-    accounts, account = ctx.accounts, ctx.account_id
-    if accounts is None or account is None:
-        return await call()
-    run_id = ctx.run_id
-    held = estimate_cost(request.messages, request.system, request.max_output_tokens, agent.price)
-    waited = False
-    while refused := await accounts.reserve(account, run_id, key, held):
-        limits = (await accounts.standing(account)).limits
-        if not first or limits is None or limits.when_over != "queue":
-            raise OverBudget(refused)
-        if not waited:
-            emitter.emit("queued", what="account", account=account, reason=refused)
-            waited = True
-        async with aside():  # its slot among the process's runs, to others meanwhile
-            await accounts.pause(QUEUE_POLL_S)
-    if waited:
-        emitter.emit("admitted", what="account")
-    try:
-        response = await call()
-    except ProviderStatusError:  # the server refused it (an error status): nothing spent
-        await asyncio.shield(accounts.settle(account, run_id, key, Cost()))
-        raise
-    except BaseException:  # cut short (a cancel, a dropped stream): it may have been paid for
-        await asyncio.shield(accounts.settle(account, run_id, key, held))
-        raise
-    cost = cost_of(response.usage, agent.price_of(response) or agent.price)
-    await (used(cost) if used is not None else accounts.settle(account, run_id, key, cost))
-    return response
-
-
-@dataclass(eq=False)
-class Sampling:
-    """The run's model as a tool asks it on the run's behalf (an MCP server's sampling, the
-    tool's `RunContext.model`): each request is a model call of the run, reserved before it is
-    made against the run's and its tree's limits (`Allowance`, its expected tokens counted)
-    and against its account (`paid`), and charged to both after. Refused, it raises
-    `OverBudget` with the reason, for the tool to tell the server; the call is not made. (It
-    went to the model directly: 30 requests in one tool call spent 60,006 tokens against
-    `--max-tokens 600`, and an account's ledger saw 12 of them.)"""
-
-    agent: Agent
-    ctx: RunContext
-    emitter: Emitter
-
-    @property
-    def name(self) -> str:
-        return self.agent.model.name
-
-    async def respond(self, request: ModelRequest) -> ModelResponse:
-        agent, allowance = self.agent, self.ctx.allowance
-        tokens = estimate(list(request.messages), request.system)
-        tokens += request.max_output_tokens or 0
-        refused = allowance.reserve(tokens) if allowance is not None else ""
-        if refused:
-            raise OverBudget(refused)
-        key = f"sample {self.ctx.call_id or ''} {uuid.uuid4().hex[:12]}"
-        try:
-            response = await paid(
-                agent, self.ctx, key, request, False, self.emitter,
-                lambda: agent.model.respond(request),
-            )  # fmt: skip
-        finally:
-            if allowance is not None:
-                allowance.release(tokens)
-        if allowance is not None:
-            cost = cost_of(response.usage, agent.price_of(response) or agent.price)
-            allowance.charge(response.usage, cost.usd)
-        return response
-
-
-async def summarized(
-    agent: Agent,
-    ctx: RunContext,
-    usage: Usage,
-    key: str,
-    used: Callable[[Cost], Awaitable[None]] | None = None,
-) -> None:
-    """Count a call that fitted the context (a summary) against the run's account, after the
-    fact: it is not reserved (the window, not the budget, asked for it), but it is paid for.
-    `used`, if given, counts it instead (a durable run's rides with its step's record)."""
-    accounts, account = ctx.accounts, ctx.account_id
-    if accounts is None or account is None or usage == Usage():
-        return
-    cost = cost_of(usage, agent.price)
-    await (used(cost) if used is not None else accounts.settle(account, ctx.run_id, key, cost))
-
-
 async def execute(
     agent: Agent,
     state: LoopState,
@@ -635,34 +518,6 @@ async def execute(
         if inputs is not None and not inputs.done():
             inputs.cancel()
     return finish_run(emitter, state, finish, error)
-
-
-def internal_error(e: BaseException) -> dict[str, Any]:
-    return {
-        "kind": "internal",
-        "status": None,
-        "message": f"{type(e).__name__}: {e}",
-        "retryable": False,
-    }
-
-
-def finish_run(
-    emitter: Emitter, state: LoopState, finish: Finish, error: dict[str, Any] | None = None
-) -> RunResult:
-    result = RunResult(
-        emitter.run_id,
-        finish.outcome,
-        finish.answer,
-        finish.reason,
-        state.usage,
-        state.cost_usd,
-        state.steps,
-        state.messages,
-        error,
-        state.output if finish.outcome == "done" else None,
-    )
-    emitter.emit("run_finished", **result.summary())
-    return result
 
 
 class LocalEffects:
@@ -734,41 +589,3 @@ class LocalEffects:
         toolbox, ctx = self.agent.toolbox, dataclasses.replace(self.ctx)
         ctx.model = Sampling(self.agent, ctx, self.emitter)
         return await toolbox.run_all(calls, ctx, self.emitter, self.approver, state.finished)
-
-
-# -- children ----------------------------------------------------------------------------------
-
-
-async def run_child(agent: Agent, task: str, ctx: RunContext, name: str | None = None) -> str:
-    """Run `agent` on `task` as a child of the run whose tool call this is, and return its
-    answer (what `Agent.as_tool` does; a tool of your own that takes a `RunContext` may call
-    it, once per child, each with its own `name`). The child runs in the runtime of its
-    parent when there is one (`ctx.spawn`), else inside the call, on the parent's budget. A
-    cancel of the call cancels the child and waits for it to end, so nothing of the child
-    outlives its parent's call; a child that does not end `done` raises ChildRunEnded."""
-    key = ctx.call_id if name is None or ctx.call_id is None else f"{ctx.call_id}.{name}"
-    run_id = child_run_id(ctx.run_id, key, name or uuid.uuid4().hex[:8])
-    child = ctx.for_child(run_id)
-    if ctx.spawn is None:
-        emitter = Emitter(run_id, list(ctx.tree_sinks))
-        result: RunResult | None = await agent.run(
-            task, context=child, run_id=run_id, emitter=emitter
-        )
-    else:
-        handle = await ctx.spawn(agent, task, child, run_id)
-        try:
-            result = await handle.wait()
-        except asyncio.CancelledError:
-            handle.cancel()
-            with contextlib.suppress(BaseException):
-                await handle.wait()
-            raise
-    if result is None:
-        raise ChildRunEnded(f"the agent {agent.name} (run {run_id}) never ran")
-    if result.outcome != "done":
-        raise ChildRunEnded(
-            f"the agent {agent.name} (run {run_id}) ended {result.outcome}: {result.reason}"
-        )
-    if result.output is not None:
-        return orjson.dumps(jsonable(result.output)).decode()
-    return result.answer

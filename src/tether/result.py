@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .loop import Outcome
+from .events import Emitter, tool_result_data
+from .loop import Finish, LoopState, Outcome, close_open_calls
 from .messages import Message, Usage
 from .output import jsonable
 
@@ -72,3 +73,39 @@ class RunResult:
 
 
 EXIT_STATUS: dict[str, int] = {"done": 0, "failed": 1, "halted": 3, "cancelled": 130}
+
+
+def close(emitter: Emitter, state: LoopState, why: str) -> None:
+    """Close the calls a run left open (see `close_open_calls`), with `tool_result` events for
+    those that had none, so every `tool_call` a subscriber saw gets its result."""
+    for result in close_open_calls(state.messages, why, state.finished):
+        if emitter.active:
+            emitter.emit("tool_result", **tool_result_data(result))
+
+
+def internal_error(e: BaseException) -> dict[str, Any]:
+    return {
+        "kind": "internal",
+        "status": None,
+        "message": f"{type(e).__name__}: {e}",
+        "retryable": False,
+    }
+
+
+def finish_run(
+    emitter: Emitter, state: LoopState, finish: Finish, error: dict[str, Any] | None = None
+) -> RunResult:
+    result = RunResult(
+        emitter.run_id,
+        finish.outcome,
+        finish.answer,
+        finish.reason,
+        state.usage,
+        state.cost_usd,
+        state.steps,
+        state.messages,
+        error,
+        state.output if finish.outcome == "done" else None,
+    )
+    emitter.emit("run_finished", **result.summary())
+    return result

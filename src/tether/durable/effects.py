@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ..accounts import Cost
 from ..admission import Limiter
-from ..agent import Agent, Sampling, judge, paid, summarized
+from ..agent import Agent, judge
 from ..approvals import Decision, arguments_hash, needs_approval
 from ..calls import respond
 from ..context import fit
@@ -41,6 +41,7 @@ from ..messages import (
     hollow,
     hollow_result,
 )
+from ..paying import Sampling, paid, summarized
 from ..tools.tool import RunContext
 from .accounts import StoredAccounts
 from .ledger import CallState, Ledger

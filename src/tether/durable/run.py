@@ -129,7 +129,7 @@ class DurableRun:
         self.tally = Tally()
         self.sinks: list[Sink] = []
         """Where its events go: its children's go there too (an agent used as a tool runs
-        inside the call, see `agent.run_child`)."""
+        inside the call, see `children.run_child`)."""
         self.log = EventLog(run_id)
         self.emitter = Emitter(run_id)
         self.follow_with(sinks or [], before)

@@ -1,0 +1,140 @@
+"""A run's model calls, paid for: each reserved against the run's account before it is made
+and settled with what it used after (`accounts.py`), a tool's requests to the run's model
+(an MCP server's sampling) reserved against the run's and its tree's limits too, and a summary
+that fitted the context counted after the fact. The in-memory driver (`agent.LocalEffects`)
+and the durable one (`durable.effects`) both pay through here: one rule for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from .accounts import Cost, OverBudget, cost_of
+from .accounts import estimate as estimate_cost
+from .admission import aside
+from .context import estimate
+from .errors import ProviderStatusError
+from .events import Emitter
+from .messages import ModelRequest, ModelResponse, Usage
+from .pricing import Price
+from .providers.base import Model
+from .tools.tool import RunContext
+
+
+class Payer(Protocol):
+    """What paying needs of a run's agent (an `Agent`): its model and its prices."""
+
+    model: Model
+    price: Price | None
+
+    def price_of(self, response: ModelResponse) -> Price | None: ...
+
+
+QUEUE_POLL_S = 5.0
+"""How often a run held for its account's room (a limit's `when_over="queue"`) asks again."""
+
+
+async def paid(
+    agent: Payer,
+    ctx: RunContext,
+    key: str,
+    request: ModelRequest,
+    first: bool,
+    emitter: Emitter,
+    call: Callable[[], Awaitable[ModelResponse]],
+    used: Callable[[Cost], Awaitable[None]] | None = None,
+) -> ModelResponse:
+    """`call` (the model call of `request`), reserved against the run's account before it is
+    made and settled with what it used after (`accounts.py`); `key` names the call within the
+    run. An account with no room raises `OverBudget` (the run halts), except before a run's
+    `first` call when its limit says to queue: the run then waits for room. `used`, if given,
+    settles a call that answered instead (a durable run's rides with its step's record)."""
+    accounts, account = ctx.accounts, ctx.account_id
+    if accounts is None or account is None:
+        return await call()
+    run_id = ctx.run_id
+    held = estimate_cost(request.messages, request.system, request.max_output_tokens, agent.price)
+    waited = False
+    while refused := await accounts.reserve(account, run_id, key, held):
+        limits = (await accounts.standing(account)).limits
+        if not first or limits is None or limits.when_over != "queue":
+            raise OverBudget(refused)
+        if not waited:
+            emitter.emit("queued", what="account", account=account, reason=refused)
+            waited = True
+        async with aside():  # its slot among the process's runs, to others meanwhile
+            await accounts.pause(QUEUE_POLL_S)
+    if waited:
+        emitter.emit("admitted", what="account")
+    try:
+        response = await call()
+    except ProviderStatusError:  # the server refused it (an error status): nothing spent
+        await asyncio.shield(accounts.settle(account, run_id, key, Cost()))
+        raise
+    except BaseException:  # cut short (a cancel, a dropped stream): it may have been paid for
+        await asyncio.shield(accounts.settle(account, run_id, key, held))
+        raise
+    cost = cost_of(response.usage, agent.price_of(response) or agent.price)
+    await (used(cost) if used is not None else accounts.settle(account, run_id, key, cost))
+    return response
+
+
+@dataclass(eq=False)
+class Sampling:
+    """The run's model as a tool asks it on the run's behalf (an MCP server's sampling, the
+    tool's `RunContext.model`): each request is a model call of the run, reserved before it is
+    made against the run's and its tree's limits (`Allowance`, its expected tokens counted)
+    and against its account (`paid`), and charged to both after. Refused, it raises
+    `OverBudget` with the reason, for the tool to tell the server; the call is not made. (It
+    went to the model directly: 30 requests in one tool call spent 60,006 tokens against
+    `--max-tokens 600`, and an account's ledger saw 12 of them.)"""
+
+    agent: Payer
+    ctx: RunContext
+    emitter: Emitter
+
+    @property
+    def name(self) -> str:
+        return self.agent.model.name
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        agent, allowance = self.agent, self.ctx.allowance
+        tokens = estimate(list(request.messages), request.system)
+        tokens += request.max_output_tokens or 0
+        refused = allowance.reserve(tokens) if allowance is not None else ""
+        if refused:
+            raise OverBudget(refused)
+        key = f"sample {self.ctx.call_id or ''} {uuid.uuid4().hex[:12]}"
+        try:
+            response = await paid(
+                agent, self.ctx, key, request, False, self.emitter,
+                lambda: agent.model.respond(request),
+            )  # fmt: skip
+        finally:
+            if allowance is not None:
+                allowance.release(tokens)
+        if allowance is not None:
+            cost = cost_of(response.usage, agent.price_of(response) or agent.price)
+            allowance.charge(response.usage, cost.usd)
+        return response
+
+
+async def summarized(
+    agent: Payer,
+    ctx: RunContext,
+    usage: Usage,
+    key: str,
+    used: Callable[[Cost], Awaitable[None]] | None = None,
+) -> None:
+    """Count a call that fitted the context (a summary) against the run's account, after the
+    fact: it is not reserved (the window, not the budget, asked for it), but it is paid for.
+    `used`, if given, counts it instead (a durable run's rides with its step's record)."""
+    accounts, account = ctx.accounts, ctx.account_id
+    if accounts is None or account is None or usage == Usage():
+        return
+    cost = cost_of(usage, agent.price)
+    await (used(cost) if used is not None else accounts.settle(account, ctx.run_id, key, cost))
