@@ -75,7 +75,8 @@ from ..runtime import Runtime
 from ..summaries import activity
 from ..tools.tool import RunContext
 from .dashboard_page import DASHBOARD_PAGE
-from .pages import INBOX_PAGE, INDEX_PAGE, RUN_PAGE, fill
+from .inbox_page import INBOX_PAGE
+from .pages import INDEX_PAGE, RUN_PAGE, fill
 
 
 def shell(path: str) -> bool:
