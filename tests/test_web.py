@@ -25,7 +25,7 @@ import pytest
 import warm
 from helpers import FIXTURES, TETHER, Output, alive, cli_env, tether, wait_until
 from tether.durable.ledger import Ledger
-from tether.web.server import host_name
+from tether.web.http import host_name
 from wire_server import WireServer, tool_results
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -17,10 +17,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .dashboard import Ended
 from .durable.remote import RemoteRun
 from .errors import NoSuchRun
 from .run_filter import Cursor, Page, RunFilter, page_of
-from .summaries import first_ms, message_dict, row_summary, summarize
+from .summaries import activity, first_ms, message_dict, row_summary, summarize
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -116,6 +117,25 @@ class Overview:
                 asked = await asyncio.to_thread(self.runtime.asked, s["id"])
                 found += [{**q.to_dict(), **of_run, "kind": "question"} for q in asked]
         return found, page
+
+    async def activity(self, since: float) -> tuple[list[float], list[Ended], list[float]]:
+        """Since `since`: when runs started, how they ended, and how long their model calls
+        took (the dashboard's figures, which keep those in its window), of the store's runs,
+        or in memory of every run of this process."""
+        view = self.runtime.view
+        if view is not None:
+            found: tuple[list[float], list[Ended], list[float]]
+            found = await asyncio.to_thread(view.activity, since)
+            return found
+        started: list[float] = []
+        ended: list[Ended] = []
+        took: list[float] = []
+        for log in list(self.runtime.bus.logs.values()):
+            created, end, seconds = activity(log.events)
+            started += [created] if created is not None else []
+            ended += [end] if end is not None else []
+            took += seconds
+        return started, ended, took
 
     async def describe(self, run_id: str) -> dict[str, Any] | None:
         """One run's summary with its transcript, the calls that wait for approval and the
