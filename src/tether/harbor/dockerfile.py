@@ -305,3 +305,31 @@ class Reading:
             image.ignored.append(f"line {line}: CMD {arguments} (Harbor runs none)"[:200])
         elif keyword not in HONOURED:
             image.ignored.append(f"line {line}: {keyword} {arguments}"[:200])
+
+
+ENTRYPOINT_READY_S = 30.0
+"""The longest a trial waits for its entrypoint's `EXPOSE`d ports to listen."""
+ENTRYPOINT_SETTLE_S = 0.5
+"""With no `EXPOSE`: how long the listening sockets must stay as they are (5 s at most)."""
+
+
+def ready_script(ports: list[int]) -> str:
+    """A command that returns once the entrypoint's service is up, as Harbor's own set-up
+    gives a container's under Docker (an oracle curled its server 20 to 60 ms before it
+    listened, and scored 0): every `EXPOSE`d port listening (at most `ENTRYPOINT_READY_S`),
+    or, with none, the listening sockets unchanged for `ENTRYPOINT_SETTLE_S` (5 s at most)."""
+    listening = "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == \"0A\" {print $2}'"
+    if ports:
+        wanted = " ".join(f":{p:04X}$" for p in ports)
+        tries = int(ENTRYPOINT_READY_S / 0.05)
+        return (
+            f"for i in $(seq {tries}); do up=$({listening}); ok=1; "
+            f'for p in {wanted}; do echo "$up" | grep -q "$p" || ok=0; done; '
+            "[ $ok = 1 ] && exit 0; sleep 0.05; done; exit 0"
+        )
+    steady = int(ENTRYPOINT_SETTLE_S / 0.1)
+    return (
+        f"was=; same=0; for i in $(seq 50); do now=$({listening} | sort | tr '\\n' ' '); "
+        f'if [ "$now" = "$was" ]; then same=$((same + 1)); [ $same -ge {steady} ] && exit 0; '
+        "else same=0; was=$now; fi; sleep 0.1; done; exit 0"
+    )

@@ -27,6 +27,7 @@ import pwd
 import re
 import shutil
 import tempfile
+import tomllib
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -370,3 +371,15 @@ def kill_marked(marker: str) -> int:
     """Kill every process whose environment carries this trial's marker; how many were. A
     process caught inside `execve` is waited for (`kill_strays`'s `settle`)."""
     return kill_strays({f"{MARKER}={marker}".encode()}, settle=EMPTY_PASSES)
+
+
+def asks_for_internet(task_dir: Path) -> bool:
+    """Whether a task's `task.toml` says it needs the internet: read as written, since Harbor's
+    default of "public", which every task has unless it says otherwise, is taken here as no
+    network."""
+    try:
+        config = tomllib.loads((task_dir / "task.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    environment = config.get("environment", {})
+    return environment.get("network_mode") == "public" or environment.get("allow_internet") is True

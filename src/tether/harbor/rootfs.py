@@ -298,3 +298,29 @@ def map_users(pid: int) -> None:
     process `pid`, which waits for it (`--userns-block-fd`). Root only."""
     for kind in ("uid_map", "gid_map"):
         Path(f"/proc/{pid}/{kind}").write_text(f"0 0 {USERS}\n")
+
+
+def map_users_told(info_fd: int) -> None:
+    """`map_users` once bubblewrap has told its pid on the pipe `info_fd` (it tells nothing
+    when it failed before making its namespace: its stderr then says why)."""
+    info = read_all(info_fd)
+    if info:
+        map_users(orjson.loads(info)["child-pid"])
+
+
+def read_all(fd: int) -> bytes:
+    """Everything written to the pipe `fd` until its writer closes it."""
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def visible(path: str) -> bool:
+    """Whether `path` is in what the sandbox shows of the host."""
+
+    def under(roots: tuple[str, ...]) -> bool:
+        return any(path == r or path.startswith(r + "/") for r in roots)
+
+    shown = under(tuple(os.path.realpath(p) for p in SYSTEM) + SHOWN)
+    return shown and (not under(SERVICE_STATE) or under(PACKAGE_STATE))

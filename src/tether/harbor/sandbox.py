@@ -25,10 +25,8 @@ group killed). A call cancelled here kills its command there.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import copy
-import itertools
 import os
 import posixpath
 import shlex
@@ -36,40 +34,44 @@ import shutil
 import sys
 import tempfile
 import time
-import tomllib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 from harbor.environments.base import ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 
-from ..tools.sandbox import SYSTEM, bwrap, system_view
+from ..tools.sandbox import bwrap, system_view
 from . import transfer
-from .build import base_differs, building, evict, images, in_use, key
-from .dockerfile import Copy, Image, Run
+from .build import (
+    BASE_ENV,
+    base_commands,
+    base_differs,
+    base_env,
+    building,
+    evict,
+    images,
+    in_use,
+    key,
+)
+from .channel import Channel
+from .dockerfile import Copy, Image, Run, ready_script
 from .environment import (
     DOCKERFILE,
     VARIABLES,
     LocalEnvironment,
+    asks_for_internet,
     check_user,
     refuse_what_cannot_be_given,
 )
-from .rootfs import PACKAGE_STATE, ROOT_SCRIPT, SERVICE_STATE, SHOWN, Root, map_users, remove
+from .rootfs import ROOT_SCRIPT, Root, map_users_told, remove, visible
 from .server import SERVER
 
 REPLY_LIMIT = 16 << 20
 """The longest reply line read: two streams' kept bytes (`KEEP`), in base64, fit with room."""
 LOG_DIRS = ("/logs/agent", "/logs/verifier", "/logs/artifacts")
 OVERLAY_NEEDS = "a trial's copy-on-write root needs overlayfs in a user namespace: Linux 5.11+"
-BASE_ENV = {
-    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "HOME": "/root",
-    "LANG": "C.UTF-8",
-    "TERM": "dumb",
-}
 
 
 class SandboxEnvironment(LocalEnvironment):
@@ -82,10 +84,7 @@ class SandboxEnvironment(LocalEnvironment):
         self.shared_network = str(network).lower() in ("true", "1", "yes")
         self.rootfs = Root(self.root)
         self.server: asyncio.subprocess.Process | None = None
-        self.replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.ids = itertools.count(1)
-        self.listener: asyncio.Task[None] | None = None
-        self.broken: str | None = None  # why the replies could not be read, if they could not
+        self.channel: Channel | None = None  # the server's pipes, once it is ready
         self.net = False  # the host's network: a build's only
         self.holding: int | None = None  # the image's `in_use` lock, for the trial's life
 
@@ -116,39 +115,13 @@ class SandboxEnvironment(LocalEnvironment):
         """The Dockerfile's `ENV` as written: its paths are where they say in the sandbox."""
         return dict(self.image.env)
 
-    def base_env(self) -> dict[str, str]:
-        """What every command starts with: a container's environment, and where the `FROM`
-        image is not this host's system, what that image allows: pip may install into the
-        system's Python (`PIP_BREAK_SYSTEM_PACKAGES`), as in a `python:*` image, where
-        Debian's marks it externally managed (`RUN pip install` failed in 33 of 52 real
-        tasks)."""
-        if not base_differs(self.image.base):
-            return dict(BASE_ENV)
-        return {**BASE_ENV, "PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_ROOT_USER_ACTION": "ignore"}
-
-    def base_commands(self) -> None:
-        """The commands a `python:*` image has that this host may not: `python` and `pip`, as
-        links to the system's `python3` and `pip3` in the root's /usr/local/bin (a task failed
-        on a missing `python`). Made in the layers before they are mounted."""
-        name = self.image.base.rpartition("/")[2]
-        if not name.startswith(("python:", "python@")) and name != "python":
-            return
-        for command, system in (("python", "python3"), ("pip", "pip3")):
-            found = shutil.which(system, path="/usr/bin:/bin")
-            at = self.rootfs.host_path(f"/usr/local/bin/{command}")
-            if found is None or os.path.lexists(f"/usr/local/bin/{command}"):
-                continue
-            if not os.path.lexists(at):
-                at.parent.mkdir(parents=True, exist_ok=True)
-                at.symlink_to(found)
-
     def make_places(self) -> None:
         """The root's layers, then the container's directories; the logs' are writable by
         every user, as Harbor makes the directories it mounts there (the agent may run as a
         user of the task's image)."""
         self.made_root()
         self.rootfs.prepare()
-        self.base_commands()
+        base_commands(self.image, self.rootfs)
         super().make_places()
         for logs in LOG_DIRS:
             self.local(logs).chmod(0o777)
@@ -244,7 +217,7 @@ class SandboxEnvironment(LocalEnvironment):
                 f"the sandbox did not start: {why or 'no reason given'}"
                 + (f" ({OVERLAY_NEEDS})" if "the trial's root" in why else "")
             )
-        self.listener = asyncio.ensure_future(self.listen())
+        self.channel = Channel(self.server)
 
     async def end(self) -> None:
         """End the sandbox, and with it every process in it."""
@@ -252,8 +225,8 @@ class SandboxEnvironment(LocalEnvironment):
             if self.server.returncode is None:
                 self.server.kill()  # bubblewrap's namespace goes with it, and all inside
             await self.server.wait()
-        if self.listener is not None:
-            await self.listener
+        if self.channel is not None:
+            await self.channel.closed()
 
     # -- the image ------------------------------------------------------------------------
 
@@ -295,7 +268,7 @@ class SandboxEnvironment(LocalEnvironment):
             self.rootfs.keep_as(into)
         finally:
             await self.end()
-            self.net, self.server, self.listener = False, None, None
+            self.net, self.server, self.channel = False, None, None
             remove(self.rootfs.trial)
             for stage in {id(s): s for s in stages.values()}.values():
                 await stage.end()
@@ -319,8 +292,7 @@ class SandboxEnvironment(LocalEnvironment):
         """An earlier stage of a multi-stage build, built in a sandbox of its own, left
         running for the copies that take files from it."""
         stage = copy.copy(self)  # the same task, environment and settings; its own root
-        stage.image, stage.server, stage.listener, stage.broken = image, None, None, None
-        stage.replies, stage.ids = {}, itertools.count(1)
+        stage.image, stage.server, stage.channel = image, None, None
         stage.rootfs = Root(into.with_name(f"{into.name}.stage-{uuid.uuid4().hex}"))
         try:
             await stage.steps_built(deadline, {})
@@ -341,14 +313,15 @@ class SandboxEnvironment(LocalEnvironment):
             into_directory = copy.destination.endswith("/") or len(copy.sources) > 1
             into_directory = into_directory or target.is_dir()
             for source in copy.sources:
-                found = await stage.exec(f"test -e {shlex.quote(source)}", user=0)
-                if found.return_code != 0:
+                q = shlex.quote(source)  # what it is, in one round trip
+                probe = f"if [ -d {q} ]; then echo d; elif [ -e {q} ]; then echo f; fi"
+                kind = ((await stage.exec(probe, user=0)).stdout or "").strip()
+                if kind not in ("d", "f"):
                     raise RuntimeError(
                         f"environment/{DOCKERFILE} {copy.instruction}: {source} is not in "
                         f"stage {copy.stage}"
                     )
-                is_dir = await stage.exec(f"test -d {shlex.quote(source)}", user=0)
-                if is_dir.return_code == 0:
+                if kind == "d":
                     await stage.download(source, target, contents=True)
                 else:
                     name = posixpath.basename(source)
@@ -387,7 +360,7 @@ class SandboxEnvironment(LocalEnvironment):
                 f"its {self.task_env_config.build_timeout_sec:.0f} s"
             )
         await self.inside(f"mkdir -p {shlex.quote(run.workdir)}")
-        environ = {**self.base_env(), **run.env}
+        environ = {**base_env(self.image), **run.env}
         done = await self.request(shlex.join(run.argv), run.workdir, environ, left, run.user)
         if done.return_code != 0:
             tail = (done.stderr or done.stdout or "").strip()[-2000:]
@@ -410,9 +383,7 @@ class SandboxEnvironment(LocalEnvironment):
             os.close(block_r)
             os.close(info_w)
         try:
-            info = await asyncio.to_thread(read_all, info_r)
-            if info:  # else bubblewrap failed before its namespace: its stderr says why
-                map_users(orjson.loads(info)["child-pid"])
+            await asyncio.to_thread(map_users_told, info_r)
         finally:
             os.close(info_r)
             os.close(block_w)  # the end of the wait (bubblewrap reads end of file)
@@ -429,31 +400,6 @@ class SandboxEnvironment(LocalEnvironment):
             start_new_session=True,
             pass_fds=fds,
         )
-
-    async def listen(self) -> None:
-        """Hand each reply of the server to the call that waits for it. Replies are bounded
-        (the server keeps each stream's head and tail, `KEEP`), and read with a line limit
-        above that bound; if reading fails all the same, every waiting call fails with the
-        reason, and so does every later one (they waited for ever: the reader had died on a
-        reply over asyncio's 64 KiB line limit, and each later exec hung)."""
-        assert self.server is not None and self.server.stdout is not None
-        why = "the trial's sandbox has ended"
-        try:
-            while line := await self.server.stdout.readline():
-                reply = orjson.loads(line)
-                waiting = self.replies.pop(reply["id"], None)
-                if waiting is not None and not waiting.done():
-                    waiting.set_result(reply)
-        except (ValueError, orjson.JSONDecodeError, KeyError) as e:
-            why = f"the trial's sandbox sent a reply that cannot be read: {e}"
-            self.broken = why
-            if self.server.returncode is None:
-                self.server.kill()
-        finally:
-            for waiting in self.replies.values():  # no reply will come
-                if not waiting.done():
-                    waiting.set_exception(RuntimeError(why))
-            self.replies.clear()
 
     async def stop(self, delete: bool) -> None:
         """End the sandbox, and with it every process of the trial."""
@@ -562,7 +508,7 @@ class SandboxEnvironment(LocalEnvironment):
         if not self.users:
             check_user(user)
         environ = {
-            **self.base_env(),
+            **base_env(self.image),
             **self.image_env(),
             **(self._merge_env(env) or {}),
             **self.variables(),
@@ -578,69 +524,9 @@ class SandboxEnvironment(LocalEnvironment):
         user: str | int | None,
     ) -> ExecResult:
         """One command for the sandbox's server, and its reply."""
-        if self.server is None or self.server.stdin is None or self.server.returncode is not None:
-            raise RuntimeError(self.broken or "the trial's sandbox is not running")
-        call = next(self.ids)
-        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.replies[call] = reply
-        request = {
-            "id": call,
-            "command": command,
-            "cwd": cwd,
-            "env": environ,
-            "timeout": seconds,
-            "user": user,
-        }
-        self.server.stdin.write(orjson.dumps(request) + b"\n")
-        try:
-            done = await reply
-        except asyncio.CancelledError:
-            self.server.stdin.write(orjson.dumps({"kill": call}) + b"\n")
-            self.replies.pop(call, None)
-            raise
-        return ExecResult(
-            stdout=text(done["stdout"]),
-            stderr=text(done["stderr"]),
-            return_code=int(done["code"]),
-        )
-
-
-ENTRYPOINT_READY_S = 30.0
-"""The longest a trial waits for its entrypoint's `EXPOSE`d ports to listen."""
-ENTRYPOINT_SETTLE_S = 0.5
-"""With no `EXPOSE`: how long the listening sockets must stay as they are (5 s at most)."""
-
-
-def ready_script(ports: list[int]) -> str:
-    """A command that returns once the entrypoint's service is up, as Harbor's own set-up
-    gives a container's under Docker (an oracle curled its server 20 to 60 ms before it
-    listened, and scored 0): every `EXPOSE`d port listening (at most `ENTRYPOINT_READY_S`),
-    or, with none, the listening sockets unchanged for `ENTRYPOINT_SETTLE_S` (5 s at most)."""
-    listening = "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == \"0A\" {print $2}'"
-    if ports:
-        wanted = " ".join(f":{p:04X}$" for p in ports)
-        tries = int(ENTRYPOINT_READY_S / 0.05)
-        return (
-            f"for i in $(seq {tries}); do up=$({listening}); ok=1; "
-            f'for p in {wanted}; do echo "$up" | grep -q "$p" || ok=0; done; '
-            "[ $ok = 1 ] && exit 0; sleep 0.05; done; exit 0"
-        )
-    steady = int(ENTRYPOINT_SETTLE_S / 0.1)
-    return (
-        f"was=; same=0; for i in $(seq 50); do now=$({listening} | sort | tr '\\n' ' '); "
-        f'if [ "$now" = "$was" ]; then same=$((same + 1)); [ $same -ge {steady} ] && exit 0; '
-        "else same=0; was=$now; fi; sleep 0.1; done; exit 0"
-    )
-
-
-def visible(path: str) -> bool:
-    """Whether `path` is in what the sandbox shows of the host."""
-
-    def under(roots: tuple[str, ...]) -> bool:
-        return any(path == r or path.startswith(r + "/") for r in roots)
-
-    shown = under(tuple(os.path.realpath(p) for p in SYSTEM) + SHOWN)
-    return shown and (not under(SERVICE_STATE) or under(PACKAGE_STATE))
+        if self.channel is None:
+            raise RuntimeError("the trial's sandbox is not running")
+        return await self.channel.request(command, cwd, environ, seconds, user)
 
 
 def interpreter() -> str:
@@ -656,30 +542,6 @@ def interpreter() -> str:
     return found
 
 
-def text(encoded: str) -> str:
-    return base64.b64decode(encoded).decode("utf-8", "replace")
-
-
 def available() -> bool:
     """Whether bubblewrap is installed (whether it can make a sandbox here shows at start)."""
     return shutil.which("bwrap") is not None
-
-
-def asks_for_internet(task_dir: Path) -> bool:
-    """Whether a task's `task.toml` says it needs the internet: read as written, since Harbor's
-    default of "public", which every task has unless it says otherwise, is taken here as no
-    network."""
-    try:
-        config = tomllib.loads((task_dir / "task.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return False
-    environment = config.get("environment", {})
-    return environment.get("network_mode") == "public" or environment.get("allow_internet") is True
-
-
-def read_all(fd: int) -> bytes:
-    """Everything written to the pipe `fd` until its writer closes it."""
-    chunks = []
-    while chunk := os.read(fd, 65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
