@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("run options", {"options"}),
     ("runs in memory", {"run", "supervisor", "bus"}),
     ("durable runs", {"durable"}),
-    ("the Runtime", {"backends", "runtime", "overview"}),
+    ("the Runtime", {"backends", "agents", "runtime", "overview"}),
     ("the package's public names", {"tether"}),
     ("interfaces", {"cli", "web", "mcp_server", "harbor", "__main__"}),
 ]

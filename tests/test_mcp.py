@@ -786,7 +786,7 @@ async def test_a_runtime_closed_while_mcp_servers_connect_tells_whoever_waits() 
     rt = Runtime()
     await rt.open()
     waiting = asyncio.create_task(rt.mcp_tools([silent], connect_timeout=60))
-    while not rt.held:  # the runtime has taken the servers on
+    while rt.mcp is None or not rt.mcp.held:  # the runtime has taken the servers on
         await asyncio.sleep(0)
     await rt.close()
     with pytest.raises(RunError, match="closed before the MCP servers' tools were listed"):

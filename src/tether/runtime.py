@@ -25,15 +25,14 @@ import asyncio
 import contextvars
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from .accounts import Limits, Standing, check_account
 from .agent import Agent
+from .agents import Agents, Factory
 from .approvals import Approver
 from .backends import (
     NOT_OPEN,
@@ -47,7 +46,7 @@ from .backends import (
     StoreSettings,
 )
 from .bus import Bus
-from .errors import AccountOverBudget, ConfigError, NoSuchRun, RunError
+from .errors import AccountOverBudget, ConfigError, NoSuchRun
 from .events import Event, Sink
 from .fork import fork_point
 from .journal import store_url
@@ -61,11 +60,8 @@ from .tools.tool import RunContext, Spawn, Tool
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
     from .durable.remote import StoreView
-    from .tools.mcp import MCPApproval, MCPNames
+    from .tools.mcp import MCPApproval, MCPHolder, MCPNames
     from .tools.mcp_auth import AuthSettings
-
-Factory = Callable[[str, dict[str, Any]], Awaitable[Agent]]
-"""Builds the agent a run was recorded with from its name and options (see `Runtime`)."""
 
 
 def context_for(options: dict[str, Any] | None) -> RunContext:
@@ -129,12 +125,11 @@ class Runtime:
                 self.supervisor,
             )
         )
-        self.agents: dict[str, Agent] = {}
+        self.catalog = Agents(factory)
+        self.agents = self.catalog.registered  # by name
         for agent in agents:
             self.register(agent)
-        self.factory = factory
-        self.built: dict[str, asyncio.Future[Agent]] = {}  # by name and options
-        self.held: dict[str, asyncio.Future[list[Tool]]] = {}  # MCP tools by server list
+        self.mcp: MCPHolder | None = None  # the MCP servers' connections, once asked for
         self.background: set[asyncio.Task[Any]] = set()
         self.questions = Questions()  # what runs' tools asked, waiting for `answer`
         self.entered = False
@@ -161,8 +156,8 @@ class Runtime:
                 self.agent_for,
                 self.spawner,
                 self.questions,
-                self.versions,
-                self.factory is not None,
+                self.catalog.versions,
+                self.catalog.factory is not None,
             )
         )
         self.entered = True
@@ -175,15 +170,9 @@ class Runtime:
             task.cancel()
         if self.background:
             await asyncio.wait(self.background, timeout=5.0)
-        for held in self.held.values():  # still connecting: whoever waits is told, not left
-            if not held.done():
-                closed = "the runtime closed before the MCP servers' tools were listed"
-                held.set_exception(RunError(closed))
-                held.exception()  # retrieved: nobody may be waiting
-        self.held.clear()
-        for future in self.built.values():
-            if future.done() and future.exception() is None:
-                await future.result().model.aclose()
+        if self.mcp is not None:
+            self.mcp.close()
+        await self.catalog.aclose()
         self.entered = False
 
     def spawn(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
@@ -201,51 +190,16 @@ class Runtime:
 
     def named(self, agent: str | Agent) -> str:
         """The name a run is started by: the agent's own, registering it if it is an Agent."""
-        if isinstance(agent, Agent):
-            self.register(agent)
-            return agent.name
-        return agent
+        return self.catalog.named(agent)
 
     def register(self, agent: Agent) -> None:
         """Find `agent` by its name here, and the agents its tools run as children."""
-        old = self.agents.get(agent.name)
-        if old is agent:
-            return
-        if old is not None:
-            raise ConfigError(f"two agents are named {agent.name!r}")
-        self.agents[agent.name] = agent
-        for t in agent.toolbox.tools.values():
-            if isinstance(t.agent, Agent):
-                self.register(t.agent)
-
-    def versions(self) -> dict[str, str]:
-        """The version of each agent registered here, by name."""
-        return {name: agent.effective_version for name, agent in self.agents.items()}
+        self.catalog.register(agent)
 
     async def agent_for(self, name: str, options: dict[str, Any] | None = None) -> Agent:
-        """The agent `name`, or the one the factory builds from `options` (built once per
-        name and options: runs with the same options share its HTTP pool)."""
-        if options is None:
-            agent = self.agents.get(name)
-            if agent is None:
-                known = ", ".join(sorted(self.agents)) or "none"
-                raise ConfigError(f"no agent named {name!r} is registered here (known: {known})")
-            return agent
-        if self.factory is None:
-            raise ConfigError(
-                f"agent {name!r} is built from options, and this runtime has no factory"
-            )
-        key = name + "\n" + orjson.dumps(options, option=orjson.OPT_SORT_KEYS).decode()
-        found = self.built.get(key)
-        if found is None:
-            found = self.built[key] = asyncio.get_running_loop().create_future()
-            try:
-                found.set_result(await self.factory(name, options))
-            except BaseException as e:
-                del self.built[key]
-                found.set_exception(e)
-                found.exception()  # retrieved: the caller gets it below
-        return await asyncio.shield(found)
+        """The agent `name`, or the one the factory builds from `options` (once per name and
+        options: runs with the same options share its HTTP pool)."""
+        return await self.catalog.agent_for(name, options)
 
     async def mcp_tools(
         self,
@@ -268,34 +222,20 @@ class Runtime:
         default those of every tool its server does not mark read-only; see
         `tools.mcp.MCPApproval`), and which tools are offered under which names (`names`, by
         default all as their servers name them; see `tools.mcp.MCPNames`)."""
-        key = "\n".join([*servers, repr(auth), str(sampling), repr(approval), repr(names)])
-        if key not in self.held:
-            found: asyncio.Future[list[Tool]] = asyncio.get_running_loop().create_future()
-            self.held[key] = found
+        if self.mcp is None:
+            from .tools.mcp import MCPHolder
 
-            async def hold() -> None:
-                from .tools.mcp import mcp_tools
-
-                try:
-                    async with mcp_tools(
-                        servers,
-                        connect_timeout=connect_timeout,
-                        auth=auth,
-                        token_dir=token_dir,
-                        asker=asker or self.questions.ask,
-                        sampling=sampling,
-                        approval=approval,
-                        names=names,
-                    ) as tools:
-                        found.set_result(tools)
-                        await asyncio.Event().wait()
-                except Exception as e:  # reported to whoever waits for the tools
-                    if not found.done():
-                        found.set_exception(e)
-                        del self.held[key]
-
-            self.spawn(hold())
-        return await asyncio.shield(self.held[key])
+            self.mcp = MCPHolder(self.spawn)
+        return await self.mcp.tools(
+            servers,
+            connect_timeout,
+            auth=auth,
+            token_dir=token_dir,
+            asker=asker or self.questions.ask,
+            sampling=sampling,
+            approval=approval,
+            names=names,
+        )
 
     # -- runs -------------------------------------------------------------------------------
 

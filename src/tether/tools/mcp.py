@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..accounts import OverBudget
-from ..errors import ConfigError, ProviderError
+from ..errors import ConfigError, ProviderError, RunError
 from ..messages import ModelRequest
 from ..questions import Answer, Asker, Question, decline_all, problems
 from .mcp_auth import AuthSettings, oauth
@@ -445,3 +445,46 @@ def why(e: BaseException) -> str:
     if cause is not None and str(cause) and str(cause) not in text:
         text += f" ({why(cause)})"
     return text if len(text) <= 300 else text[:299] + "…"
+
+
+class MCPHolder:
+    """The MCP servers' tools a runtime has connected: each list of servers (with its
+    settings) connected once, kept open by a task of the runtime's (`spawn`; a connection
+    belongs to the task that opened it, and a run's task ends) until the runtime closes."""
+
+    def __init__(self, spawn: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
+        self.spawn = spawn
+        self.held: dict[str, asyncio.Future[list[Tool]]] = {}
+
+    async def tools(
+        self, servers: list[str], connect_timeout: float, **settings: Any
+    ) -> list[Tool]:
+        """The servers' tools (`mcp_tools`'s `settings`), connecting them the first time."""
+        key = "\n".join([*servers, *(repr(settings[k]) for k in sorted(settings) if k != "asker")])
+        if key not in self.held:
+            found: asyncio.Future[list[Tool]] = asyncio.get_running_loop().create_future()
+            self.held[key] = found
+
+            async def hold() -> None:
+                try:
+                    async with mcp_tools(
+                        servers, connect_timeout=connect_timeout, **settings
+                    ) as tools:
+                        found.set_result(tools)
+                        await asyncio.Event().wait()
+                except Exception as e:  # reported to whoever waits for the tools
+                    if not found.done():
+                        found.set_exception(e)
+                        del self.held[key]
+
+            self.spawn(hold())
+        return await asyncio.shield(self.held[key])
+
+    def close(self) -> None:
+        """Tell whoever still waits for servers that connect that they never will."""
+        for held in self.held.values():
+            if not held.done():
+                closed = "the runtime closed before the MCP servers' tools were listed"
+                held.set_exception(RunError(closed))
+                held.exception()  # retrieved: nobody may be waiting
+        self.held.clear()
