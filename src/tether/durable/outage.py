@@ -17,8 +17,11 @@ noticed only by the patience, which counts from the last query that came back.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -138,3 +141,36 @@ def unavailable(patience: float, cause: str | None, run_id: str | None = None) -
             "on from it once the store answers"
         )
     return StoreUnavailable(text)
+
+
+def cancelled_among(run_ids: list[str]) -> asyncio.Future[list[str]]:
+    """Which of `run_ids` are cancelled in the store, asked from a thread of its own: while
+    the store does not answer, DBOS's call waits for it, and a daemon thread that waits does
+    not hold up the process's exit (the default executor's threads would)."""
+    from dbos import DBOS
+
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[list[str]] = loop.create_future()
+
+    def settle(found: list[str] | None, error: BaseException | None) -> None:
+        if answer.done():
+            return
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(found or [])
+
+    def ask() -> None:
+        found, error = None, None
+        try:
+            rows = DBOS.list_workflows(
+                workflow_ids=run_ids, status="CANCELLED", load_input=False, load_output=False
+            )
+            found = [w.workflow_id for w in rows]
+        except Exception as e:
+            error = e
+        with contextlib.suppress(RuntimeError):  # the loop closed while the store kept us
+            loop.call_soon_threadsafe(settle, found, error)
+
+    threading.Thread(target=ask, name="tether-store-watch", daemon=True).start()
+    return answer

@@ -11,12 +11,10 @@ per process, so its workflow finds its owner through `active()`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import os
 import socket
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -38,14 +36,21 @@ from .accounts import StoredAccounts
 from .dbos_private import cancelled_errors, id_in_use_error, refuse_pickles
 from .execute import Executor, Resolver, execute_run
 from .ledger import Ledger
-from .outage import POSTGRES_CONNECT_ARGS, STORE_PATIENCE_S, QuietStoreLog, cannot_open, unavailable
+from .outage import (
+    POSTGRES_CONNECT_ARGS,
+    STORE_PATIENCE_S,
+    QuietStoreLog,
+    cancelled_among,
+    cannot_open,
+    unavailable,
+)
 from .rates import StoredRates
 from .records import RecordSerializer
 from .remote import StoreView
 from .run import DurableRun
 from .sqlite import sqlite_engine_kwargs
 from .versions import HandedBack, Serving, route
-from .view import ENDED, VERSION, WORKFLOW, check_url, client, executor_alive, status_of
+from .view import ENDED, VERSION, WORKFLOW, check_url, client, executor_alive, orphans, status_of
 
 T = TypeVar("T")
 
@@ -537,39 +542,6 @@ class DurableRuns:
             del self.bus.logs[run.id]
 
 
-def cancelled_among(run_ids: list[str]) -> asyncio.Future[list[str]]:
-    """Which of `run_ids` are cancelled in the store, asked from a thread of its own: while
-    the store does not answer, DBOS's call waits for it, and a daemon thread that waits does
-    not hold up the process's exit (the default executor's threads would)."""
-    from dbos import DBOS
-
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[list[str]] = loop.create_future()
-
-    def settle(found: list[str] | None, error: BaseException | None) -> None:
-        if answer.done():
-            return
-        if error is not None:
-            answer.set_exception(error)
-        else:
-            answer.set_result(found or [])
-
-    def ask() -> None:
-        found, error = None, None
-        try:
-            rows = DBOS.list_workflows(
-                workflow_ids=run_ids, status="CANCELLED", load_input=False, load_output=False
-            )
-            found = [w.workflow_id for w in rows]
-        except Exception as e:
-            error = e
-        with contextlib.suppress(RuntimeError):  # the loop closed while the store kept us
-            loop.call_soon_threadsafe(settle, found, error)
-
-    threading.Thread(target=ask, name="tether-store-watch", daemon=True).start()
-    return answer
-
-
 def say(line: str) -> None:
     """A line for the operator (a worker's log, the terminal of `tether run`)."""
     print(line, file=sys.stderr, flush=True)
@@ -604,23 +576,6 @@ _quiet = QuietStoreLog()  # on DBOS's log once it launches, for as long as its t
 
 def process_executor_id() -> str:
     return f"cli-{socket.gethostname()}-{os.getpid()}"
-
-
-async def orphans(run_ids: list[str] | None = None) -> dict[str, str]:
-    """Runs this machine's `tether` processes were executing when they died: run id ->
-    its dead executor (with `run_ids`, only among those)."""
-    from dbos import DBOS
-
-    pending = await DBOS.list_workflows_async(
-        status="PENDING", workflow_ids=run_ids, load_input=False, load_output=False
-    )
-    host = f"cli-{socket.gethostname()}-"
-    owners = {w.workflow_id: w.executor_id or "" for w in pending}
-    return {
-        run_id: owner
-        for run_id, owner in owners.items()
-        if owner.startswith(host) and not executor_alive(owner)
-    }
 
 
 def taken(run_id: str) -> RunExists:

@@ -574,3 +574,20 @@ def questions_waiting(ledger: Ledger, run_id: str) -> list[Question]:
 def ledger_for(url: str) -> Ledger:
     """The ledger of a store, for a process that only messages it (`tether send`)."""
     return Ledger(url)
+
+
+async def orphans(run_ids: list[str] | None = None) -> dict[str, str]:
+    """Runs this machine's `tether` processes were executing when they died: run id ->
+    its dead executor (with `run_ids`, only among those)."""
+    from dbos import DBOS
+
+    pending = await DBOS.list_workflows_async(
+        status="PENDING", workflow_ids=run_ids, load_input=False, load_output=False
+    )
+    host = f"cli-{socket.gethostname()}-"
+    owners = {w.workflow_id: w.executor_id or "" for w in pending}
+    return {
+        run_id: owner
+        for run_id, owner in owners.items()
+        if owner.startswith(host) and not executor_alive(owner)
+    }
