@@ -213,3 +213,42 @@ def test_a_run_records_the_version_of_the_agent_it_started_with(tmp_path: Path) 
     seen = program_output(VERSIONS, f"sqlite:///{tmp_path}/runs.sqlite")
     assert seen["given"] == seen["queued"] == "2"
     assert seen["found"] == seen["fingerprint"] and len(seen["fingerprint"]) == 12
+
+
+GONE = """
+import asyncio, gc, json, sqlite3, sys
+from tether import Agent, Runtime, ScriptedModel, reply
+
+async def main(store):
+    unhandled = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, c: unhandled.append(c["message"]))
+    agent = Agent(ScriptedModel([reply("Done.")]), name="queued-agent")
+    async with Runtime(store, [agent], take_over=False) as rt:
+        run_id = rt.enqueue("queued-agent", "later", run_id="gone-1")
+        seen = []
+
+        async def follow():
+            async for event in rt.events(run_id):
+                seen.append(event.type)
+
+        following = asyncio.ensure_future(follow())
+        while not seen:
+            await asyncio.sleep(0.05)
+        with sqlite3.connect(store.removeprefix("sqlite:///")) as db:  # the store forgets it
+            db.execute("DELETE FROM workflow_status WHERE workflow_uuid = ?", (run_id,))
+        await asyncio.wait_for(following, 30)
+    gc.collect()
+    await asyncio.sleep(0)
+    print(json.dumps({"seen": seen, "unhandled": unhandled}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_a_followed_run_that_is_gone_from_its_store_ends_the_follow(tmp_path: Path) -> None:
+    """A run followed in its store (no process here executes it) that the store no longer
+    has: the follow ends, its events so far kept, and nothing is left raising in a task that
+    nobody awaits (the follower died of NoSuchRun, said by asyncio as an unretrieved error)."""
+    seen = program_output(GONE, f"sqlite:///{tmp_path}/runs.sqlite")
+    assert seen["seen"] and seen["seen"][0] == "run_started"
+    assert seen["unhandled"] == []

@@ -256,8 +256,8 @@ class StoreView:
                 if log.events and log.events[-1].type == "run_finished":
                     return
                 await asyncio.sleep(POLL_S)
-        except ConfigError:  # the run is gone from the store
-            return
+        except (ConfigError, NoSuchRun):  # the run is gone from the store: the follow ends
+            return  # (NoSuchRun was left to the task, an exception nobody retrieved)
         finally:
             log.close()
             if self.logs.get(log.run_id) is log:  # read again from the store if asked again
