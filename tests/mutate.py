@@ -81,6 +81,19 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_web.py::test_binding_beyond_loopback_needs_a_flag",
         "tests/test_durable.py::test_a_step_rewritten_with_a_pickle_is_refused_and_never_run",
     ],
+    "src/tether/web/http.py": [  # its security headers and comparisons (see FOCUS)
+        "tests/test_web.py::test_the_api_needs_the_token_as_a_header_and_never_takes_a_cookie",
+        "tests/test_web.py::test_the_pages_are_shells_and_the_link_sets_no_cookie",
+        "tests/test_web.py::test_a_host_header_names_a_host_without_its_port",
+        "tests/test_web.py::test_requests_come_from_where_they_should",
+        "tests/test_web.py::test_binding_beyond_loopback_needs_a_flag",
+    ],
+    "src/tether/paying.py": [  # a model call paid for, by both drivers
+        "tests/test_accounts.py",
+        "tests/test_agent.py",
+        "tests/test_tree.py",
+    ],
+    "src/tether/children.py": ["tests/test_tree.py", "tests/test_agent.py"],
     "src/tether/durable/ledger.py": [
         "tests/test_ledger.py",
         "tests/test_durable_python.py",
@@ -111,15 +124,8 @@ FLIPS: dict[type[ast.AST], type[ast.AST]] = {
 
 
 FOCUS: dict[str, tuple[str, ...]] = {
-    "src/tether/web/server.py": (
-        "guard",
-        "auth",
-        "denied",
-        "same",
-        "host_name",
-        "secure_headers",
-        "html_page",
-    ),
+    "src/tether/web/server.py": ("guard", "auth", "denied"),
+    "src/tether/web/http.py": ("same", "host_name", "secure_headers", "html_page"),
 }
 """The functions mutated by default in a module that is more than its guarantees: the page
 server's are its access checks (token, cookie, CSRF header, Host, security headers); the rest
