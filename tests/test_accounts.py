@@ -737,3 +737,37 @@ def test_every_limit_kind_refuses_alike_in_memory_and_on_each_store(
     finally:
         if ledger is not None and ledger.engine is not None:
             ledger.engine.dispose()
+
+
+QUEUE_MANY = """
+import asyncio, gc, json, os, sys
+from tether import Agent, Limits, RunContext, Runtime, ScriptedModel, reply
+
+def open_files():
+    return len(os.listdir("/proc/self/fd"))
+
+async def main(store):
+    agent = Agent(ScriptedModel([reply("Done.")]), name="billed")
+    async with Runtime(store, [agent], take_over=False) as rt:
+        await rt.set_limits("acme", Limits(tokens_total=1_000_000))
+        rt.enqueue("billed", "first", context=RunContext(account_id="acme"))
+        gc.disable()  # what is not closed stays open, as between two collections
+        before = open_files()
+        for i in range(20):
+            rt.enqueue("billed", f"task {i}", context=RunContext(account_id="acme"))
+        after = open_files()
+        gc.enable()
+    print(json.dumps({"opened": after - before}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_queueing_runs_of_an_account_leaves_no_connection_open(tmp_path: Path) -> None:
+    """Each run queued for an account reads the account's standing from the store's ledger:
+    that ledger is closed after (each left a connection and its files open until a garbage
+    collection, twenty runs sixty files)."""
+    from helpers import program_output
+
+    seen = program_output(QUEUE_MANY, f"sqlite:///{tmp_path}/runs.sqlite")
+    assert seen["opened"] <= 2, seen

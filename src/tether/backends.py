@@ -394,11 +394,12 @@ class OnStore(Backend):
         from .durable.remote import enqueue
         from .durable.run import record_of
 
+        durable = self.durable  # its reader and ledger when open, else opened for this
         if how.context.account_id is not None:
-            refuse_over(self.settings.url, how.context.account_id)
+            refuse_over(self.settings.url, how.context.account_id, durable)
         approvals = approvals_of(how.approver)
         record = record_of(agent, how.options, how.context, approvals, how.restart)
-        enqueue(self.settings.url, pairs, record)
+        enqueue(self.settings.url, pairs, record, durable.reader if durable else None)
 
     async def upgrade(self, run_id: str, to: str | None) -> tuple[str, str]:
         from .durable.remote import upgrade_run
@@ -439,14 +440,18 @@ def approvals_of(approver: Approver | None) -> str:
     )
 
 
-def refuse_over(url: str, account: str) -> None:
+def refuse_over(url: str, account: str, durable: DurableRuns | None = None) -> None:
     """Refuse to queue runs of an account over a limit that refuses new runs, as
     `Runtime.start` refuses one (`Runtime.admit`); with `when_over="queue"` they are queued
     and wait before their first call. Read from the store's ledger: a queue opens no more."""
     from .durable.accounts import StoredAccounts
     from .durable.ledger import Ledger
 
-    standing = StoredAccounts(Ledger(url, connections=1)).standing_now(check_account(account))
+    if durable is not None:
+        standing = StoredAccounts(durable.ledger).standing_now(check_account(account))
+    else:
+        with Ledger(url, connections=1) as ledger:
+            standing = StoredAccounts(ledger).standing_now(check_account(account))
     refused = standing.refusal_of_new_runs()
     if refused:
         raise AccountOverBudget(f"{refused}: the runs were not queued")

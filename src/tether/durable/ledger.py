@@ -170,6 +170,22 @@ class Ledger:
             for ddl in TABLES:
                 run(ddl, {})
 
+    def close(self) -> None:
+        """Close the connection (SQLite) or the pool (Postgres). A ledger opened for one
+        request closes when done: left to the garbage collector, each queued run of an
+        account kept a connection open (a Ledger and its Writer hold each other)."""
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.engine is not None:
+            self.engine.dispose()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @contextmanager
     def transaction(self) -> Iterator[Run]:
         if self.conn is not None:

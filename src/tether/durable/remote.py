@@ -75,11 +75,20 @@ def answer_approval(
 # -- the queue --------------------------------------------------------------------------------
 
 
-def enqueue(url: str, runs: list[tuple[str, str]], record: dict[str, Any]) -> None:
+def enqueue(
+    url: str, runs: list[tuple[str, str]], record: dict[str, Any], store: Any = None
+) -> None:
     """Put runs (id, task) of one record (agent, options, context) on the shared queue for
     whichever workers are free, in one transaction: all of them are recorded, or, when one
-    cannot be (an id the store has already), none is. A thousand take about a second."""
-    store = client(url, create=True)
+    cannot be (an id the store has already), none is. A thousand take about a second.
+    `store`: the process's reader of the store, if it has one open (else one is opened for
+    this and closed after: a reader per call, never closed, kept its connections open)."""
+    if store is None:
+        opened = client(url, create=True)
+        try:
+            return enqueue(url, runs, record, opened)
+        finally:
+            opened.close()
     ids = [run_id for run_id, _ in runs]
     if len(set(ids)) != len(ids):
         raise ConfigError("two runs to queue have the same id")

@@ -103,7 +103,14 @@ class Reader:
         self.client = dbos_client
         self.url = url
         self._ledger = ledger
+        self._own_ledger = ledger is None  # opened here, when first asked for: closed here
         self._served: tuple[float, set[str]] | None = None
+
+    def close(self) -> None:
+        """Let go of the store: the client's connections, and the ledger it opened."""
+        self.client.destroy()
+        if self._own_ledger and self._ledger is not None:
+            self._ledger.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
