@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         | {"agent"},
     ),
     ("run options", {"options"}),
-    ("runs in memory", {"run", "supervisor", "bus"}),
+    ("runs in memory", {"run", "supervisor", "bus", "memory_view"}),
     ("durable runs", {"durable"}),
     ("the Runtime", {"backends", "agents", "runtime", "overview"}),
     ("the package's public names", {"tether"}),

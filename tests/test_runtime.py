@@ -525,3 +525,32 @@ def test_the_journal_holds_no_file_for_a_run_that_waits_in_the_queue(tmp_path: P
     assert list(journal.files) == ["r0"]
     journal.close()
     assert [e.type for e in journal.runs()["r0"]] == ["run_started", "queued", "admitted"]
+
+
+async def test_a_runtime_in_memory_has_a_view_of_its_runs_as_a_store_has() -> None:
+    """One interface for reading runs, in memory too (it was None, and each reader asked
+    first whether there was a store): a run waiting for approval is listed `waiting` (as a
+    store lists it; in memory it said `running`), in the page of that state and its counts;
+    one that is not there is NoSuchRun."""
+    from tether import Runtime
+    from tether.overview import Overview
+    from tether.run_filter import RunFilter
+
+    script = [reply(tool_calls=[("pay", {"amount": 5, "to": "bob"})]), reply("Paid.")]
+    agent = Agent(ScriptedModel(script), [pay], name="payer")
+    async with Runtime(agents=[agent]) as rt:
+        run = await rt.start("payer", "Pay bob.")
+        await until(lambda: rt.get(run.id).waiting(), "the call to wait for approval", 10)
+        assert rt.view.has(run.id) and rt.view.rows() == [] and rt.view.row(run.id) is None
+        waiting = rt.view.page(RunFilter(states=frozenset({"waiting"})), None, 10)
+        assert [r["id"] for r in waiting.rows] == [run.id]
+        assert waiting.counts == {"waiting": 1}
+        listed = await Overview(rt).page(RunFilter(), None, 10)
+        assert [(r["id"], r["status"]) for r in listed.rows] == [(run.id, "waiting")]
+        (request,) = rt.get(run.id).waiting()
+        rt.approve(run.id, request.id)
+        done = await within(run.wait(), "the approved run")
+        assert done.answer == "Paid."
+        assert rt.view.page(RunFilter(), None, 10).rows[0]["status"] == "done"
+        with pytest.raises(NoSuchRun):
+            rt.view.log("nope")

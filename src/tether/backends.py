@@ -16,20 +16,22 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .accounts import Accounts, MemoryAccounts, check_account
 from .agent import Agent
 from .approvals import ApprovalRequest, Approver, approve_all, deny_all
-from .bus import Bus
+from .bus import Bus, EventLog
+from .dashboard import Ended
 from .errors import AccountOverBudget, ConfigError, QuestionError
 from .events import Event, Sink
+from .memory_view import MemoryView
 from .messages import ImagePart, Message
-from .questions import Answer, Questions
+from .questions import Answer, Question, Questions
 from .rates import MemoryRates, Rates
 from .result import RunResult
 from .run import RestartPolicy, Status
+from .run_filter import Cursor, Page, RunFilter
 from .supervisor import Supervisor
 from .tools.tool import RunContext, Spawn
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
     from .durable.process import DurableRuns
-    from .durable.remote import StoreView
 
 NOT_OPEN = "enter the runtime first: async with Runtime(...) as rt"
 
@@ -65,6 +67,27 @@ class RunHandle(Protocol):
     def waiting(self) -> list[ApprovalRequest]: ...
 
     async def wait(self) -> RunResult: ...
+
+
+class RunsView(Protocol):
+    """A backend's runs as a person reads them, wherever they execute: in memory
+    (`memory_view.MemoryView`) or on a store (`durable.remote.StoreView`)."""
+
+    def has(self, run_id: str) -> bool: ...
+
+    def questions(self, run_id: str) -> list[Question]: ...
+
+    def log(self, run_id: str) -> EventLog: ...
+
+    def rows(self, limit: int | None = None) -> list[dict[str, Any]]: ...
+
+    def row(self, run_id: str) -> dict[str, Any] | None: ...
+
+    def page(
+        self, flt: RunFilter, after: Cursor | None, limit: int, oldest_first: bool = False
+    ) -> Page: ...
+
+    def activity(self, since: float) -> tuple[list[float], list[Ended], list[float]]: ...
 
 
 @dataclasses.dataclass
@@ -145,8 +168,9 @@ class Backend:
         raise NotImplementedError
 
     @property
-    def view(self) -> StoreView | None:
-        return None
+    def view(self) -> RunsView:
+        """Every run of the backend, wherever it executes, as a person reads them."""
+        raise NotImplementedError
 
     @property
     def accounts(self) -> Accounts:
@@ -204,6 +228,14 @@ class InMemory(Backend):
         self.supervisor = supervisor
         self.kept_accounts = MemoryAccounts()  # this process's runs' accounts
         self.kept_rates = MemoryRates()  # and their endpoints' rates
+        self.memory_view = MemoryView(supervisor)
+
+    async def open(self, needs: Needs) -> None:
+        self.memory_view.asked = needs.questions
+
+    @property
+    def view(self) -> RunsView:
+        return self.memory_view
 
     async def close(self, deadline: float) -> None:
         await self.supervisor.shutdown(deadline=deadline)
@@ -316,8 +348,10 @@ class OnStore(Backend):
         return self.opened.runs
 
     @property
-    def view(self) -> StoreView | None:
-        return self.durable.view if self.durable is not None else None
+    def view(self) -> RunsView:
+        found = self.opened.view
+        assert found is not None, "opened with its store"
+        return found
 
     @property
     def accounts(self) -> Accounts:

@@ -13,15 +13,15 @@ own copy of these rules, and the copies drifted).
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .dashboard import Ended
 from .durable.remote import RemoteRun
 from .errors import NoSuchRun
-from .run_filter import Cursor, Page, RunFilter, page_of
-from .summaries import activity, first_ms, message_dict, row_summary, summarize
+from .memory_view import ENDED_STATES, held_summary
+from .run_filter import Cursor, Page, RunFilter
+from .summaries import message_dict, row_summary
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 SHOWN_FROM_STORE = 500
 """How many of the store's runs executed elsewhere `recent` lists (the most recent); `page`
 pages through all of them."""
-ENDED_STATES = ("done", "halted", "failed", "cancelled", "interrupted")
-"""A run in one of these waits for nobody: the inbox does not ask it."""
 WAITING = RunFilter(states=frozenset({"waiting"}))
 
 
@@ -42,14 +40,8 @@ class Overview:
 
     def summary(self, run_id: str) -> dict[str, Any]:
         """A run this process holds, from its events."""
-        run = self.runtime.runs.get(run_id)
-        s = summarize(self.runtime.bus.logs[run_id].events)
-        s["id"] = run_id
-        if run is not None:
-            s["status"] = run.status
-        elif s["status"] in ("queued", "running", "idle"):
-            s["status"] = "interrupted"  # its server stopped before it ended
-        return s
+        logs = self.runtime.bus.logs
+        return held_summary(run_id, logs[run_id].events, self.runtime.runs.get(run_id))
 
     async def recent(self) -> list[dict[str, Any]]:
         """The runs of this process, then those of its store that execute elsewhere (the most
@@ -62,36 +54,12 @@ class Overview:
     async def page(
         self, flt: RunFilter, after: Cursor | None, limit: int, oldest_first: bool = False
     ) -> Page:
-        """The store's page (the runs executing here shown as they stream), or in memory the
-        page of this process's runs."""
+        """A page of the runs (on a store, the runs executing here shown as they stream)."""
         logs = self.runtime.bus.logs
-        view = self.runtime.view
-        if view is not None:
-            page = await asyncio.to_thread(view.page, flt, after, limit, oldest_first)
-            page.rows = [
-                self.summary(r["id"]) if r["id"] in logs else row_summary(r) for r in page.rows
-            ]
-            return page
-        keyed = self.keyed_here()
-        page = page_of(keyed, flt, after, limit, oldest_first)
-        page.counts = dict(Counter(s["status"] for _, s in keyed))
+        page = await asyncio.to_thread(self.runtime.view.page, flt, after, limit, oldest_first)
+        page.rows = [live(self.summary(r["id"]), r) if r["id"] in logs else row_summary(r)
+                     for r in page.rows]  # fmt: skip
         return page
-
-    def keyed_here(self) -> list[tuple[Cursor, dict[str, Any]]]:
-        """This process's runs in memory, each with its key in a page's order."""
-        logs = self.runtime.bus.logs
-        return [(Cursor(first_ms(logs[i].events), i), self.summary(i)) for i in list(logs)]
-
-    def waiting_here(self) -> list[tuple[Cursor, dict[str, Any]]]:
-        """`keyed_here`, those waiting for a person as `waiting` (a run in memory says
-        `running` while its calls wait)."""
-        keyed = self.keyed_here()
-        for _, s in keyed:
-            run = self.runtime.runs.get(s["id"])
-            asks = run is not None and (run.waiting() or self.runtime.asked(s["id"]))
-            if asks and s["status"] not in ENDED_STATES:
-                s["status"] = "waiting"
-        return keyed
 
     async def waiting(
         self, after: Cursor | None, limit: int, questions: bool = True
@@ -99,10 +67,7 @@ class Overview:
         """What waits for a person, a page of runs at a time, the oldest run's first: each
         waiting call (`kind` approval) with its run and task, and with `questions`, each
         question its tools asked (`kind` question)."""
-        if self.runtime.view is not None:
-            page = await self.page(WAITING, after, limit, oldest_first=True)
-        else:
-            page = page_of(self.waiting_here(), WAITING, after, limit, oldest_first=True)
+        page = await self.page(WAITING, after, limit, oldest_first=True)
         found: list[dict[str, Any]] = []
         for s in page.rows:
             try:
@@ -120,22 +85,8 @@ class Overview:
 
     async def activity(self, since: float) -> tuple[list[float], list[Ended], list[float]]:
         """Since `since`: when runs started, how they ended, and how long their model calls
-        took (the dashboard's figures, which keep those in its window), of the store's runs,
-        or in memory of every run of this process."""
-        view = self.runtime.view
-        if view is not None:
-            found: tuple[list[float], list[Ended], list[float]]
-            found = await asyncio.to_thread(view.activity, since)
-            return found
-        started: list[float] = []
-        ended: list[Ended] = []
-        took: list[float] = []
-        for log in list(self.runtime.bus.logs.values()):
-            created, end, seconds = activity(log.events)
-            started += [created] if created is not None else []
-            ended += [end] if end is not None else []
-            took += seconds
-        return started, ended, took
+        took (the dashboard's figures, which keep those in its window)."""
+        return await asyncio.to_thread(self.runtime.view.activity, since)
 
     async def describe(self, run_id: str) -> dict[str, Any] | None:
         """One run's summary with its transcript, the calls that wait for approval and the
@@ -159,6 +110,14 @@ class Overview:
         asked = await asyncio.to_thread(self.runtime.asked, run_id)
         summary["questions"] = [q.to_dict() for q in asked]
         return summary
+
+
+def live(summary: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """A run executing here as its events say, but `waiting` where the view says it waits for
+    a person (a run here says `running` while its calls wait)."""
+    if row.get("status") == "waiting" and summary["status"] not in ENDED_STATES:
+        summary["status"] = "waiting"
+    return summary
 
 
 async def act[T](run: Any, request: Callable[[], T]) -> T:

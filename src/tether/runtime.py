@@ -42,11 +42,12 @@ from .backends import (
     OnStore,
     Recorded,
     RunHandle,
+    RunsView,
     Start,
     StoreSettings,
 )
 from .bus import Bus
-from .errors import AccountOverBudget, ConfigError, NoSuchRun
+from .errors import AccountOverBudget, ConfigError
 from .events import Event, Sink
 from .fork import fork_point
 from .journal import store_url
@@ -59,7 +60,6 @@ from .supervisor import DEFAULT_MAX_MODEL_CALLS, Supervisor
 from .tools.tool import RunContext, Spawn, Tool
 
 if TYPE_CHECKING:  # imported when a store is opened: a runtime in memory never loads it
-    from .durable.remote import StoreView
     from .tools.mcp import MCPApproval, MCPHolder, MCPNames
     from .tools.mcp_auth import AuthSettings
 
@@ -474,7 +474,7 @@ class Runtime:
         """Whether `get(run_id)` finds a run."""
         if run_id in self.bus.logs:
             return True
-        return self.view is not None and self.view.has(run_id)
+        return self.view.has(run_id)
 
     def send(self, run_id: str, text: str) -> None:
         """A user message, delivered before the run's next model call."""
@@ -522,7 +522,7 @@ class Runtime:
         """The questions a run waits on: of this process, else of the store (a run a worker
         elsewhere executes)."""
         here = self.questions.of_run(run_id)
-        if here or self.view is None or run_id in self.runs:
+        if here or run_id in self.runs:
             return here
         return self.view.questions(run_id)
 
@@ -560,25 +560,22 @@ class Runtime:
         A run of the store that does not execute here is followed in its store (its steps
         as they are recorded; token deltas are only live where it executes)."""
         log = self.bus.logs.get(run_id)
-        if log is None:
-            if self.view is None:
-                raise NoSuchRun(f"no run {run_id!r}")
-            log = self.view.log(run_id)
-        return log.follow(offset)
+        return (log if log is not None else self.view.log(run_id)).follow(offset)
 
     @property
-    def view(self) -> StoreView | None:
-        """The store's runs wherever they execute (None in memory, or before entering)."""
+    def view(self) -> RunsView:
+        """Every run, wherever it executes, as a person reads them: this process's in
+        memory, the store's on a store (entered first)."""
         return self.backend.view
 
     def stored_runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The runs of the store, wherever they execute, as `tether runs --json` lists them,
         oldest first (with `limit`, the most recent); none in memory."""
-        return self.view.rows(limit) if self.view is not None else []
+        return self.view.rows(limit)
 
     def stored_run(self, run_id: str) -> dict[str, Any] | None:
         """One run of the store as `stored_runs` lists it; None if the store has none."""
-        return self.view.row(run_id) if self.view is not None else None
+        return self.view.row(run_id)
 
     def check_open(self) -> None:
         if not self.entered:
