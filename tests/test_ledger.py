@@ -326,7 +326,8 @@ def test_records_are_data_checked_as_they_are_read() -> None:
 
     import pytest
 
-    from tether.durable.records import FORMAT, RecordError, dumps, loads
+    from tether.durable.formats import RECORD_FORMAT
+    from tether.durable.records import RecordError, dumps, loads
     from tether.messages import Message, ModelResponse, TextPart, ToolCall, ToolResult, Usage
 
     reply = ModelResponse(
@@ -350,7 +351,7 @@ def test_records_are_data_checked_as_they_are_read() -> None:
         b'{"$eval": "1"}',
     ):
         with pytest.raises(RecordError):
-            loads(FORMAT + bad)
+            loads(RECORD_FORMAT + bad)
     with pytest.raises(RecordError, match="never unpickled"):
         loads(pickle.dumps(step))
     with pytest.raises(TypeError):

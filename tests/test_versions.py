@@ -329,15 +329,16 @@ def test_a_run_queued_for_any_worker_waits_for_its_own_version(
     from versioned import mailer  # type: ignore[import-not-found]
 
     from tether import RunContext
+    from tether.durable.formats import WORKFLOW_VERSION
     from tether.durable.run import record_of
-    from tether.durable.view import VERSION, WORKFLOW, client
+    from tether.durable.view import WORKFLOW, client
 
     store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
     env = cli_env(SENT_FILE=str(tmp_path / "sent"), OPENAI_API_KEY="sk-test")
     wire.rule = lambda body: {"text": "At your service."}
     reader = client(store, create=True)
     record = record_of(mailer("1", wire.url), None, RunContext(workspace=tmp_path))
-    options = {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": VERSION}
+    options = {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": WORKFLOW_VERSION}
     reader.enqueue({**options, "workflow_id": "idle-old"}, "idle-old", record, "idle-old")
     reader.destroy()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,29 +19,11 @@ from typing import Any, Literal
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-def quick_pickle[C: type](cls: C) -> C:
-    """Pickle a slots dataclass's fields without `dataclasses.fields()` on every object: DBOS
-    pickles a durable run's inputs and result (its steps are JSON records, `records`), and
-    dataclasses' own `__getstate__` was 5% of a durable run's CPU (yappi, bench/durable_bench
-    on SQLite). The state is the fields' values in order, as before, so records written
-    either way read back the same (`__setstate__` is dataclasses' own)."""
-    names = tuple(f.name for f in dataclasses.fields(cls))
-    get = operator.attrgetter(*names)
-
-    def state(self: object) -> tuple[Any, ...]:
-        values = get(self)
-        return (values,) if len(names) == 1 else values
-
-    setattr(cls, "__getstate__", state)  # noqa: B010 - a class of its own, set once
-    return cls
-
-
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "content_filter", "pause", "other"]
 """Why the model stopped, mapped from each provider's own words. `pause` is a turn the server
 paused (Anthropic's `pause_turn`): not an answer; sent back, the model goes on with it."""
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class TextPart:
     """Text in a message."""
@@ -50,7 +31,6 @@ class TextPart:
     text: str
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A call the model asked for.
@@ -89,7 +69,6 @@ IMAGE_TOKENS = 1000
 from 85 to about 1,600, by its size)."""
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class ImagePart:
     """An image in a user message or a tool result. Its `sha256` names it: a durable store
@@ -153,7 +132,6 @@ class ImagePart:
         return d
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """What a tool call returned, as the model reads it: the call's id and tool, its output,
@@ -170,7 +148,6 @@ class ToolResult:
     counted in the run's usage and cost as the result arrives, and recorded with it."""
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class ReasoningPart:
     """Model reasoning. `signature` / `encrypted` are opaque provider data that must be sent back
@@ -187,7 +164,6 @@ class ReasoningPart:
 Part = TextPart | ToolCall | ToolResult | ReasoningPart | ImagePart
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class Message:
     """One message of a conversation: its role (`user`, `assistant`, `tool`) and its parts
@@ -229,7 +205,6 @@ class Message:
         return found
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts, normalized: `input_tokens` counts every prompt token, cached ones included."""
@@ -278,7 +253,6 @@ class Usage:
         return d
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """What the model is told about a tool: its name, description and JSON schema."""
@@ -288,7 +262,6 @@ class ToolSpec:
     parameters: dict[str, Any]
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class OutputFormat:
     """The shape a final answer must have: a JSON Schema, with the name protocols ask for."""
@@ -297,7 +270,6 @@ class OutputFormat:
     schema: dict[str, Any]
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """What a model is sent for one call: the conversation, the system prompt, the tools it
@@ -313,7 +285,6 @@ class ModelRequest:
     """The schema the final answer must match (see `output`), in each protocol's own way."""
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
     """A model's reply: the assistant message (text and tool calls), why it stopped, the

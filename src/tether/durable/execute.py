@@ -25,7 +25,8 @@ from ..run import RestartPolicy, cancelled_summary, supervise
 from ..tools.tool import Spawn
 from ..tree import Allowance
 from .effects import RecordedEffects
-from .run import FORMAT, DurableRun, context_of, recorded
+from .formats import RUN_FORMAT
+from .run import DurableRun, context_of, recorded
 from .versions import on_its_version
 from .view import task_images
 
@@ -55,7 +56,7 @@ async def execute_run(
     history: list[Message] | None,
 ) -> dict[str, Any]:
     """Execute `run` here from its `record`, and return the workflow's output."""
-    if record.get("format") != FORMAT:
+    if record.get("format") != RUN_FORMAT:
         raise ConfigError(f"run {run.id} was recorded in another format")
     try:
         agent = await how.resolve(record["agent"], record["options"])

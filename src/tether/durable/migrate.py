@@ -28,8 +28,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import ConfigError
+from .formats import RECORD_FORMAT
 from .ledger import ledger_url
-from .records import FORMAT, TYPES, RecordSerializer, dumps
+from .records import TYPES, RecordSerializer, dumps
 
 PICKLE = "py_pickle"
 OURS = RecordSerializer().name()
@@ -222,7 +223,7 @@ def step_rows(conn: sa.Connection, report: Report) -> None:
     """Tether's own steps: a pickle becomes `records.dumps` of what it holds."""
     rows = conn.execute(sa.text("SELECT run_id, n, output FROM tether_steps")).all()
     for run_id, n, output in rows:
-        if bytes(output).startswith(FORMAT):
+        if bytes(output).startswith(RECORD_FORMAT):
             continue
         try:
             record = dumps(unpickle(bytes(output)))

@@ -35,6 +35,7 @@ from ..tree import Allowance
 from .accounts import StoredAccounts
 from .dbos_private import cancelled_errors, id_in_use_error, refuse_pickles
 from .execute import Executor, Resolver, execute_run
+from .formats import WORKFLOW_VERSION
 from .ledger import Ledger
 from .outage import (
     POSTGRES_CONNECT_ARGS,
@@ -50,7 +51,7 @@ from .remote import StoreView
 from .run import DurableRun
 from .sqlite import sqlite_engine_kwargs
 from .versions import HandedBack, Serving, route
-from .view import ENDED, VERSION, WORKFLOW, check_url, client, executor_alive, orphans, status_of
+from .view import ENDED, WORKFLOW, check_url, client, executor_alive, orphans, status_of
 
 T = TypeVar("T")
 
@@ -181,7 +182,7 @@ class DurableRuns:
             "system_database_url": self.url,
             "log_level": "WARNING",
             "notification_listener_polling_interval_sec": 0.05,
-            "application_version": VERSION,
+            "application_version": WORKFLOW_VERSION,
             "executor_id": self.executor_id,
             # as many threads as connections: a thread never waits for one (see CONNECTIONS)
             "sys_db_pool_size": self.connections,
@@ -342,12 +343,12 @@ class DurableRuns:
             here.emitter.sinks.extend(sinks)
             return here
         status = await asyncio.to_thread(status_of, self.reader, run_id)
-        if status.app_version not in (None, VERSION) and status.status not in ENDED:
+        if status.app_version not in (None, WORKFLOW_VERSION) and status.status not in ENDED:
             raise ConfigError(
                 f"run {run_id} was recorded by another version of Tether ({status.app_version}, "
-                f"this one writes {VERSION}): its steps are kept differently, so resuming it "
-                "here could repeat what it had completed; finish it with the version that "
-                "started it"
+                f"this one writes {WORKFLOW_VERSION}): its steps are kept differently, so "
+                "resuming it here could repeat what it had completed; finish it with the "
+                "version that started it"
             )
         if status.status == "PENDING":
             owner = status.executor_id or "local"

@@ -11,9 +11,10 @@ Reading a record builds frozen dataclasses from checked values; it calls nothing
     {"$t": "ToolResult", "call_id": "c1", "name": "add", "output": "42", ...}
     {"$tuple": [...]}   {"$d": {...}}   {"$b": "base64"}   lists, strings, numbers, null
 
-Every record begins with `FORMAT`; one without it (a pickle written by an earlier version) is
-refused with `RecordError`, never unpickled. `tether migrate` (`migrate.py`) rewrites a store
-written before 0.1.0, reading its pickles with an unpickler that builds our types only.
+Every record begins with `RECORD_FORMAT` (`formats.py`); one without it (a pickle written by
+an earlier version) is refused with `RecordError`, never unpickled. `tether migrate`
+(`migrate.py`) rewrites a store written before 0.1.0, reading its pickles with an unpickler
+that builds our types only.
 
 What DBOS keeps of a run (its inputs, its result, the messages and events that carry
 approvals) goes through the same codec (`RecordSerializer`), and DBOS's own pickle reader is
@@ -43,8 +44,8 @@ from ..messages import (
     ToolResult,
     Usage,
 )
+from .formats import RECORD_FORMAT
 
-FORMAT = b"tether-json-1\n"
 TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (
@@ -70,16 +71,16 @@ class RecordedFailure(TetherError):
 
 
 def dumps(value: Any) -> bytes:
-    """`value` as a record: `FORMAT`, then JSON."""
-    return FORMAT + orjson.dumps(encode(value))
+    """`value` as a record: `RECORD_FORMAT`, then JSON."""
+    return RECORD_FORMAT + orjson.dumps(encode(value))
 
 
 def loads(record: bytes, what: str = "a record") -> Any:
     """A record read back, checked; `what` names it in an error (a run's step)."""
-    if not bytes(record).startswith(FORMAT):
+    if not bytes(record).startswith(RECORD_FORMAT):
         raise RecordError(f"{what} is not in Tether's record format: {NOT_OURS}")
     try:
-        return decode(orjson.loads(bytes(record)[len(FORMAT) :]))
+        return decode(orjson.loads(bytes(record)[len(RECORD_FORMAT) :]))
     except (orjson.JSONDecodeError, TypeError, ValueError, KeyError) as e:
         raise RecordError(f"{what} is not a valid record: {e}") from None
 

@@ -26,12 +26,12 @@ from .dbos_private import (
     all_events,
     engine,
 )
+from .formats import WORKFLOW_VERSION
 from .ledger import Ledger
 from .versions import home_of, queue_for, record_in, wanted
 from .view import (
     ENDED,
     MAIL,
-    VERSION,
     WORKFLOW,
     check_url,
     client,
@@ -99,7 +99,7 @@ def enqueue(
     queue = {
         "queue_name": home_of(record, None),
         "workflow_name": WORKFLOW,
-        "app_version": VERSION,
+        "app_version": WORKFLOW_VERSION,
     }
     with engine(store).begin() as conn:
         for run_id, task in runs:

@@ -29,12 +29,10 @@ from ..messages import Message, ToolCall, hollow
 from ..result import RunResult
 from ..run import RestartPolicy
 from ..tools.tool import RunContext
+from .formats import RUN_FORMAT
 from .ledger import Ledger
 from .outage import cause_of, said_by_us
 from .view import MAIL, ORIGIN, Tally, messages_of, version_of
-
-FORMAT = 1
-"""The version of a run's record (below); a reader refuses a record of another version."""
 
 APPROVALS = ("wait", "auto", "deny")
 
@@ -52,7 +50,7 @@ def record_of(
     if approvals not in APPROVALS:
         raise ConfigError(f"approvals: {approvals!r} is not one of {', '.join(APPROVALS)}")
     return {
-        "format": FORMAT,
+        "format": RUN_FORMAT,
         "agent": agent.name,
         "version": agent.effective_version,
         "options": options,

@@ -37,6 +37,7 @@ from .dbos_private import (
     status_counts,
     wake,
 )
+from .formats import WORKFLOW_VERSION
 from .ledger import Ledger
 from .outage import cannot_open, said_by_us
 from .records import RecordSerializer
@@ -49,7 +50,6 @@ from .versions import record_in, upgraded, version_in, wanted
 T = TypeVar("T")
 
 WORKFLOW = "tether.durable_run"
-VERSION = "tether-4"  # the workflow's shape: a run recorded by another cannot resume
 
 
 ORIGIN = ("forked_from", "at")
@@ -139,7 +139,7 @@ class Reader:
         completed (Unix time); a run that an earlier version recorded (tether-3, before the
         ledger kept steps) has them among DBOS's."""
         run_id = status.workflow_id
-        if status.app_version not in (None, VERSION):
+        if status.app_version not in (None, WORKFLOW_VERSION):
             return [
                 (
                     step_of(s["function_name"], s["output"], f"run {run_id}'s step"),
