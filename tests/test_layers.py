@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "fork",
             "run_filter",
             "dashboard",
+            "background",
             "summaries",
             "accounts",
             "rates",

@@ -554,3 +554,37 @@ async def test_a_runtime_in_memory_has_a_view_of_its_runs_as_a_store_has() -> No
         assert rt.view.page(RunFilter(), None, 10).rows[0]["status"] == "done"
         with pytest.raises(NoSuchRun):
             rt.view.log("nope")
+
+
+async def test_a_runtime_s_own_task_that_fails_is_logged_and_closing_ends_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Work of the runtime's own (an MCP server's holder, a store's follower): one that fails
+    is logged once with its error (it was an exception nobody retrieved), and closing the
+    runtime cancels the one still waiting."""
+    import gc
+    import logging
+
+    from tether import Runtime
+
+    unhandled: list[str] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, c: unhandled.append(c["message"]))
+
+    async def fails() -> None:
+        raise ValueError("the server went away")
+
+    waited = asyncio.Event()
+
+    async def waits() -> None:
+        await waited.wait()
+
+    with caplog.at_level(logging.ERROR, logger="tether"):
+        async with Runtime() as rt:
+            failing, waiting = rt.spawn(fails()), rt.spawn(waits())
+            await asyncio.wait([failing])
+            await asyncio.sleep(0)
+        assert waiting.cancelled()
+        del failing
+        gc.collect()
+    assert [r.exc_info[1].args for r in caplog.records if r.exc_info] == [("the server went away",)]
+    assert unhandled == []

@@ -22,7 +22,6 @@ also takes over the runs that dead processes on this machine had been executing.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
@@ -46,6 +45,7 @@ from .backends import (
     Start,
     StoreSettings,
 )
+from .background import Background
 from .bus import Bus
 from .errors import AccountOverBudget, ConfigError
 from .events import Event, Sink
@@ -130,7 +130,7 @@ class Runtime:
         for agent in agents:
             self.register(agent)
         self.mcp: MCPHolder | None = None  # the MCP servers' connections, once asked for
-        self.background: set[asyncio.Task[Any]] = set()
+        self.background = Background()  # the runtime's own tasks (MCP servers' holders)
         self.questions = Questions()  # what runs' tools asked, waiting for `answer`
         self.entered = False
 
@@ -166,10 +166,7 @@ class Runtime:
         """In memory: give live runs `deadline` seconds, then cancel them. On a store: stop
         following runs (they stay recorded). Then close what the runtime built."""
         await self.backend.close(deadline)
-        for task in list(self.background):
-            task.cancel()
-        if self.background:
-            await asyncio.wait(self.background, timeout=5.0)
+        await self.background.close()
         if self.mcp is not None:
             self.mcp.close()
         await self.catalog.aclose()
@@ -177,14 +174,7 @@ class Runtime:
 
     def spawn(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
         """A task of the runtime's own (not part of any run), cancelled when it closes."""
-
-        async def go() -> Any:
-            return await work
-
-        task = asyncio.get_running_loop().create_task(go(), context=contextvars.Context())
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
-        return task
+        return self.background.spawn(work)
 
     # -- agents -----------------------------------------------------------------------------
 

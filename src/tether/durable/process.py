@@ -11,7 +11,6 @@ per process, so its workflow finds its owner through `active()`.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
 import socket
 import sys
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 
 from ..admission import Limiter
 from ..agent import Agent
+from ..background import Background
 from ..bus import Bus
 from ..errors import ConfigError, NoSuchRun, RunExists, StoreUnavailable, TetherError
 from ..events import Event, Sink
@@ -137,7 +137,7 @@ class DurableRuns:
         before the child starts (or is found again after a crash), taken as it executes."""
         self.spawner: Callable[[str], Spawn] | None = None
         """How a run's tools start child runs, by the run's approvals policy (the Runtime's)."""
-        self.background: set[asyncio.Task[Any]] = set()
+        self.background = Background()  # the process's own tasks beside its runs
         self.watcher: asyncio.Task[None] | None = None  # see watch
         self.view: StoreView | None = None  # the store read as from outside, once open
         self._ledger: Ledger | None = None
@@ -215,10 +215,7 @@ class DurableRuns:
         global _active
         if self.view is not None:
             await self.view.close()
-        for task in list(self.background):
-            task.cancel()
-        if self.background:
-            await asyncio.wait(self.background, timeout=5.0)
+        await self.background.close()
         if _active is self:
             _active = None
 
@@ -236,10 +233,7 @@ class DurableRuns:
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run `work` as a task of its own, in a fresh context: inside a workflow's, DBOS would
         take what it does for part of that workflow, and the replay would no longer match."""
-        task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
-        return task
+        return self.background.spawn(work)
 
     # -- starting, resuming, following ------------------------------------------------------
 
