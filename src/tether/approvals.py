@@ -72,6 +72,15 @@ class Decision:
     approved: bool
     reason: str = ""
 
+    def event(self, approval_id: str, call_id: str) -> dict[str, Any]:
+        """The `approval_decided` event's data (in memory and on a store alike)."""
+        return {
+            "approval_id": approval_id,
+            "id": call_id,
+            "approved": self.approved,
+            "reason": self.reason,
+        }
+
 
 Approver = Callable[[ApprovalRequest], Awaitable[Decision]]
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from ..accounts import Cost
 from ..admission import Limiter
 from ..agent import Agent, judge
-from ..approvals import Decision, arguments_hash, needs_approval
+from ..approvals import ApprovalRequest, Decision, arguments_hash, needs_approval
 from ..calls import respond
 from ..context import fit
 from ..errors import ProviderError, StoreUnavailable
@@ -201,27 +201,18 @@ class RecordedEffects:
             tool = self.agent.toolbox.tools.get(call.name)
             if tool is None or not needs_approval(tool.approval, call.arguments):
                 continue
-            ap = approval_id(call.id)
-            shown = shown_of(call)
+            request = requested_for(call)
             if policy == "wait":  # what `tether approve` checks an answer against
-                await DBOS.set_event_async(ap, {**shown, "state": "waiting"})
-            emitter.emit(
-                "approval_requested",
-                approval_id=ap,
-                id=call.id,
-                name=call.name,
-                arguments=call.arguments or {},
-                args_hash=shown["args_hash"],
-                expires_at=None,
-            )
+                await DBOS.set_event_async(request.id, {**shown_of(call), "state": "waiting"})
+            emitter.emit("approval_requested", **request.to_dict())
             if policy == "auto":
                 decisions[i] = Decision(True, "approved by policy (--approve auto)")
             elif policy == "deny":
                 decisions[i] = Decision(False, "denied by policy (--approve deny)")
             else:
-                waiting.append((i, call, ap))
+                waiting.append((i, call, request.id))
                 continue
-            decided(emitter, ap, call, decisions[i])
+            decided(emitter, request.id, call, decisions[i])
         for i, call, ap in waiting:
             decisions[i] = await self.answer_to(call, ap)
         return decisions
@@ -389,12 +380,12 @@ def shown_of(call: ToolCall) -> dict[str, Any]:
     }
 
 
-def decided(emitter: Emitter, approval_id: str, call: ToolCall, decision: Decision | None) -> None:
+def requested_for(call: ToolCall) -> ApprovalRequest:
+    """The approval a call of a durable run waits for: its id is the call's (one call, one
+    approval: the same after a restart), with no time limit of its own (`APPROVAL_WAIT_S`)."""
+    return ApprovalRequest(approval_id(call.id), call, arguments_hash(call.name, call.arguments))
+
+
+def decided(emitter: Emitter, ap: str, call: ToolCall, decision: Decision | None) -> None:
     assert decision is not None
-    emitter.emit(
-        "approval_decided",
-        approval_id=approval_id,
-        id=call.id,
-        approved=decision.approved,
-        reason=decision.reason,
-    )
+    emitter.emit("approval_decided", **decision.event(ap, call.id))

@@ -125,13 +125,7 @@ class Toolbox:
             emitter.emit("approval_requested", **request.to_dict())
         decision = await approver(request)
         if emitter is not None:
-            emitter.emit(
-                "approval_decided",
-                approval_id=request.id,
-                id=call.id,
-                approved=decision.approved,
-                reason=decision.reason,
-            )
+            emitter.emit("approval_decided", **decision.event(request.id, call.id))
         return decision
 
     async def run_all(
