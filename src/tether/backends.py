@@ -73,6 +73,9 @@ class RunsView(Protocol):
     """A backend's runs as a person reads them, wherever they execute: in memory
     (`memory_view.MemoryView`) or on a store (`durable.remote.StoreView`)."""
 
+    blocking: bool
+    """Whether its reads wait on a store (then they are made in a thread, never on the loop)."""
+
     def has(self, run_id: str) -> bool: ...
 
     def questions(self, run_id: str) -> list[Question]: ...

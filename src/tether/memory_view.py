@@ -38,6 +38,8 @@ def held_summary(run_id: str, events: list[Any], run: Any) -> dict[str, Any]:
 class MemoryView:
     """This process's runs, as a store's view reads its own."""
 
+    blocking = False  # read on the loop that runs them: no thread touches their logs
+
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
         self.asked = Questions()

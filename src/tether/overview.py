@@ -56,7 +56,7 @@ class Overview:
     ) -> Page:
         """A page of the runs (on a store, the runs executing here shown as they stream)."""
         logs = self.runtime.bus.logs
-        page = await asyncio.to_thread(self.runtime.view.page, flt, after, limit, oldest_first)
+        page = await self.read(self.runtime.view.page, flt, after, limit, oldest_first)
         page.rows = [live(self.summary(r["id"]), r) if r["id"] in logs else row_summary(r)
                      for r in page.rows]  # fmt: skip
         return page
@@ -86,7 +86,14 @@ class Overview:
     async def activity(self, since: float) -> tuple[list[float], list[Ended], list[float]]:
         """Since `since`: when runs started, how they ended, and how long their model calls
         took (the dashboard's figures, which keep those in its window)."""
-        return await asyncio.to_thread(self.runtime.view.activity, since)
+        return await self.read(self.runtime.view.activity, since)
+
+    async def read[T](self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` of the view: in a thread for a store's (it waits on the store), here
+        for the runs in memory (their logs and handles are this loop's, read by it alone)."""
+        if self.runtime.view.blocking:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
 
     async def describe(self, run_id: str) -> dict[str, Any] | None:
         """One run's summary with its transcript, the calls that wait for approval and the

@@ -206,6 +206,8 @@ class StoreView:
     and the tasks that follow runs; closing the view ends those. Its followers read in a
     thread; its other methods are plain calls, which the page makes in a thread."""
 
+    blocking = True  # its reads wait on the store
+
     def __init__(self, url: str, ledger: Ledger | None = None) -> None:
         """`ledger`: the store's ledger where this process has one open already."""
         check_url(url)
