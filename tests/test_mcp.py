@@ -70,14 +70,12 @@ def test_a_run_uses_an_mcp_servers_tools_over_stdio(wire: WireServer) -> None:
     assert tools["stock"]["parameters"]["required"] == ["item"]
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
+def serving(fixture: str, *args: str) -> Iterator[str]:
+    """An MCP server of the fixtures over streamable HTTP on a free port (its first
+    arguments before the port's), its URL once it listens; stopped after."""
     port = free_port()
-    proc = warm.Popen(
-        [sys.executable, str(FIXTURES / "mcp_server.py"), "http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    argv = [sys.executable, str(FIXTURES / fixture), *args, str(port)]
+    proc = warm.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def listening() -> bool:
         try:
@@ -90,6 +88,11 @@ def http_server() -> Iterator[str]:
     yield f"http://127.0.0.1:{port}/mcp"
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    yield from serving("mcp_server.py", "http")
 
 
 def test_a_run_uses_an_mcp_server_over_streamable_http(wire: WireServer, http_server: str) -> None:
@@ -100,32 +103,15 @@ def test_a_run_uses_an_mcp_server_over_streamable_http(wire: WireServer, http_se
     assert result["output"] == "0 pears in stock"
 
 
-def raw_http_server(*mode: str) -> Iterator[str]:
-    """`mcp_http_raw.py`: a handshake-era server, every answer a server-sent event."""
-    port = free_port()
-    proc = warm.Popen([sys.executable, str(FIXTURES / "mcp_http_raw.py"), str(port), *mode])
-
-    def listening() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        except OSError:
-            return False
-        return True
-
-    wait_until(listening, "the MCP server to listen", 30, 0.05)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(10)
-
-
 @pytest.fixture
 def sse_server() -> Iterator[str]:
-    yield from raw_http_server()
+    """`mcp_http_raw.py`: a handshake-era server, every answer a server-sent event."""
+    yield from serving("mcp_http_raw.py")
 
 
 @pytest.fixture
 def forgetful_server() -> Iterator[str]:
-    yield from raw_http_server("forget")
+    yield from serving("mcp_http_raw.py", "forget")
 
 
 def test_a_result_over_a_mebibyte_comes_over_http(wire: WireServer, sse_server: str) -> None:

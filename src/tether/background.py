@@ -45,6 +45,3 @@ class Background:
             task.cancel()
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=within)
-
-    def __bool__(self) -> bool:
-        return bool(self.tasks)
