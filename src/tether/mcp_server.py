@@ -26,6 +26,8 @@ import contextlib
 import hmac
 import socket
 import uuid
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ import orjson
 
 from .approvals import Approver
 from .errors import NoSuchRun
+from .events import Event
 from .messages import ToolCall
 from .options import CLI_AGENT
 from .overview import Overview, act
@@ -65,13 +68,21 @@ def agent_tool(
             context=RunContext(workspace=workspace),
             approver=approver,
         )
+        log = CLIENT_LOG.get()  # the client that asked for a log sees the run's events
+        told = asyncio.create_task(log.follow(runtime.events(run.id))) if log else None
         try:
             result: RunResult = await run.wait()
+            if told is not None:  # the last events, its end among them, before the answer
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(told), CANCEL_WAIT_S)
         except asyncio.CancelledError:  # the client cancelled its call: the run goes too
             runtime.cancel(run.id)  # (it went on: its bash made a file 11 s later)
             with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(run.wait()), CANCEL_WAIT_S)
             raise
+        finally:
+            if told is not None:
+                told.cancel()
         if result is None:
             raise RuntimeError("the agent run did not start")
         if result.outcome != "done":
@@ -232,16 +243,121 @@ def dumps(value: Any) -> str:
 READ_ONLY = {"read_file", "list_files", "list_runs", "run_status", "run_events"}
 """The tools that change nothing (an MCP client may call them unasked: `readOnlyHint`)."""
 
+RUN_URI = "tether://runs/{run_id}"
+"""The resource template of a run: reading `tether://runs/<id>` gives what `run_status` does."""
 
-def mcp_server(tools: list[Tool], workspace: Path, approver: Approver) -> Any:
-    """The SDK's server for these tools."""
-    from mcp import types
-    from mcp.server.lowlevel import Server
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+"""MCP's log levels, least severe first (RFC 5424's)."""
 
-    toolbox = Toolbox(tools)
-    ctx = RunContext(run_id="mcp", workspace=workspace)
 
-    async def list_tools(context: Any, params: Any) -> types.ListToolsResult:
+def event_level(e: Event) -> str | None:
+    """The log level a run's event goes to an MCP client at (None: not sent; token deltas
+    are too many for a log)."""
+    if e.type == "text_delta":
+        return None
+    if e.type in ("model_request", "model_response", "queued", "admitted"):
+        return "debug"
+    if e.type in ("approval_requested", "question_asked"):
+        return "notice"  # a person is waited for
+    if e.type == "run_finished":
+        return {"done": "info", "failed": "error"}.get(e.data.get("outcome", ""), "warning")
+    bad = e.type == "tool_result" and e.data.get("is_error")
+    return "warning" if bad or e.type in ("retry", "run_crashed", "gave_up") else "info"
+
+
+class ClientLog:
+    """Where one MCP request's log messages go: the client that made it, at the levels it
+    asked for. A 2026-07-28 client asks per request (`_meta`'s log level); an older one
+    once per connection (`logging/setLevel`, kept in the connection's state). A client that
+    asked for nothing is sent nothing. Logging is deprecated in MCP 2026-07-28 (SEP-2577):
+    it is here for the clients that show it (the Inspector's log pane)."""
+
+    def __init__(self, ctx: Any) -> None:
+        from mcp.server.connection import allowed_log_levels
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        self.ctx = ctx
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            self.levels: frozenset[str] = frozenset(
+                allowed_log_levels(ctx.protocol_version, ctx.meta)
+            )
+        else:
+            least = connection_state(ctx).get("log_level")
+            self.levels = frozenset(LOG_LEVELS[LOG_LEVELS.index(least) :] if least else ())
+
+    async def follow(self, events: AsyncIterator[Event]) -> None:
+        """Send a run's events, each at its level, until the run ends."""
+        async for e in events:
+            level = event_level(e)
+            if level in self.levels:
+                await self.send(level, e.to_dict(), f"tether.run.{e.run_id}")
+
+    async def send(self, level: Any, data: Any, logger: str) -> None:
+        from mcp import types
+
+        note = types.LoggingMessageNotification(
+            params=types.LoggingMessageNotificationParams(level=level, data=data, logger=logger)
+        )
+        await self.ctx.session.send_notification(note, related_request_id=self.ctx.request_id)
+
+
+def connection_state(ctx: Any) -> dict[str, Any]:
+    """The SDK's per-connection scratch state (its lowlevel context reaches it only through
+    the session's connection)."""
+    state: dict[str, Any] = ctx.session._connection.state
+    return state
+
+
+CLIENT_LOG: ContextVar[ClientLog | None] = ContextVar("CLIENT_LOG", default=None)
+"""The log of the MCP request a tool runs for: set by the server around each call."""
+
+
+class TetherMCP:
+    """The SDK's server for these tools, and for a `Supervisor`'s runs as resources
+    (`tether://runs/<id>`, whose ids the client may complete)."""
+
+    def __init__(
+        self,
+        tools: list[Tool],
+        workspace: Path,
+        approver: Approver,
+        supervisor: Supervisor | None = None,
+    ) -> None:
+        self.toolbox = Toolbox(tools)
+        self.ctx = RunContext(run_id="mcp", workspace=workspace)
+        self.approver, self.supervisor = approver, supervisor
+
+    def server(self) -> Any:
+        from mcp import types
+        from mcp.server.lowlevel import Server
+
+        server: Server[Any] = Server(
+            "tether",
+            version=__version__,
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+        )
+        if self.supervisor is not None:
+            runs = RunResources(self.supervisor)
+            server.add_request_handler(
+                "resources/list", types.PaginatedRequestParams, runs.list_resources
+            )
+            server.add_request_handler(
+                "resources/templates/list", types.PaginatedRequestParams, runs.list_templates
+            )
+            server.add_request_handler(
+                "resources/read", types.ReadResourceRequestParams, runs.read_resource
+            )
+            server.add_request_handler(
+                "completion/complete", types.CompleteRequestParams, runs.complete
+            )
+        # registered, not passed: passing it warns that logging is deprecated, on stderr
+        server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self.set_level)
+        return server
+
+    async def list_tools(self, context: Any, params: Any) -> Any:
+        from mcp import types
+
         return types.ListToolsResult(
             tools=[
                 types.Tool(
@@ -250,13 +366,19 @@ def mcp_server(tools: list[Tool], workspace: Path, approver: Approver) -> Any:
                     input_schema=t.parameters,
                     annotations=hints(t),
                 )
-                for t in toolbox.tools.values()
+                for t in self.toolbox.tools.values()
             ]
         )
 
-    async def call_tool(context: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(self, context: Any, params: Any) -> Any:
+        from mcp import types
+
         call = ToolCall(uuid.uuid4().hex[:12], params.name, dict(params.arguments or {}))
-        result = await toolbox.run(call, ctx, approver)
+        token = CLIENT_LOG.set(ClientLog(context))
+        try:
+            result = await self.toolbox.run(call, self.ctx, self.approver)
+        finally:
+            CLIENT_LOG.reset(token)
         content: list[Any] = [types.TextContent(text=result.output)]
         content += [
             types.ImageContent(data=base64.b64encode(i.data).decode(), mime_type=i.media_type)
@@ -265,26 +387,105 @@ def mcp_server(tools: list[Tool], workspace: Path, approver: Approver) -> Any:
         ]
         return types.CallToolResult(content=content, is_error=result.is_error)
 
-    def hints(t: Tool) -> types.ToolAnnotations:
-        """What a client may know of a tool before it calls it."""
-        read_only = t.name in READ_ONLY
-        return types.ToolAnnotations(
-            read_only_hint=read_only,
-            idempotent_hint=read_only or t.idempotent,
+    async def set_level(self, context: Any, params: Any) -> Any:
+        from mcp import types
+
+        connection_state(context)["log_level"] = params.level
+        return types.EmptyResult()
+
+
+class RunResources:
+    """A `Supervisor`'s runs as MCP resources: `tether://runs/<id>` (the template), the most
+    recent listed, a run's id completed from what the client has typed."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+
+    async def list_resources(self, context: Any, params: Any) -> Any:
+        from mcp import types
+
+        page = await self.supervisor.overview.page(RunFilter(), None, RESOURCES_LISTED)
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    uri=RUN_URI.format(run_id=row["id"]),
+                    name=row["id"],
+                    title=f"{row.get('status')}: {str(row.get('task') or '')[:80]}",
+                    mime_type="application/json",
+                )
+                for row in page.rows
+            ]
         )
 
-    server: Server[Any] = Server(
-        "tether", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool
+    async def list_templates(self, context: Any, params: Any) -> Any:
+        from mcp import types
+
+        template = types.ResourceTemplate(
+            uri_template=RUN_URI,
+            name="run",
+            description="A Tether run: its status, usage, answer, and what waits for a person.",
+            mime_type="application/json",
+        )
+        return types.ListResourceTemplatesResult(resource_templates=[template])
+
+    async def read_resource(self, context: Any, params: Any) -> Any:
+        from mcp import types
+        from mcp.shared.exceptions import MCPError
+
+        uri = str(params.uri)
+        run_id = uri.removeprefix(RUN_URI.format(run_id=""))
+        try:
+            if run_id == uri or not run_id:
+                raise NoSuchRun(f"no run at {uri!r}: a run is tether://runs/<id>")
+            text = await self.supervisor.run_status(run_id)
+        except NoSuchRun as e:
+            raise MCPError(types.INVALID_PARAMS, str(e)) from None
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=text)]
+        )
+
+    async def complete(self, context: Any, params: Any) -> Any:
+        """The run ids that start with what the client has typed (the run template's only
+        argument; anything else has no completions)."""
+        from mcp import types
+
+        ref, arg = params.ref, params.argument
+        if getattr(ref, "uri", None) != RUN_URI or arg.name != "run_id":
+            return types.CompleteResult(completion=types.Completion(values=[]))
+        flt = RunFilter(text=arg.value) if arg.value else RunFilter()
+        page = await self.supervisor.overview.page(flt, None, COMPLETIONS_READ)
+        ids = [row["id"] for row in page.rows if row["id"].startswith(arg.value)]
+        shown = ids[:COMPLETIONS_SHOWN]
+        completion = types.Completion(values=shown, total=len(ids), has_more=len(ids) > len(shown))
+        return types.CompleteResult(completion=completion)
+
+
+RESOURCES_LISTED = 100
+"""The most recent runs `resources/list` names (the others are read by their id)."""
+COMPLETIONS_READ, COMPLETIONS_SHOWN = 1000, 100
+"""Completions search the 1,000 most recent matching runs and offer 100 (MCP's most)."""
+
+
+def hints(t: Tool) -> Any:
+    """What a client may know of a tool before it calls it."""
+    from mcp import types
+
+    read_only = t.name in READ_ONLY
+    return types.ToolAnnotations(
+        read_only_hint=read_only, idempotent_hint=read_only or t.idempotent
     )
-    return server
 
 
 async def serve_stdio(
-    runtime: Runtime, tools: list[Tool], workspace: Path, approver: Approver
+    runtime: Runtime,
+    tools: list[Tool],
+    workspace: Path,
+    approver: Approver,
+    supervisor: Supervisor | None = None,
 ) -> None:
     from mcp.server.stdio import stdio_server
 
-    server = mcp_server(tools, workspace, approver)
+    server = TetherMCP(tools, workspace, approver, supervisor).server()
     async with runtime, stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
@@ -309,11 +510,12 @@ async def serve_http(
     approver: Approver,
     sock: socket.socket,
     token: str | None,
+    supervisor: Supervisor | None = None,
 ) -> None:
     """Streamable HTTP at /mcp on the bound `sock`, until the process is stopped."""
     import uvicorn
 
-    server = mcp_server(tools, workspace, approver)
+    server = TetherMCP(tools, workspace, approver, supervisor).server()
     host = sock.getsockname()[0]
     app = server.streamable_http_app(streamable_http_path="/mcp", host=host)
     guarded = app if token is None else bearer(app, token)

@@ -225,11 +225,13 @@ def command_mcp_serve(args: argparse.Namespace, options: RunOptions) -> int:
             asyncio.run(probe.model.aclose())  # (the local model's server, too)
             tools.append(agent_tool(runtime, options.to_dict(), workspace, approver))
             waits = None if options.approve == "ask" else approver  # for decide_call
-            tools += Supervisor(runtime, options.to_dict(), workspace, waits).tools()
+            runs = Supervisor(runtime, options.to_dict(), workspace, waits)
+            tools += runs.tools()
         except MissingAPIKey as e:
+            runs = None
             print(f"tether mcp-serve: no run_agent tool: {e}", file=sys.stderr)
         if not args.http:
-            asyncio.run(serve_stdio(runtime, tools, workspace, approver))
+            asyncio.run(serve_stdio(runtime, tools, workspace, approver, runs))
             return 0
         token = None if args.no_token else args.token or secrets.token_urlsafe(24)
         try:
@@ -240,7 +242,7 @@ def command_mcp_serve(args: argparse.Namespace, options: RunOptions) -> int:
         said = f"; clients send Authorization: Bearer {token}" if token else " (no token)"
         print(f"tether mcp-serve: http://127.0.0.1:{port}/mcp{said}", file=sys.stderr, flush=True)
         with sock:
-            asyncio.run(serve_http(runtime, tools, workspace, approver, sock, token))
+            asyncio.run(serve_http(runtime, tools, workspace, approver, sock, token, runs))
     except ConfigError as e:
         return error(str(e))
     except KeyboardInterrupt:
