@@ -131,7 +131,28 @@ def test_a_failed_check_fails_the_scenario(suite: Path, tmp_path: Path) -> None:
     assert "FAILED" in report
 
 
-SERVER_SCENARIOS = ["server-initialize", "ping", "tools-list", "dns-rebinding-protection"]
+def test_an_authorization_server_naming_another_issuer_is_refused(
+    suite: Path, tmp_path: Path
+) -> None:
+    """The one auth scenario left out of PASSING fails on purpose: its server's metadata names an
+    issuer other than the origin it was fetched from (RFC 8414 §3.3: a mix-up), so the client
+    reads the metadata and goes no further: no registration, no sign-in, no token asked."""
+    command = f"{sys.executable} {HERE / 'client.py'}"
+    report = scenario(suite, "auth/2025-03-26-oauth-metadata-backcompat", command, tmp_path)
+    assert "Expected Check Missing: token-request" in report, report[-4000:]
+    assert "Expected Check Missing: client-registration" in report
+    assert "Expected Check Missing: authorization-server-metadata" not in report
+
+
+SERVER_SCENARIOS = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "dns-rebinding-protection",
+    "logging-set-level",
+    "completion-complete",
+    "resources-list",
+]
 
 
 @pytest.fixture(scope="module")
