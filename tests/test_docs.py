@@ -211,16 +211,29 @@ def test_the_site_builds_strict_with_every_command_name_and_event(tmp_path: Path
     assert all(f"<code>{t}</code>" in events for t in SCHEMA)
 
 
-EMITTED = re.compile(r'(?:emit|\badd)\(\s*"([a-z_]+)"')  # Python's calls; the page's JS quotes once
+SENT_BY_NAME = re.compile(r'(?:emit|send)\(\s*"([a-z_]+)"')
 
 
-def test_every_event_the_code_emits_is_in_the_schema() -> None:
-    """The event reference is generated from `events.SCHEMA`; an event type emitted anywhere
-    in the code but missing there would be undocumented."""
-    from tether.events import SCHEMA
+def test_every_event_is_emitted_by_its_typed_method_and_documented() -> None:
+    """The event reference is generated from `events.SCHEMA`, itself read from
+    `event_types`; each type is emitted by the `Emitter` method of its name, which takes that
+    type's fields (so mypy checks every site), and nothing in the code emits by a string name."""
+    import inspect
 
-    emitted = set()
-    for path in (ROOT / "src" / "tether").rglob("*.py"):
-        emitted |= set(EMITTED.findall(path.read_text()))
-    assert len(emitted) >= 20
-    assert emitted <= set(SCHEMA), f"emitted but not in events.SCHEMA: {emitted - set(SCHEMA)}"
+    from tether.event_types import TYPES
+    from tether.events import SCHEMA, Emitter
+
+    assert list(SCHEMA) == list(TYPES) and len(SCHEMA) >= 20
+    for name, fields in TYPES.items():
+        method = getattr(Emitter, name, None)
+        assert method is not None, f"no Emitter.{name} for the {name} event"
+        data = inspect.signature(method).parameters["data"]
+        assert data.annotation == f"Unpack[{fields.__name__}]", (name, data.annotation)
+        assert SENT_BY_NAME.findall(inspect.getsource(method)) == [name]
+    by_name = {
+        f"{path.relative_to(ROOT)}: {m}"
+        for path in (ROOT / "src" / "tether").rglob("*.py")
+        if path.name != "events.py"  # the methods themselves, checked above
+        for m in SENT_BY_NAME.findall(path.read_text())
+    }
+    assert not by_name, f"events emitted by a string name: {sorted(by_name)}"

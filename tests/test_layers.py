@@ -14,6 +14,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         {
             "messages",
             "events",
+            "event_types",
             "errors",
             "pricing",
             "redact",

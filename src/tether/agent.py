@@ -415,9 +415,11 @@ async def judge(agent: Agent, kind: Kind, value: Any, emitter: Emitter) -> list[
     event (in memory at once; in a durable run inside the step that records them)."""
     guards = {"input": agent.input_guards, "tool": agent.tool_guards, "output": agent.output_guards}
     found = await verdicts(guards[kind], kind, value)
-    call = {"id": value.id} if isinstance(value, ToolCall) else {}  # which call it judged
     for v in found:
-        emitter.emit("guardrail", **v.to_dict(), **call)
+        if isinstance(value, ToolCall):  # which call it judged
+            emitter.guardrail(**v.to_dict(), id=value.id)
+        else:
+            emitter.guardrail(**v.to_dict())
     return found
 
 
@@ -467,9 +469,7 @@ async def execute(
     what completed, a failed model call or a bug ends the run `failed` with the error."""
     shown = state.messages[-1].images if task is not None and state.messages else []
     account = {"account": effects.account} if effects.account else {}
-    emitter.emit(
-        "run_started", **agent.started(task, **images_data(shown), **effects.origin, **account)
-    )
+    emitter.run_started(**agent.started(task, **images_data(shown), **effects.origin, **account))
     error: dict[str, Any] | None = None
     limit = agent.budget.max_seconds
     inputs: asyncio.Task[Verdict | None] | None = None
@@ -537,7 +537,7 @@ class LocalEffects:
         self.calls = 0  # model calls made, which name each call to the run's account
         self.on_text: TextHook | None = None
         if emitter.active:
-            self.on_text = lambda t: emitter.emit("text_delta", text=t)
+            self.on_text = lambda t: emitter.text_delta(text=t)
 
     guard_beside_model = True
 
@@ -545,7 +545,7 @@ class LocalEffects:
         return time.monotonic()
 
     def told(self, text: str) -> None:
-        self.emitter.emit("user_message", text=text, by="check")
+        self.emitter.user_message(text=text, by="check")
 
     def stopped(self) -> StoreUnavailable | None:
         return None  # nothing but a cancel stops a run in memory
@@ -564,7 +564,7 @@ class LocalEffects:
         await summarized(agent, self.ctx, usage, f"summary {self.calls}")
 
     def on_retry(self, attempt: int, delay: float, e: ProviderError) -> None:
-        self.emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
+        self.emitter.retry(attempt=attempt, delay=round(delay, 3), error=e.to_dict())
 
     async def call_model(self, state: LoopState) -> ModelResponse:
         request, emitter = self.agent.request(state), self.emitter
@@ -575,12 +575,12 @@ class LocalEffects:
         )
         response = unique_calls(response, state.messages)
         if emitter.active:
-            emitter.emit("model_response", **model_response_data(response))
+            emitter.model_response(**model_response_data(response))
         return response
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
         if self.emitter.active:  # reserved: the request goes
-            self.emitter.emit("model_request", messages=len(request.messages))
+            self.emitter.model_request(messages=len(request.messages))
         return await respond(
             self.agent.model, request, self.emitter, self.limiter, self.on_text, self.on_retry
         )

@@ -28,11 +28,11 @@ async def respond(
         return with_usage(request, await call(model, request, emitter, on_text, on_retry))
 
     def on_queued(position: int) -> None:
-        emitter.emit("queued", what="model_call", position=position)
+        emitter.queued(what="model_call", position=position)
 
     async with limiter.slot(on_queued) as waited:
         if waited:
-            emitter.emit("admitted", what="model_call")
+            emitter.admitted(what="model_call")
         return with_usage(request, await call(model, request, emitter, on_text, on_retry))
 
 
@@ -48,6 +48,6 @@ async def call(
         return await model.respond(request, on_text, on_retry)
 
     def on_fallback(failed: Model, after: Model, e: ProviderError) -> None:
-        emitter.emit("fallback", failed=failed.name, to=after.name, error=e.to_dict())
+        emitter.fallback(failed=failed.name, to=after.name, error=e.to_dict())
 
     return await model.respond(request, on_text, on_retry, on_fallback)

@@ -136,8 +136,7 @@ async def fit(
         return Usage()
     cut, saved = trim_tool_outputs(messages, policy.keep_chars)
     if cut:
-        emitter.emit(
-            "context_trimmed",
+        emitter.context_trimmed(
             outputs=cut,
             characters_saved=saved,
             estimated_tokens=estimate(messages, system),
@@ -148,8 +147,7 @@ async def fit(
     if done is None:
         return Usage()
     replaced, summary, usage = done
-    emitter.emit(
-        "context_summarized",
+    emitter.context_summarized(
         messages_replaced=replaced,
         summary=summary,
         estimated_tokens=estimate(messages, system),

@@ -1,9 +1,11 @@
 """The one event schema: what a run tells the world, on the wire (`--json`), in logs and traces.
 
 Every event is a flat JSON object with `type`, `run_id`, `seq` (0, 1, 2 ... within a run) and
-`ts` (Unix time in seconds) plus the fields of its type. `SCHEMA` below lists every type and
-field; the docs' event reference is generated from it, and a test checks that every type the
-code emits is in it, so the two cannot drift.
+`ts` (Unix time in seconds) plus the fields of its type. Each type's fields are declared once,
+in `event_types` (a `TypedDict` per type); `SCHEMA` is read from there, the docs' event
+reference from `SCHEMA`, and an event is emitted by the `Emitter` method of its type's name,
+which takes those fields: no site names an event by a string, mypy checks what each sends, and
+a test holds the methods to the declarations.
 
 A child run (an agent used as a tool, see `tree`) adds `parent_run_id` and `root_run_id` to
 every one of its events, and the `tool_call` that starts it carries its `child_run_id`.
@@ -15,12 +17,42 @@ of done, halted, cancelled, failed. Types may gain fields; none is ever renamed 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack, cast, get_type_hints
 
 import orjson
 
+from .event_types import (
+    TYPES,
+    AdmittedFields,
+    ApprovalDecidedFields,
+    ApprovalRequestedFields,
+    ContextSummarizedFields,
+    ContextTrimmedFields,
+    FallbackFields,
+    GaveUpFields,
+    GuardrailFields,
+    IdleFields,
+    ModelRequestFields,
+    ModelResponseFields,
+    QuestionAnsweredFields,
+    QuestionAskedFields,
+    QueuedFields,
+    RestartingFields,
+    RetryFields,
+    RunCrashedFields,
+    RunFinishedFields,
+    RunResumedFields,
+    RunStartedFields,
+    SampledFields,
+    TextDeltaFields,
+    ToolCallFields,
+    ToolProgressFields,
+    ToolResultFields,
+    UpgradedFields,
+    UserMessageFields,
+)
 from .messages import ImagePart, ModelResponse, ToolCall, ToolResult, Usage
 
 
@@ -69,220 +101,17 @@ COMMON = {
     "root_run_id": "a child run's root run; absent on a root run",
 }
 
-USAGE = (
-    "{input_tokens (all prompt tokens, cached included), cached_input_tokens, output_tokens,"
-    " reasoning_tokens}, with estimated: true where the server sent no counts"
-)
-IMAGES = "[{media_type, sha256, bytes}] when there are images: named, never inlined"
 
-SCHEMA: dict[str, EventType] = {
-    "run_started": EventType(
-        "a run begins",
-        {
-            "task": "the task as given (null: a fork that goes on with no new message)",
-            "provider": "the model's protocol",
-            "model": "the model's name",
-            "agent": "the agent's name",
-            "version": "the agent's version (given, or its definition's fingerprint)",
-            "images": IMAGES,
-            "forked_from": "a fork's: the run it was forked from",
-            "at": "a fork's: the step of that run it starts after",
-            "account": "the account the run belongs to, if it has one (tether limits)",
-        },
-    ),
-    "run_resumed": EventType("a durable run goes on in this process after a crash or a stop", {}),
-    "model_request": EventType(
-        "a model call starts", {"messages": "how many messages the request holds"}
-    ),
-    "text_delta": EventType("a piece of the model's text, while it streams", {"text": "the piece"}),
-    "model_response": EventType(
-        "the model answered",
-        {
-            "text": "its text",
-            "tool_calls": "[{id, name, arguments}] the tools it asks for",
-            "stop_reason": "end_turn, tool_use, max_tokens ...",
-            "usage": USAGE,
-            "model": "the model that answered (with fallback models, the one that served)",
-        },
-    ),
-    "tool_call": EventType(
-        "a tool call starts",
-        {
-            "id": "the call's id, unique within the run",
-            "name": "the tool",
-            "arguments": "its arguments, an object",
-            "raw_arguments": "the model's text when it was not a JSON object",
-            "child_run_id": "the child run an agent tool starts",
-        },
-    ),
-    "tool_result": EventType(
-        "a tool call ended",
-        {
-            "id": "the call's id",
-            "name": "the tool",
-            "output": "what goes back to the model",
-            "is_error": "true when the call failed (bad arguments, exception, timeout, denial ...)",
-            "images": IMAGES,
-            "usage": "the run's model, asked by the call (MCP sampling): counted in the run's "
-            "usage; absent when it was not",
-        },
-    ),
-    "retry": EventType(
-        "a model call failed and is tried again",
-        {
-            "attempt": "1, 2 ...",
-            "delay": "seconds before the next try",
-            "error": "{kind, status, message, retryable}",
-        },
-    ),
-    "fallback": EventType(
-        "a model could not serve now and the next one answers",
-        {
-            "failed": "the model that failed",
-            "to": "the model that answers next",
-            "error": "{kind, status, message, retryable}: why the first could not serve",
-        },
-    ),
-    "guardrail": EventType(
-        "a guardrail's verdict",
-        {
-            "name": "the guardrail",
-            "kind": "input, tool or output",
-            "passed": "true or false",
-            "message": "why it tripped",
-            "id": "a tool guardrail's call id",
-        },
-    ),
-    "user_message": EventType(
-        "a message reached a live run (delivered before its next model call)",
-        {"text": "the message", "by": "check when it is the check-your-work turn"},
-    ),
-    "approval_requested": EventType(
-        "a tool call waits for a human",
-        {
-            "approval_id": "what approve and deny name",
-            "id": "the call's id",
-            "name": "the tool",
-            "arguments": "its exact arguments",
-            "args_hash": "SHA-256 of those arguments",
-            "expires_at": "when the request expires (Unix time), or null",
-        },
-    ),
-    "approval_decided": EventType(
-        "a waiting call was approved or denied",
-        {
-            "approval_id": "the request",
-            "id": "the call's id",
-            "approved": "true or false",
-            "reason": "why (a denial's reason reaches the model)",
-        },
-    ),
-    "tool_progress": EventType(
-        "a running tool call reports how far it has come (an MCP server's progress)",
-        {
-            "id": "the call's id",
-            "progress": "how much is done",
-            "total": "how much there is, or null",
-            "message": "what it says it is doing, or null",
-        },
-    ),
-    "question_asked": EventType(
-        "a tool call asks the person behind the run for values (MCP elicitation)",
-        {
-            "question_id": "what answer names",
-            "asker": "who asks (the MCP server)",
-            "message": "the question",
-            "schema": "a JSON Schema of the values wanted",
-            "url": "a page the person is asked to visit instead, or empty",
-            "id": "the call's id",
-        },
-    ),
-    "sampled": EventType(
-        "an MCP server had the run's model answer a request in the middle of a call (sampling)",
-        {
-            "id": "the call's id",
-            "asker": "the MCP server",
-            "messages": "how many messages it sent",
-            "text": "the model's answer",
-            "usage": "the tokens it used (the run's, added when the call ends)",
-        },
-    ),
-    "question_answered": EventType(
-        "the question was answered, declined or cancelled",
-        {
-            "question_id": "the question",
-            "action": "accept, decline or cancel",
-            "reason": "who or what answered",
-        },
-    ),
-    "upgraded": EventType(
-        "a run goes on under another version of its agent than it began with (tether upgrade)",
-        {"from": "the version it began with", "to": "the version it goes on under"},
-    ),
-    "queued": EventType(
-        "work waits for a free slot (admission), a new run for room in its account's budget, "
-        "or a model call's attempt for its endpoint's rate limit or a server's pause",
-        {
-            "what": "run, model_call, account (a limit with when_over queue) or rate",
-            "position": "its place in the queue (run, model_call)",
-            "account": "the account (account)",
-            "endpoint": "the provider, URL and a hash of the key (rate)",
-            "reason": "the limit reached, as a halt would say it (account); the rate, or "
-            "until when the server asked for no requests (rate)",
-        },
-    ),
-    "admitted": EventType(
-        "queued work got its slot, its account room or its endpoint's rate room",
-        {"what": "run, model_call, account or rate", "endpoint": "(rate)"},
-    ),
-    "context_trimmed": EventType(
-        "old tool outputs were cut to head and tail to fit the context window",
-        {
-            "outputs": "how many",
-            "characters_saved": "characters cut",
-            "estimated_tokens": "the request's estimate after",
-        },
-    ),
-    "context_summarized": EventType(
-        "older turns were summarised by the model to fit the context window",
-        {
-            "messages_replaced": "how many messages the summary replaced",
-            "summary": "its text",
-            "estimated_tokens": "the request's estimate after",
-            "usage": USAGE,
-        },
-    ),
-    "idle": EventType("a permanent run waits for its next message", {}),
-    "run_crashed": EventType(
-        "the run's own code raised (a bug, not a model or tool error)",
-        {"error": "the exception's type and message"},
-    ),
-    "restarting": EventType(
-        "a restart policy starts the run again",
-        {"attempt": "1, 2 ...", "reason": "why the last attempt ended"},
-    ),
-    "gave_up": EventType(
-        "restarts passed the policy's intensity limit",
-        {
-            "restarts": "how many were made",
-            "within": "the policy's window in seconds",
-            "reason": "why the last attempt ended",
-        },
-    ),
-    "run_finished": EventType(
-        "the run ended; always the last event",
-        {
-            "outcome": "done, halted, cancelled or failed",
-            "answer": "the final answer",
-            "reason": "why it ended (a budget, a guardrail, an error ...)",
-            "usage": USAGE,
-            "cost_usd": "what its model calls cost, where prices are known",
-            "steps": "model calls made",
-            "output": "the typed answer as JSON, with an output type",
-            "error": "for failed: {kind, status, message, retryable}",
-        },
-    ),
-}
+def event_type(fields: type) -> EventType:
+    """An event type as `event_types` declares it: its docstring is what it means, each
+    field's annotation what the field holds."""
+    doc = " ".join((fields.__doc__ or "").split()).rstrip(".")
+    hints = get_type_hints(fields, include_extras=True)
+    return EventType(doc[:1].lower() + doc[1:], {f: h.__metadata__[0] for f, h in hints.items()})
+
+
+SCHEMA: dict[str, EventType] = {name: event_type(fields) for name, fields in TYPES.items()}
+"""Every event type, its meaning and its fields (`event_types`)."""
 
 
 class Emitter:
@@ -297,20 +126,109 @@ class Emitter:
         self.lineage: dict[str, str] | None = None
         """A child run's `parent_run_id` and `root_run_id`, added to each of its events."""
 
+    def now(self) -> float:
+        """When an event happens: now (a replay of a store's record says when it did)."""
+        return time.time()
+
     @property
     def active(self) -> bool:
         return bool(self.sinks)
 
-    def emit(self, type: str, **data: Any) -> None:
+    def send(self, type: str, fields: Mapping[str, Any]) -> None:
+        """Number the event and hand it to the sinks (the typed methods below call it: one
+        per event type, named as the type, taking its fields). `fields` is kept as it is:
+        each method's keywords are a dict of its own."""
         if not self.sinks:
             self.seq += 1
             return
+        data = cast(dict[str, Any], fields)
         if self.lineage is not None:
             data.update(self.lineage)
-        event = Event(type, self.run_id, self.seq, data, time.time())
+        event = Event(type, self.run_id, self.seq, data, self.now())
         self.seq += 1
         for sink in self.sinks:
             sink(event)
+
+    def run_started(self, **data: Unpack[RunStartedFields]) -> None:
+        self.send("run_started", data)
+
+    def run_resumed(self, **data: Unpack[RunResumedFields]) -> None:
+        self.send("run_resumed", data)
+
+    def model_request(self, **data: Unpack[ModelRequestFields]) -> None:
+        self.send("model_request", data)
+
+    def text_delta(self, **data: Unpack[TextDeltaFields]) -> None:
+        self.send("text_delta", data)
+
+    def model_response(self, **data: Unpack[ModelResponseFields]) -> None:
+        self.send("model_response", data)
+
+    def tool_call(self, **data: Unpack[ToolCallFields]) -> None:
+        self.send("tool_call", data)
+
+    def tool_result(self, **data: Unpack[ToolResultFields]) -> None:
+        self.send("tool_result", data)
+
+    def retry(self, **data: Unpack[RetryFields]) -> None:
+        self.send("retry", data)
+
+    def fallback(self, **data: Unpack[FallbackFields]) -> None:
+        self.send("fallback", data)
+
+    def guardrail(self, **data: Unpack[GuardrailFields]) -> None:
+        self.send("guardrail", data)
+
+    def user_message(self, **data: Unpack[UserMessageFields]) -> None:
+        self.send("user_message", data)
+
+    def approval_requested(self, **data: Unpack[ApprovalRequestedFields]) -> None:
+        self.send("approval_requested", data)
+
+    def approval_decided(self, **data: Unpack[ApprovalDecidedFields]) -> None:
+        self.send("approval_decided", data)
+
+    def tool_progress(self, **data: Unpack[ToolProgressFields]) -> None:
+        self.send("tool_progress", data)
+
+    def question_asked(self, **data: Unpack[QuestionAskedFields]) -> None:
+        self.send("question_asked", data)
+
+    def sampled(self, **data: Unpack[SampledFields]) -> None:
+        self.send("sampled", data)
+
+    def question_answered(self, **data: Unpack[QuestionAnsweredFields]) -> None:
+        self.send("question_answered", data)
+
+    def upgraded(self, **data: Unpack[UpgradedFields]) -> None:
+        self.send("upgraded", data)
+
+    def queued(self, **data: Unpack[QueuedFields]) -> None:
+        self.send("queued", data)
+
+    def admitted(self, **data: Unpack[AdmittedFields]) -> None:
+        self.send("admitted", data)
+
+    def context_trimmed(self, **data: Unpack[ContextTrimmedFields]) -> None:
+        self.send("context_trimmed", data)
+
+    def context_summarized(self, **data: Unpack[ContextSummarizedFields]) -> None:
+        self.send("context_summarized", data)
+
+    def idle(self, **data: Unpack[IdleFields]) -> None:
+        self.send("idle", data)
+
+    def run_crashed(self, **data: Unpack[RunCrashedFields]) -> None:
+        self.send("run_crashed", data)
+
+    def restarting(self, **data: Unpack[RestartingFields]) -> None:
+        self.send("restarting", data)
+
+    def gave_up(self, **data: Unpack[GaveUpFields]) -> None:
+        self.send("gave_up", data)
+
+    def run_finished(self, **data: Unpack[RunFinishedFields]) -> None:
+        self.send("run_finished", data)
 
 
 def call_dict(call: ToolCall) -> dict[str, Any]:

@@ -64,12 +64,12 @@ async def paid(
         if not first or limits is None or limits.when_over != "queue":
             raise OverBudget(refused)
         if not waited:
-            emitter.emit("queued", what="account", account=account, reason=refused)
+            emitter.queued(what="account", account=account, reason=refused)
             waited = True
         async with aside():  # its slot among the process's runs, to others meanwhile
             await accounts.pause(QUEUE_POLL_S)
     if waited:
-        emitter.emit("admitted", what="account")
+        emitter.admitted(what="account")
     try:
         response = await call()
     except ProviderStatusError:  # the server refused it (an error status): nothing spent

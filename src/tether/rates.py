@@ -232,11 +232,11 @@ class Gate:
             if wait <= 0:
                 break
             if not waited and self.emitter is not None:
-                self.emitter.emit("queued", what="rate", endpoint=endpoint, reason=why)
+                self.emitter.queued(what="rate", endpoint=endpoint, reason=why)
             waited = True
             await asyncio.sleep(min(wait, LONGEST_NAP))
         if waited and self.emitter is not None:
-            self.emitter.emit("admitted", what="rate", endpoint=endpoint)
+            self.emitter.admitted(what="rate", endpoint=endpoint)
 
     async def paused(self, endpoint: str, seconds: float) -> None:
         """A server's `Retry-After`, at most `LONGEST_PAUSE`: one server's word paused its

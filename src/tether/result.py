@@ -80,7 +80,7 @@ def close(emitter: Emitter, state: LoopState, why: str) -> None:
     those that had none, so every `tool_call` a subscriber saw gets its result."""
     for result in close_open_calls(state.messages, why, state.finished):
         if emitter.active:
-            emitter.emit("tool_result", **tool_result_data(result))
+            emitter.tool_result(**tool_result_data(result))
 
 
 def internal_error(e: BaseException) -> dict[str, Any]:
@@ -107,5 +107,5 @@ def finish_run(
         error,
         state.output if finish.outcome == "done" else None,
     )
-    emitter.emit("run_finished", **result.summary())
+    emitter.run_finished(**result.summary())
     return result

@@ -108,13 +108,13 @@ async def supervise(
             if after == "end":
                 return result
             if after == "give_up":
-                run.emitter.emit(
-                    "gave_up", restarts=len(restarts), within=policy.within, reason=result.reason
+                run.emitter.gave_up(
+                    restarts=len(restarts), within=policy.within, reason=result.reason
                 )
                 return result
             if after == "restart":
                 attempt += 1
-                run.emitter.emit("restarting", attempt=attempt, reason=result.reason)
+                run.emitter.restarting(attempt=attempt, reason=result.reason)
                 continue
             try:
                 await run.idle()
@@ -132,14 +132,14 @@ async def admitted(slots: Limiter | None, run: Attempts) -> AsyncIterator[None]:
         return
 
     def queued(position: int) -> None:
-        run.emitter.emit("queued", what="run", position=position)
+        run.emitter.queued(what="run", position=position)
 
     waited = await slots.acquire(queued)
     slot = Slot(slots)
     token = SLOT.set(slot)  # the run's task's: it may step aside (`admission.aside`)
     try:
         if waited:
-            run.emitter.emit("admitted", what="run")
+            run.emitter.admitted(what="run")
         yield
     finally:
         SLOT.reset(token)
@@ -222,7 +222,7 @@ class Run:
         if not self.alive:
             raise RunEnded(f"run {self.id} has ended ({self.status}); start a new one")
         self.inbox.append(text)
-        self.emitter.emit("user_message", text=text)
+        self.emitter.user_message(text=text)
         self.mail.set()
 
     def cancel(self) -> bool:
@@ -280,14 +280,14 @@ class Run:
     async def idle(self) -> None:
         """Idle until a message arrives (permanent runs, between answers)."""
         self.status = "idle"
-        self.emitter.emit("idle")
+        self.emitter.idle()
         while not self.inbox:
             self.mail.clear()
             await self.mail.wait()
 
     def cancelled_idle(self, last: RunResult) -> None:
         self.status = "cancelled"
-        self.emitter.emit("run_finished", **cancelled_summary(last, self.id))
+        self.emitter.run_finished(**cancelled_summary(last, self.id))
 
     def now(self) -> float:
         return time.monotonic()

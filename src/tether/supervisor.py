@@ -157,10 +157,10 @@ class Supervisor:
         except asyncio.CancelledError:
             if run.status == "queued":  # cancelled waiting for a slot: no attempt reports it
                 run.status = "cancelled"
-                run.emitter.emit("run_finished", **cancelled_summary(run.result, run.id))
+                run.emitter.run_finished(**cancelled_summary(run.result, run.id))
         except Exception as e:  # a bug in the runtime itself: this run fails, no other
             run.status = "failed"
-            run.emitter.emit("run_crashed", error=f"{type(e).__name__}: {e}")
+            run.emitter.run_crashed(error=f"{type(e).__name__}: {e}")
         finally:
             if not run.alive:
                 run.log.close()

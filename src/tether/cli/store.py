@@ -359,7 +359,8 @@ def command_show(args: argparse.Namespace) -> int:
     if default and not path.exists():  # not journaled: a durable run, in the store
         store = default_store(args.data_dir)
     if store:
-        from ..durable.view import client, events_of
+        from ..durable.retold import events_of
+        from ..durable.view import client
 
         try:
             opened = client(store)

@@ -120,7 +120,7 @@ class RecordedEffects:
 
     def told(self, text: str) -> None:
         if self.run.stepped:  # live: a replay's watchers saw it already
-            self.run.emitter.emit("user_message", text=text, by="check")
+            self.run.emitter.user_message(text=text, by="check")
 
     async def filled(self, messages: list[Message]) -> list[Message]:
         """`messages` with the bytes of their images read back (records hold them hollow)."""
@@ -183,7 +183,7 @@ class RecordedEffects:
         idle = False
         while not (await self.step(InboxStep, self.inbox_step)).unseen:
             if not idle:
-                self.run.emitter.emit("idle")
+                self.run.emitter.idle()
                 idle = True
             await DBOS.recv_async(MAIL, timeout_seconds=IDLE_WAIT_S)
 
@@ -204,7 +204,7 @@ class RecordedEffects:
             request = requested_for(call)
             if policy == "wait":  # what `tether approve` checks an answer against
                 await DBOS.set_event_async(request.id, {**shown_of(call), "state": "waiting"})
-            emitter.emit("approval_requested", **request.to_dict())
+            emitter.approval_requested(**request.to_dict())
             if policy == "auto":
                 decisions[i] = Decision(True, "approved by policy (--approve auto)")
             elif policy == "deny":
@@ -257,13 +257,13 @@ class RecordedEffects:
             extra = tuple(Message.user(text) for _, text in arrived)
             request = dataclasses.replace(request, messages=request.messages + extra)
             for _, text in arrived:
-                emitter.emit("user_message", text=text)
+                emitter.user_message(text=text)
 
         def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
-            emitter.emit("retry", attempt=attempt, delay=round(delay, 3), error=e.to_dict())
+            emitter.retry(attempt=attempt, delay=round(delay, 3), error=e.to_dict())
 
         def on_text(text: str) -> None:
-            emitter.emit("text_delta", text=text)
+            emitter.text_delta(text=text)
 
         began = time.time()
         model = self.agent.model
@@ -271,20 +271,20 @@ class RecordedEffects:
         async def call() -> ModelResponse:  # reserved: the request goes
             nonlocal began  # from here: an account's queue is no model latency
             began = time.time()
-            emitter.emit("model_request", messages=len(request.messages))
+            emitter.model_request(messages=len(request.messages))
             return await respond(model, request, emitter, self.limiter, on_text, on_retry)
 
         response = await paid(
             self.agent, self.context, key, request, first, emitter, call, self.riding(key)
         )
         response = unique_calls(response, request.messages)  # recorded so: a replay agrees
-        emitter.emit("model_response", **model_response_data(response))
+        emitter.model_response(**model_response_data(response))
         late: list[tuple[int, str]] = []
         if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
             last = max([seen, *(n for n, _ in arrived)])
             late = await ledger.call(ledger.messages_after, run_id, last)
             for _, text in late:
-                emitter.emit("user_message", text=text)
+                emitter.user_message(text=text)
         return ModelStep(response, began, time.time(), arrived, late)
 
     async def context_step(self, messages: list[Message], force: bool, key: str) -> ContextStep:
@@ -297,7 +297,7 @@ class RecordedEffects:
 
         def keep(event: Event) -> None:
             happened.append((event.type, event.data))
-            live.emit(event.type, **event.data)
+            live.send(event.type, dict(event.data))
 
         quiet = Emitter(self.run.id, [keep])
         usage = await fit(agent.model, messages, agent.system, agent.context, quiet, force)
@@ -351,7 +351,7 @@ class RecordedEffects:
             if result.images:  # kept once; the records name them
                 await self.ledger.call(self.ledger.keep_images, list(result.images))
             await self.ledger.finish_call(self.run.id, result)
-        self.run.emitter.emit("tool_result", **tool_result_data(result))
+        self.run.emitter.tool_result(**tool_result_data(result))
         return hollow_result(result)
 
     async def call_tool(self, call: ToolCall, decision: Decision | None) -> ToolResult:
@@ -388,4 +388,4 @@ def requested_for(call: ToolCall) -> ApprovalRequest:
 
 def decided(emitter: Emitter, ap: str, call: ToolCall, decision: Decision | None) -> None:
     assert decision is not None
-    emitter.emit("approval_decided", **decision.event(ap, call.id))
+    emitter.approval_decided(**decision.event(ap, call.id))

@@ -63,7 +63,7 @@ async def execute_run(
     except ConfigError as e:  # not to be built here (a worker's scope): it ends saying why
         return recorded(refused_here(run, str(e)))
     version = agent.effective_version
-    await on_its_version(run.id, record, version, run.emitter.emit, run.host.ledger)
+    await on_its_version(run.id, record, version, run.emitter, run.host.ledger)
     ctx = context_of(run.id, record)
     ctx.tree_sinks = run.sinks
     ctx.parent = how.parent_of(run.id)
@@ -95,7 +95,7 @@ def refused_here(run: DurableRun, why: str) -> RunResult:
     rather than a workflow's traceback in the worker's log."""
     error = {"kind": "config", "status": None, "message": why, "retryable": False}
     result = RunResult(run.id, "failed", "", why, Usage(), 0.0, 0, [], error)
-    run.emitter.emit("run_finished", **result.summary())
+    run.emitter.run_finished(**result.summary())
     return result
 
 
@@ -135,7 +135,7 @@ class Attempts:
         await self.effects.next_message()
 
     def cancelled_idle(self, last: RunResult) -> None:
-        self.run.emitter.emit("run_finished", **cancelled_summary(last, self.run.id))
+        self.run.emitter.run_finished(**cancelled_summary(last, self.run.id))
         self.run.kept = list(self.messages)
 
     def now(self) -> float:

@@ -319,7 +319,7 @@ class DurableRuns:
         if not result.messages:
             result.messages = run.transcript
         if run.summary is None:
-            run.emitter.emit("run_finished", **run.tally.fill(result).summary())
+            run.emitter.run_finished(**run.tally.fill(result).summary())
         run.result = result
         run.status = result.outcome
         run.log.close()
@@ -352,7 +352,7 @@ class DurableRuns:
                     "(--force takes it over if that process is gone)"
                 )
         run = self.attach(run_id, sinks)
-        run.emitter.emit("run_resumed")
+        run.emitter.run_resumed()
         if status.status == "PENDING" and owner == self.executor_id:  # stopped here (give_up)
             await DBOS.resume_workflow_async(run_id)
         elif status.status == "PENDING":

@@ -28,6 +28,7 @@ from .dbos_private import (
 )
 from .formats import WORKFLOW_VERSION
 from .ledger import Ledger
+from .retold import events_of
 from .versions import home_of, queue_for, record_in, wanted
 from .view import (
     ENDED,
@@ -35,7 +36,6 @@ from .view import (
     WORKFLOW,
     check_url,
     client,
-    events_of,
     executor_alive,
     list_runs,
     listing,

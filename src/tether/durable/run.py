@@ -282,4 +282,4 @@ class DurableRun:
         for c in calls:
             if c.id not in self.shown:
                 self.shown.add(c.id)
-                self.emitter.emit("tool_call", **self.agent.toolbox.call_data(c, self.id))
+                self.emitter.tool_call(**self.agent.toolbox.call_data(c, self.id))

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..events import Emitter
 from .ledger import Ledger
 
 QUEUE = "tether"
@@ -130,7 +131,7 @@ class HandedBack(Exception):
 
 
 async def on_its_version(
-    run_id: str, record: dict[str, Any], version: str, emit: Callable[..., None], ledger: Ledger
+    run_id: str, record: dict[str, Any], version: str, emitter: Emitter, ledger: Ledger
 ) -> None:
     """Check, as a run begins to execute here under an agent of `version`, that this is the
     version it is to go on under (`wanted`): its own, or an upgrade's (said as an `upgraded`
@@ -145,7 +146,7 @@ async def on_its_version(
     want = wanted(record, status.queue_name if status is not None else None)
     if want == version:
         await ledger.call(ledger.note_upgrade, run_id, recorded, version)
-        emit("upgraded", **{"from": recorded, "to": version})
+        emitter.upgraded(**{"from": recorded, "to": version})
         return
     await outside_the_run(dbos_resume(run_id, queue_for(str(record.get("agent")), want)))
     raise HandedBack(f"run {run_id} is of version {want}, and this process has version {version}")

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import orjson
 
 from ..errors import ConfigError, NoSuchRun
-from ..events import Event, images_data, model_response_data, tool_result_data
+from ..events import Event
 from ..journal import private_file
 from ..loop import close_open_calls
 from ..messages import ImagePart, Message, Usage
@@ -220,119 +220,9 @@ def record_of_run(store: Any, run_id: str) -> dict[str, Any]:
     return record_in(status_of(store, run_id))
 
 
-def events_of(store: Any, run_id: str) -> list[Event]:
-    """A durable run's persisted history as events: its completed model replies and tool
-    results (step outputs), the approvals it asked a person for, and its end (the workflow's
-    result, or how it was stopped).
-
-    Read again while the run goes on, the list only grows: what a new step adds comes after
-    what was there (a page follows a run executed elsewhere by reading this again). So an
-    approval is shown once its reply's step is read, and its decision only with the results
-    of its calls; the steps are read before the approvals, which were set after them."""
-    out: list[Event] = []
-
-    def add(type: str, ts: float, **data: Any) -> None:
-        out.append(Event(type, run_id, len(out), data, ts))
-
-    status = status_of(store, run_id)
-    inputs = status.input.get("args") if isinstance(status.input, dict) else None
-    task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
-    record = record_in(status)
-    steps = store.steps(status)
-    approvals = all_events(store, run_id)
-    first = next((s.response for s, _ in steps if isinstance(s, ModelStep)), None)
-    add(
-        "run_started",
-        (status.created_at or 0) / 1000,
-        task=task,
-        provider=record.get("provider"),
-        model=first.model if first is not None else None,
-        agent=record.get("agent"),
-        version=record.get("version"),
-        **images_data(task_images(record)),
-        **{k: record[k] for k in ORIGIN if k in record},
-    )
-    # only a run of a registered agent's version can be upgraded: no read for the others
-    upgrades = store.ledger.upgrades_of(run_id) if wanted(record, None) else []
-
-    def upgraded_before(n: int) -> None:  # it went on under another version from step n
-        while upgrades and upgrades[0][0] <= n:
-            _, was, to, ts = upgrades.pop(0)
-            add("upgraded", ts, **{"from": was, "to": to})
-
-    for n, (step, at) in enumerate(steps):
-        upgraded_before(n)
-        if isinstance(step, ModelStep):
-            ts, calls = step.ended, step.response.message.tool_calls
-            for _, text in step.arrived:
-                add("user_message", ts, text=text)
-            add("model_response", ts, **model_response_data(step.response))
-            for c in calls:
-                add("tool_call", ts, id=c.id, name=c.name, arguments=c.arguments or {})
-            for _, text in step.late:
-                add("user_message", ts, text=text)
-            for c in calls:
-                asked = approvals.get(approval_id(c.id))
-                if isinstance(asked, dict) and "args_hash" in asked:
-                    add("approval_requested", ts, **requested(c.id, asked))
-        elif isinstance(step, ContextStep):
-            for type_, data in step.happened:
-                add(type_, at, **data)
-        elif isinstance(step, ToolsStep):
-            results, ts = step.results, step.ended
-            for result in results:
-                asked = approvals.get(approval_id(result.call_id))
-                if isinstance(asked, dict) and asked.get("state") == "decided":
-                    add("approval_decided", ts, **decided(result.call_id, asked))
-            for result in results:
-                add("tool_result", ts, **tool_result_data(result))
-    upgraded_before(len(steps))
-    end = ending(status, out)
-    if end is not None:
-        add("run_finished", (status.updated_at or 0) / 1000, **end)
-    return out
-
-
 def approval_id(call_id: str) -> str:
     """The id of the approval a call waits for (one call, one approval)."""
     return f"ap_{call_id}"
-
-
-def requested(call_id: str, asked: dict[str, Any]) -> dict[str, Any]:
-    """An `approval_requested` event's data from what the run recorded when it asked."""
-    return {
-        "approval_id": approval_id(call_id),
-        "id": call_id,
-        "name": asked.get("name", ""),
-        "arguments": asked.get("arguments") or {},
-        "args_hash": asked.get("args_hash"),
-        "expires_at": None,
-    }
-
-
-def decided(call_id: str, asked: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "approval_id": approval_id(call_id),
-        "id": call_id,
-        "approved": bool(asked.get("approved")),
-        "reason": str(asked.get("reason") or "decided"),
-    }
-
-
-def ending(status: Any, events: list[Event]) -> dict[str, Any] | None:
-    """The `run_finished` data of a run that ended: what it reported, or, for one stopped in
-    the store (cancelled, or failed inside DBOS), what its recorded steps add up to."""
-    if status.status == "SUCCESS" and isinstance(status.output, dict):
-        return {k: v for k, v in status.output.items() if k != "messages"}
-    if status.status not in ("ERROR", "CANCELLED"):
-        return None
-    tally = Tally()
-    for event in events:
-        tally(event)
-    cancelled = status.status == "CANCELLED"
-    reason = "cancelled" if cancelled else str(status.error or "failed")
-    stopped = {"outcome": "cancelled" if cancelled else "failed", "reason": reason}
-    return tally.fill(RunResult.from_dict(status.workflow_id, stopped)).summary()
 
 
 class Tally:

@@ -356,7 +356,7 @@ class Server:
             question = dataclasses.replace(question, id=f"q_{ctx.call_id}_{self.asked[call]}")
         emitter = ctx.emitter if ctx else None
         if emitter is not None:
-            emitter.emit("question_asked", **question.to_dict())
+            emitter.question_asked(**question.to_dict())
         time = ctx.time if ctx is not None else None
         with time.person() if time is not None else contextlib.nullcontext():  # a person's time
             answer = await self.asker(question)  # is not the tool's
@@ -365,8 +365,7 @@ class Server:
             if wrong:  # an asker's mistake is not the server's to receive
                 answer = Answer("decline", reason=f"the answer did not fit the question: {wrong}")
         if emitter is not None:
-            emitter.emit(
-                "question_answered",
+            emitter.question_answered(
                 question_id=question.id,
                 action=answer.action,
                 reason=answer.reason,
@@ -399,8 +398,7 @@ class Server:
             ctx.spent.append(response.usage)
         text = response.message.text
         if ctx.emitter is not None:
-            ctx.emitter.emit(
-                "sampled",
+            ctx.emitter.sampled(
                 id=ctx.call_id,
                 asker=self.spec,
                 messages=len(request.messages),
@@ -419,9 +417,7 @@ class Server:
 def progress(ctx: RunContext) -> Callable[[float, float | None, str | None], Any]:
     async def report(done: float, total: float | None, message: str | None) -> None:
         if ctx.emitter is not None:
-            ctx.emitter.emit(
-                "tool_progress", id=ctx.call_id, progress=done, total=total, message=message
-            )
+            ctx.emitter.tool_progress(id=ctx.call_id, progress=done, total=total, message=message)
 
     return report
 

@@ -122,10 +122,10 @@ class Toolbox:
             return Decision(False, "it needs approval and this run has no one to approve it")
         request = ApprovalRequest.for_call(call, getattr(approver, "ttl", None))
         if emitter is not None:
-            emitter.emit("approval_requested", **request.to_dict())
+            emitter.approval_requested(**request.to_dict())
         decision = await approver(request)
         if emitter is not None:
-            emitter.emit("approval_decided", **decision.event(request.id, call.id))
+            emitter.approval_decided(**decision.event(request.id, call.id))
         return decision
 
     async def run_all(
@@ -139,11 +139,11 @@ class Toolbox:
         """All calls of one reply at the same time (each waiting for its own approval where it
         needs one); results in the order of the calls, and in `finished` as each completes."""
         for c in calls:
-            emitter.emit("tool_call", **self.call_data(c, emitter.run_id))
+            emitter.tool_call(**self.call_data(c, emitter.run_id))
 
         async def one(c: ToolCall) -> ToolResult:
             result = await self.run(c, ctx, approver, emitter)
-            emitter.emit("tool_result", **tool_result_data(result))
+            emitter.tool_result(**tool_result_data(result))
             if finished is not None:
                 finished[c.id] = result
             return result
