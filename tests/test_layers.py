@@ -17,6 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "event_types",
             "errors",
             "pricing",
+            "tally",
             "redact",
             "keys",
             "approvals",

@@ -8,6 +8,7 @@ from typing import Any
 from .dashboard import Ended
 from .events import Event
 from .messages import Message, TextPart, ToolCall, ToolResult
+from .tally import Tally
 
 
 def row_summary(row: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +55,10 @@ def summarize(events: list[Event]) -> dict[str, Any]:
         "version": None,
         "parent_run_id": None,
     }
+    tally = Tally()  # steps, tokens and cost as the run counts them, while it goes on too
+    end: dict[str, Any] | None = None
     for e in events:
+        tally(e)
         d = e.data
         if e.type == "run_started":
             s["parent_run_id"] = d.get("parent_run_id")  # a child run (an agent as a tool)
@@ -64,15 +68,15 @@ def summarize(events: list[Event]) -> dict[str, Any]:
             s["account"] = d.get("account")
             s["started"] = s["started"] or e.ts
             s["status"] = "running"
-        elif e.type == "model_response":
-            s["steps"] += 1
-            u = d.get("usage") or {}
-            s["tokens"] += u.get("input_tokens", 0) + u.get("output_tokens", 0)
         elif e.type == "run_finished":
             s["status"] = d.get("outcome", "done")
             s["answer"] = d.get("answer", "")
-            s["cost_usd"] += d.get("cost_usd", 0.0)
             s["usage"] = d.get("usage")
+            end = d
+    s["steps"], s["tokens"], s["cost_usd"] = tally.steps, tally.tokens, tally.cost
+    if end is not None:  # the run's own figures at its end (priced by its own table)
+        s["cost_usd"] = end.get("cost_usd", tally.cost)
+        s["steps"] = end.get("steps", tally.steps)
     return s
 
 

@@ -51,7 +51,16 @@ from .remote import StoreView
 from .run import DurableRun
 from .sqlite import sqlite_engine_kwargs
 from .versions import HandedBack, Serving, route
-from .view import ENDED, WORKFLOW, check_url, client, executor_alive, orphans, status_of
+from .view import (
+    ENDED,
+    WORKFLOW,
+    check_url,
+    client,
+    executor_alive,
+    filled,
+    orphans,
+    status_of,
+)
 
 T = TypeVar("T")
 
@@ -319,7 +328,7 @@ class DurableRuns:
         if not result.messages:
             result.messages = run.transcript
         if run.summary is None:
-            run.emitter.run_finished(**run.tally.fill(result).summary())
+            run.emitter.run_finished(**filled(result, run.tally).summary())
         run.result = result
         run.status = result.outcome
         run.log.close()

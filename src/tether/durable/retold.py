@@ -10,10 +10,11 @@ from typing import Any
 
 from ..events import Emitter, Event, Sink, images_data, model_response_data, tool_result_data
 from ..result import RunResult
+from ..tally import Tally
 from .dbos_private import all_events
 from .steps import ContextStep, ModelStep, ToolsStep
 from .versions import record_in, wanted
-from .view import ORIGIN, Tally, approval_id, status_of, task_images
+from .view import ORIGIN, approval_id, filled, status_of, task_images
 
 
 def events_of(store: Any, run_id: str) -> list[Event]:
@@ -136,4 +137,4 @@ def ending(status: Any, events: list[Event]) -> dict[str, Any] | None:
     cancelled = status.status == "CANCELLED"
     reason = "cancelled" if cancelled else str(status.error or "failed")
     stopped = {"outcome": "cancelled" if cancelled else "failed", "reason": reason}
-    return tally.fill(RunResult.from_dict(status.workflow_id, stopped)).summary()
+    return filled(RunResult.from_dict(status.workflow_id, stopped), tally).summary()

@@ -28,11 +28,12 @@ from ..events import Emitter, Event, Sink
 from ..messages import Message, ToolCall, hollow
 from ..result import RunResult
 from ..run import RestartPolicy
+from ..tally import Tally
 from ..tools.tool import RunContext
 from .formats import RUN_FORMAT
 from .ledger import Ledger
 from .outage import cause_of, said_by_us
-from .view import MAIL, ORIGIN, Tally, messages_of, version_of
+from .view import MAIL, ORIGIN, messages_of, version_of
 
 APPROVALS = ("wait", "auto", "deny")
 

@@ -20,14 +20,13 @@ from typing import Any, TypeVar
 import orjson
 
 from ..errors import ConfigError, NoSuchRun
-from ..events import Event
 from ..journal import private_file
 from ..loop import close_open_calls
-from ..messages import ImagePart, Message, Usage
-from ..pricing import Price, price_for
+from ..messages import ImagePart, Message
 from ..questions import Question
 from ..result import RunResult
 from ..run_filter import Cursor, Page, RunFilter
+from ..tally import Tally
 from .dbos_private import (
     all_events,
     make_schema,
@@ -225,29 +224,12 @@ def approval_id(call_id: str) -> str:
     return f"ap_{call_id}"
 
 
-class Tally:
-    """Counts what a run's events show, for the end of a run cut short elsewhere."""
-
-    def __init__(self) -> None:
-        self.usage = Usage()
-        self.steps = 0
-        self.cost = 0.0
-        self.price: Price | None = None
-
-    def __call__(self, event: Event) -> None:
-        if event.type == "run_started":
-            self.price = price_for(str(event.data.get("model", "")))
-        elif event.type == "model_response":
-            usage = Usage.from_dict(event.data.get("usage") or {})
-            self.usage = self.usage + usage
-            self.cost += self.price.cost(usage) if self.price else 0.0
-            self.steps += 1
-
-    def fill(self, result: RunResult) -> RunResult:
-        """`result` with the figures seen, where the store had none (a cancelled run)."""
-        if result.steps == 0 and self.steps:
-            result.usage, result.steps, result.cost_usd = self.usage, self.steps, self.cost
-        return result
+def filled(result: RunResult, tally: Tally) -> RunResult:
+    """`result` with the figures its events add up to, where the store had none (a run
+    cancelled or failed in the store)."""
+    if result.steps == 0 and tally.steps:
+        result.usage, result.steps, result.cost_usd = tally.usage, tally.steps, tally.cost
+    return result
 
 
 ENDED = ("SUCCESS", "ERROR", "CANCELLED")

@@ -38,10 +38,10 @@ from ..errors import ConfigError
 from ..events import Event
 from ..loop import Budget
 from ..messages import Usage
-from ..pricing import price_for
 from ..providers import Model, ScriptedModel, make_model
 from ..providers.scripted import read_script
 from ..runtime import Runtime
+from ..tally import Tally
 from ..terminal import TERMINAL_CHECK, TERMINAL_SYSTEM
 from ..tools.tool import RunContext
 from ..transcript import atif
@@ -169,21 +169,16 @@ class Record:
         self.path = path
         self.context = context
         self.events: list[Event] = []
-        self.usage = Usage()
-        self.price = price_for(model)
-        self.cost = 0.0
+        self.tally = Tally()  # the run's usage and cost as they grow (the same fold as the page's)
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, event: Event) -> None:
         if event.type == "text_delta":
             return
         self.events.append(event)
-        if event.type in ("model_response", "context_summarized"):
-            usage = Usage.from_dict(event.data.get("usage") or {})
-            self.usage = self.usage + usage
-            if self.price is not None:
-                self.cost += self.price.cost(usage)
-            self.update(self.usage, self.cost)
+        self.tally(event)
+        if event.type in ("model_response", "context_summarized", "tool_result"):
+            self.update(self.tally.usage, self.tally.cost)
         elif event.type == "run_finished":
             self.update(Usage.from_dict(event.data.get("usage") or {}), event.data["cost_usd"])
             self.context.metadata = {
