@@ -227,7 +227,7 @@ async def test_parallel_calls_each_get_their_own_approval() -> None:
     result = await run.wait()
     with pytest.raises(ApprovalError, match=f"{eve_id!r} was denied already: that is too much"):
         run.approve(eve_id)
-    with pytest.raises(ApprovalError, match="no approval 'ap_never' is waiting"):
+    with pytest.raises(ApprovalError, match="'ap_never' is not waiting"):
         run.approve("ap_never")  # never asked: said so, not a crash of the desk
     assert result is not None and result.outcome == "done"
     outputs = {r.call_id: r for r in run.transcript[2].tool_results}

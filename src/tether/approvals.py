@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,6 +39,12 @@ def arguments_hash(name: str, arguments: dict[str, Any] | None) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+def approval_id(call_id: str) -> str:
+    """The id of the approval a call waits for: one call, one approval, the same in memory
+    and on a store, and after a restart (a call's id is unique in its run: `unique_calls`)."""
+    return f"ap_{call_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
     id: str
@@ -48,9 +53,11 @@ class ApprovalRequest:
     expires_at: float | None = None  # wall-clock seconds
 
     @classmethod
-    def for_call(cls, call: ToolCall, ttl: float | None) -> ApprovalRequest:
+    def for_call(cls, call: ToolCall, ttl: float | None = None) -> ApprovalRequest:
+        """The request for `call`, named by the call (`approval_id`), bound to its arguments,
+        expiring after `ttl` seconds (None: a durable run's waits a day, `APPROVAL_WAIT_S`)."""
         return cls(
-            f"ap_{uuid.uuid4().hex[:12]}",
+            approval_id(call.id),
             call,
             arguments_hash(call.name, call.arguments),
             time.time() + ttl if ttl else None,
@@ -97,6 +104,24 @@ async def deny_all(request: ApprovalRequest) -> Decision:
     return Decision(False, "denied by policy (--approve deny): no one is here to approve it")
 
 
+def check_answer(
+    approval_id: str, shown: str | None, decided: Decision | None, args_hash: str | None
+) -> None:
+    """Refuse an answer to approval `approval_id` (ApprovalError) unless it is taken: the one
+    rule for a run in memory (`ApprovalDesk`), a durable run of this process and one answered
+    from another (`tether approve`). `shown`: the hash of the arguments the waiting request
+    showed (None: nothing waits); `decided`: how it was decided, if it was. A decision that
+    came too late says how the call was decided."""
+    if decided is not None:
+        raise decided_already(approval_id, decided.approved, decided.reason)
+    if shown is None:
+        raise ApprovalError(
+            f"approval {approval_id!r} is not waiting: it was never asked, or it expired"
+        )
+    if args_hash is not None and args_hash != shown:
+        raise ApprovalError(f"approval {approval_id!r} was shown other arguments")
+
+
 def decided_already(approval_id: str, approved: bool, reason: str) -> ApprovalError:
     """The error for a decision that came too late: it says how the call was decided, and
     by whom where the reason says (a page open in two tabs, a colleague at the inbox)."""
@@ -136,16 +161,14 @@ class ApprovalDesk:
         the request was made for."""
         entry = self.pending.get(approval_id)
         given = self.decided.get(approval_id)
-        if entry is not None and entry[1].done() and not entry[1].cancelled():
-            given = entry[1].result()  # decided a moment ago, not yet taken by the run
-        if given is not None:
-            raise decided_already(approval_id, given.approved, given.reason)
-        if entry is None or entry[1].done():
-            raise ApprovalError(f"no approval {approval_id!r} is waiting (decided or expired)")
-        request, future = entry
-        if args_hash is not None and args_hash != request.args_hash:
-            raise ApprovalError(f"approval {approval_id!r} was shown other arguments")
-        future.set_result(Decision(approved, reason or ("approved" if approved else "denied")))
+        if entry is not None and entry[1].done():
+            if not entry[1].cancelled():
+                given = entry[1].result()  # decided a moment ago, not yet taken by the run
+            entry = None
+        check_answer(approval_id, entry[0].args_hash if entry else None, given, args_hash)
+        if entry is not None:
+            decision = Decision(approved, reason or ("approved" if approved else "denied"))
+            entry[1].set_result(decision)
 
     def waiting(self) -> list[ApprovalRequest]:
         return [request for request, _ in self.pending.values()]

@@ -24,7 +24,14 @@ from typing import Any, TypeVar
 from ..accounts import Cost
 from ..admission import Limiter
 from ..agent import Agent, judge
-from ..approvals import ApprovalRequest, Decision, arguments_hash, needs_approval
+from ..approvals import (
+    ApprovalRequest,
+    Decision,
+    approve_all,
+    arguments_hash,
+    deny_all,
+    needs_approval,
+)
 from ..calls import respond
 from ..context import fit
 from ..errors import ProviderError, StoreUnavailable
@@ -49,7 +56,7 @@ from .run import DurableRun
 from .steps import KIND_OF, ContextStep, GuardStep, InboxStep, ModelStep, Step, ToolsStep, kind_of
 from .steps import read as read_step
 from .steps import record as step_record
-from .view import MAIL, ORIGIN, approval_id
+from .view import MAIL, ORIGIN
 
 S = TypeVar("S", bound=Step)
 
@@ -201,18 +208,16 @@ class RecordedEffects:
             tool = self.agent.toolbox.tools.get(call.name)
             if tool is None or not needs_approval(tool.approval, call.arguments):
                 continue
-            request = requested_for(call)
+            request = ApprovalRequest.for_call(call)  # waits a day at most (APPROVAL_WAIT_S)
             if policy == "wait":  # what `tether approve` checks an answer against
                 await DBOS.set_event_async(request.id, {**shown_of(call), "state": "waiting"})
             emitter.approval_requested(**request.to_dict())
-            if policy == "auto":
-                decisions[i] = Decision(True, "approved by policy (--approve auto)")
-            elif policy == "deny":
-                decisions[i] = Decision(False, "denied by policy (--approve deny)")
-            else:
+            if policy == "wait":
                 waiting.append((i, call, request.id))
                 continue
-            decided(emitter, request.id, call, decisions[i])
+            decision = await (approve_all if policy == "auto" else deny_all)(request)
+            emitter.approval_decided(**decision.event(request.id, call.id))
+            decisions[i] = decision
         for i, call, ap in waiting:
             decisions[i] = await self.answer_to(call, ap)
         return decisions
@@ -229,7 +234,7 @@ class RecordedEffects:
             decision = Decision(bool(answer.get("approved")), str(answer.get("reason", "")))
         state = {"state": "decided", "approved": decision.approved, "reason": decision.reason}
         await DBOS.set_event_async(ap, {**shown_of(call), **state})
-        decided(self.run.emitter, ap, call, decision)
+        self.run.emitter.approval_decided(**decision.event(ap, call.id))
         return decision
 
     # -- the work each step does when it is not replayed -----------------------------------
@@ -378,14 +383,3 @@ def shown_of(call: ToolCall) -> dict[str, Any]:
         "arguments": call.arguments,
         "args_hash": arguments_hash(call.name, call.arguments),
     }
-
-
-def requested_for(call: ToolCall) -> ApprovalRequest:
-    """The approval a call of a durable run waits for: its id is the call's (one call, one
-    approval: the same after a restart), with no time limit of its own (`APPROVAL_WAIT_S`)."""
-    return ApprovalRequest(approval_id(call.id), call, arguments_hash(call.name, call.arguments))
-
-
-def decided(emitter: Emitter, ap: str, call: ToolCall, decision: Decision | None) -> None:
-    assert decision is not None
-    emitter.approval_decided(**decision.event(ap, call.id))

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from ..approvals import ApprovalRequest, decided_already
+from ..approvals import ApprovalRequest, check_answer
 from ..bus import EventLog
 from ..dashboard import Ended
 from ..errors import ApprovalError, ConfigError, NoSuchRun, QuestionError, RunEnded
@@ -36,6 +36,7 @@ from .view import (
     WORKFLOW,
     check_url,
     client,
+    decision_in,
     executor_alive,
     list_runs,
     listing,
@@ -58,17 +59,10 @@ def answer_approval(
     status = status_of(store, run_id)
     if status.status in ENDED:
         raise ConfigError(f"run {run_id} has ended ({status.status.lower()})")
-    request = store.get_event(run_id, approval_id, timeout_seconds=0)
-    if isinstance(request, dict) and request.get("state") == "decided":
-        approved, reason = bool(request.get("approved")), str(request.get("reason", ""))
-        raise decided_already(approval_id, approved, reason)
-    if not isinstance(request, dict) or request.get("state") != "waiting":
-        raise ConfigError(
-            f"run {run_id} is not waiting for approval {approval_id} (decided already, or "
-            "never requested)"
-        )
-    if args_hash is not None and args_hash != request.get("args_hash"):
-        raise ConfigError(f"approval {approval_id} was shown other arguments")
+    asked = store.get_event(run_id, approval_id, timeout_seconds=0)
+    waiting = isinstance(asked, dict) and asked.get("state") == "waiting"
+    shown = str(asked.get("args_hash")) if waiting else None
+    check_answer(approval_id, shown, decision_in(asked), args_hash)
     store.send(run_id, reply, approval_id)
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..approvals import ApprovalRequest, approval_id
 from ..events import Emitter, Event, Sink, images_data, model_response_data, tool_result_data
+from ..messages import ToolCall
 from ..result import RunResult
 from ..tally import Tally
 from .dbos_private import all_events
 from .steps import ContextStep, ModelStep, ToolsStep
 from .versions import record_in, wanted
-from .view import ORIGIN, approval_id, filled, status_of, task_images
+from .view import ORIGIN, decision_in, filled, status_of, task_images
 
 
 def events_of(store: Any, run_id: str) -> list[Event]:
@@ -77,9 +79,11 @@ def events_of(store: Any, run_id: str) -> list[Event]:
         elif isinstance(step, ToolsStep):
             results, told.at = step.results, step.ended
             for result in results:
-                asked = approvals.get(approval_id(result.call_id))
-                if isinstance(asked, dict) and asked.get("state") == "decided":
-                    told.approval_decided(**decided(result.call_id, asked))
+                decision = decision_in(approvals.get(approval_id(result.call_id)))
+                if decision is not None:
+                    told.approval_decided(
+                        **decision.event(approval_id(result.call_id), result.call_id)
+                    )
             for result in results:
                 told.tool_result(**tool_result_data(result))
     upgraded_before(len(steps))
@@ -105,23 +109,8 @@ class Retold(Emitter):
 
 def requested(call_id: str, asked: dict[str, Any]) -> dict[str, Any]:
     """An `approval_requested` event's data from what the run recorded when it asked."""
-    return {
-        "approval_id": approval_id(call_id),
-        "id": call_id,
-        "name": asked.get("name", ""),
-        "arguments": asked.get("arguments") or {},
-        "args_hash": asked.get("args_hash"),
-        "expires_at": None,
-    }
-
-
-def decided(call_id: str, asked: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "approval_id": approval_id(call_id),
-        "id": call_id,
-        "approved": bool(asked.get("approved")),
-        "reason": str(asked.get("reason") or "decided"),
-    }
+    call = ToolCall(call_id, str(asked.get("name", "")), asked.get("arguments") or {})
+    return ApprovalRequest(approval_id(call_id), call, str(asked.get("args_hash"))).to_dict()
 
 
 def ending(status: Any, events: list[Event]) -> dict[str, Any] | None:

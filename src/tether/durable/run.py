@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..agent import Agent
-from ..approvals import ApprovalRequest, arguments_hash, decided_already
+from ..approvals import ApprovalRequest, Decision, arguments_hash, check_answer
 from ..bus import Bus, EventLog
-from ..errors import ApprovalError, ConfigError, NoSuchRun, RunEnded, StoreUnavailable
+from ..errors import ConfigError, NoSuchRun, RunEnded, StoreUnavailable
 from ..events import Emitter, Event, Sink
 from ..messages import Message, ToolCall, hollow
 from ..result import RunResult
@@ -33,7 +33,7 @@ from ..tools.tool import RunContext
 from .formats import RUN_FORMAT
 from .ledger import Ledger
 from .outage import cause_of, said_by_us
-from .view import MAIL, ORIGIN, messages_of, version_of
+from .view import MAIL, ORIGIN, decision_in, messages_of, version_of
 
 APPROVALS = ("wait", "auto", "deny")
 
@@ -216,10 +216,8 @@ class DurableRun:
         request stays waiting (sent from a task, the answer was gone from `waiting()` and
         the caller told it worked, when it never reached the run)."""
         request = self.pending.get(approval_id)
-        if request is None:
-            raise self.not_waiting(approval_id)
-        if args_hash is not None and args_hash != request.args_hash:
-            raise ApprovalError(f"approval {approval_id!r} was shown other arguments")
+        decided = None if request is not None else self.decided_in_store(approval_id)
+        check_answer(approval_id, request.args_hash if request else None, decided, args_hash)
         reply = {"approved": approved, "reason": reason}
         try:  # the store's client: it fails at once when the store does not answer
             with said_by_us():
@@ -231,18 +229,15 @@ class DurableRun:
             ) from None
         self.pending.pop(approval_id, None)
 
-    def not_waiting(self, approval_id: str) -> ApprovalError:
-        """Why a decision for this approval is too late: how it was decided, as the store
-        recorded it, or that it was never asked."""
+    def decided_in_store(self, approval_id: str) -> Decision | None:
+        """How an approval this run no longer waits for was decided, as the store recorded it
+        (None: never asked, or the store does not answer)."""
         try:
             with said_by_us():
                 asked = self.host.reader.get_event(self.id, approval_id, timeout_seconds=0)
         except Exception:  # the store does not answer: the plain refusal
             asked = None
-        if isinstance(asked, dict) and asked.get("state") == "decided":
-            approved, reason = bool(asked.get("approved")), str(asked.get("reason", ""))
-            return decided_already(approval_id, approved, reason)
-        return ApprovalError(f"no approval {approval_id!r} is waiting (decided or expired)")
+        return decision_in(asked)
 
     def cancel(self) -> bool:
         if self.ended.is_set():

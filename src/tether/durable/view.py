@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from ..approvals import Decision
 from ..errors import ConfigError, NoSuchRun
 from ..journal import private_file
 from ..loop import close_open_calls
@@ -219,9 +220,12 @@ def record_of_run(store: Any, run_id: str) -> dict[str, Any]:
     return record_in(status_of(store, run_id))
 
 
-def approval_id(call_id: str) -> str:
-    """The id of the approval a call waits for (one call, one approval)."""
-    return f"ap_{call_id}"
+def decision_in(asked: Any) -> Decision | None:
+    """How an approval was decided, from what the run recorded of it in the store (None: it
+    was not, or never asked)."""
+    if not isinstance(asked, dict) or asked.get("state") != "decided":
+        return None
+    return Decision(bool(asked.get("approved")), str(asked.get("reason") or "decided"))
 
 
 def filled(result: RunResult, tally: Tally) -> RunResult:
