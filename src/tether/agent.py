@@ -26,7 +26,6 @@ import orjson
 from .accounts import OverBudget
 from .admission import Limiter
 from .approvals import Approver, Policy
-from .calls import respond
 from .children import run_child
 from .context import ContextPolicy, estimate, fit, is_context_error
 from .errors import (
@@ -34,7 +33,7 @@ from .errors import (
     ProviderError,
     StoreUnavailable,
 )
-from .events import Emitter, Sink, images_data, model_response_data
+from .events import Emitter, Sink, images_data
 from .guardrails import Guardrail, Kind, Verdict, tripped, verdicts
 from .loop import (
     CHOICES,
@@ -52,13 +51,12 @@ from .loop import (
     last_answer,
     output_room,
     step,
-    unique_calls,
 )
 from .messages import ImagePart, Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .output import OUTPUT_TRIES, Output, retry_message
-from .paying import Sampling, paid, summarized
+from .paying import Sampling, model_call, summarized
 from .pricing import Price, price_for
-from .providers.base import Model, TextHook
+from .providers.base import Model
 from .rates import GATE, Gate, Rates
 from .result import RunResult, close, finish_run, internal_error
 from .tools.session import close_kept
@@ -535,9 +533,6 @@ class LocalEffects:
         self.origin, self.account, self.rates = ctx.origin, ctx.account_id, ctx.rates
         self.approver, self.limiter = approver, limiter
         self.calls = 0  # model calls made, which name each call to the run's account
-        self.on_text: TextHook | None = None
-        if emitter.active:
-            self.on_text = lambda t: emitter.text_delta(text=t)
 
     guard_beside_model = True
 
@@ -563,27 +558,12 @@ class LocalEffects:
         self.calls += 1
         await summarized(agent, self.ctx, usage, f"summary {self.calls}")
 
-    def on_retry(self, attempt: int, delay: float, e: ProviderError) -> None:
-        self.emitter.retry(attempt=attempt, delay=round(delay, 3), error=e.to_dict())
-
     async def call_model(self, state: LoopState) -> ModelResponse:
-        request, emitter = self.agent.request(state), self.emitter
         self.calls += 1
-        key, first = f"call {self.calls}", state.steps == 0
-        response = await paid(
-            self.agent, self.ctx, key, request, first, emitter, lambda: self.respond(request)
-        )
-        response = unique_calls(response, state.messages)
-        if emitter.active:
-            emitter.model_response(**model_response_data(response))
-        return response
-
-    async def respond(self, request: ModelRequest) -> ModelResponse:
-        if self.emitter.active:  # reserved: the request goes
-            self.emitter.model_request(messages=len(request.messages))
-        return await respond(
-            self.agent.model, request, self.emitter, self.limiter, self.on_text, self.on_retry
-        )
+        return await model_call(
+            self.agent, self.ctx, f"call {self.calls}", self.agent.request(state),
+            state.steps == 0, self.emitter, self.limiter,
+        )  # fmt: skip
 
     async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
         toolbox, ctx = self.agent.toolbox, dataclasses.replace(self.ctx)

@@ -15,10 +15,12 @@ from typing import Protocol
 
 from .accounts import Cost, OverBudget, cost_of
 from .accounts import estimate as estimate_cost
-from .admission import aside
+from .admission import Limiter, aside
+from .calls import respond
 from .context import estimate
-from .errors import ProviderStatusError
-from .events import Emitter
+from .errors import ProviderError, ProviderStatusError
+from .events import Emitter, model_response_data
+from .loop import unique_calls
 from .messages import ModelRequest, ModelResponse, Usage
 from .pricing import Price
 from .providers.base import Model
@@ -32,6 +34,41 @@ class Payer(Protocol):
     price: Price | None
 
     def price_of(self, response: ModelResponse) -> Price | None: ...
+
+
+async def model_call(
+    agent: Payer,
+    ctx: RunContext,
+    key: str,
+    request: ModelRequest,
+    first: bool,
+    emitter: Emitter,
+    limiter: Limiter | None,
+    used: Callable[[Cost], Awaitable[None]] | None = None,
+    sent: Callable[[], None] | None = None,
+) -> ModelResponse:
+    """A run's model call, the same in memory and in a durable run's step: paid for (`paid`),
+    said as `model_request` when it goes (`sent` is told then: what waited before, for its
+    account or a slot, is no model latency), with its text, retries and fallbacks as they
+    come, and as `model_response` when it is answered, its tool calls' ids made unique in the
+    conversation (a durable run records the reply so: a replay agrees)."""
+    on_text = (lambda text: emitter.text_delta(text=text)) if emitter.active else None
+
+    def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
+        emitter.retry(attempt=attempt, delay=round(delay, 3), error=e.to_dict())
+
+    async def go() -> ModelResponse:  # reserved: the request goes
+        if sent is not None:
+            sent()
+        if emitter.active:
+            emitter.model_request(messages=len(request.messages))
+        return await respond(agent.model, request, emitter, limiter, on_text, on_retry)
+
+    response = await paid(agent, ctx, key, request, first, emitter, go, used)
+    response = unique_calls(response, request.messages)
+    if emitter.active:
+        emitter.model_response(**model_response_data(response))
+    return response
 
 
 QUEUE_POLL_S = 5.0

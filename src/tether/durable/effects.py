@@ -32,12 +32,11 @@ from ..approvals import (
     deny_all,
     needs_approval,
 )
-from ..calls import respond
 from ..context import fit
-from ..errors import ProviderError, StoreUnavailable
-from ..events import Emitter, Event, model_response_data, tool_result_data
+from ..errors import StoreUnavailable
+from ..events import Emitter, Event, tool_result_data
 from ..guardrails import Kind, Verdict
-from ..loop import LoopState, unique_calls
+from ..loop import LoopState
 from ..messages import (
     Message,
     ModelRequest,
@@ -48,7 +47,7 @@ from ..messages import (
     hollow,
     hollow_result,
 )
-from ..paying import Sampling, paid, summarized
+from ..paying import Sampling, model_call, summarized
 from ..tools.tool import RunContext
 from .accounts import StoredAccounts
 from .ledger import CallState, Ledger
@@ -264,26 +263,16 @@ class RecordedEffects:
             for _, text in arrived:
                 emitter.user_message(text=text)
 
-        def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
-            emitter.retry(attempt=attempt, delay=round(delay, 3), error=e.to_dict())
-
-        def on_text(text: str) -> None:
-            emitter.text_delta(text=text)
-
         began = time.time()
-        model = self.agent.model
 
-        async def call() -> ModelResponse:  # reserved: the request goes
+        def sent() -> None:
             nonlocal began  # from here: an account's queue is no model latency
             began = time.time()
-            emitter.model_request(messages=len(request.messages))
-            return await respond(model, request, emitter, self.limiter, on_text, on_retry)
 
-        response = await paid(
-            self.agent, self.context, key, request, first, emitter, call, self.riding(key)
-        )
-        response = unique_calls(response, request.messages)  # recorded so: a replay agrees
-        emitter.model_response(**model_response_data(response))
+        response = await model_call(
+            self.agent, self.context, key, request, first, emitter, self.limiter,
+            self.riding(key), sent,
+        )  # fmt: skip
         late: list[tuple[int, str]] = []
         if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
             last = max([seen, *(n for n, _ in arrived)])
