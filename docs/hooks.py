@@ -146,8 +146,7 @@ API_GROUPS = {
     "Errors": [
         "TetherError", "ConfigError", "MissingAPIKey", "RunError", "RunExists", "NoSuchRun",
         "RunEnded", "ApprovalError", "QuestionError", "AccountOverBudget", "RecordError",
-        "OutputInvalid",
-        "ChildRunEnded", "StoreUnavailable",
+        "ReplayDiverged", "OutputInvalid", "ChildRunEnded", "StoreUnavailable",
         "ProviderError", "ProviderConnectionError", "ProviderTimeout", "ProviderStatusError",
         "RateLimited", "ServerError", "ClientRequestError", "ProviderProtocolError",
         "ImagesUnsupported",

@@ -67,6 +67,7 @@ EXPECTED = {
     "NoSuchRun",
     "QuestionError",
     "RecordError",
+    "ReplayDiverged",
     "RunEnded",
     "RunError",
     "RunExists",
@@ -116,3 +117,31 @@ def test_the_readmes_python_quickstart_passes_mypy_strict(tmp_path: Path) -> Non
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_error_tree_drawn_in_errors_is_the_classes_tree() -> None:
+    """`errors.py` draws every error a caller can catch in one tree: each class is drawn, under
+    the class it derives from (a new error, or one moved, cannot be left out of the drawing)."""
+    import re
+
+    from tether import errors
+
+    drawn: dict[str, str] = {}
+    parents: list[tuple[int, str]] = [(-1, "TetherError")]
+    for line in (errors.__doc__ or "").splitlines():
+        found = re.match(r"^([\s│]*)[├└]── (\w+)", line)
+        if found is None:
+            continue
+        depth, name = len(found.group(1)), found.group(2)
+        while parents[-1][0] >= depth:
+            parents.pop()
+        drawn[name] = parents[-1][1]
+        parents.append((depth, name))
+    classes = {
+        name: cls
+        for name, cls in vars(errors).items()
+        if isinstance(cls, type) and issubclass(cls, errors.TetherError)
+    }
+    assert set(drawn) == set(classes) - {"TetherError"}
+    for name, parent in drawn.items():
+        assert classes[name].__bases__[0].__name__ == parent, name

@@ -12,7 +12,9 @@
      │    └── AccountOverBudget      a new run's account is over a limit that refuses new runs
      │                               (CLI exit status 3, as for a run halted by a budget)
      ├── RecordError                 a store's record Tether did not write (a pickle, a row
-     │                               rewritten by hand): refused, nothing of it run
+     │    │                          rewritten by hand): refused, nothing of it run
+     │    └── ReplayDiverged         a run's recorded steps no longer match its agent's code
+     │                               (it changed since the run started): the replay stops
      ├── OutputInvalid               the model's answers never matched the agent's output type
      ├── ChildRunEnded               a child run (an agent used as a tool) ended other than done
      │                               (`run_child`; as a tool's error, its parent model reads it)
@@ -88,6 +90,13 @@ class ApprovalError(RunError):
 class RecordError(TetherError):
     """A store's record that is not one Tether wrote: another format, or values that are not
     what its type holds. Nothing of it was run or used."""
+
+
+class ReplayDiverged(RecordError):
+    """A durable run's recorded step is of another kind than its agent's code now takes (the
+    code changed since the run started): the replay stops there rather than pair recorded
+    answers with other questions. Run the run under the version it started with (`tether
+    upgrade` says which), or fork it."""
 
 
 class QuestionError(RunError):

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import ConfigError, NoSuchRun, RunError, StoreUnavailable
+from ..errors import ConfigError, NoSuchRun, RunEnded, RunError, StoreUnavailable
 from ..options import RunOptions, absolute, select_tools
 from ..redact import scrub
 from ..result import RunResult
@@ -122,7 +122,7 @@ def answer(store: Any, args: argparse.Namespace) -> str:
             raise ConfigError('the answer is a JSON object of the fields asked for: {"name": ...}')
     status = status_of(store, args.run_id).status
     if status in ENDED:
-        raise ConfigError(f"run {args.run_id} has ended ({status.lower()}): nothing to answer")
+        raise RunEnded(f"run {args.run_id} has ended ({status.lower()}): nothing to answer")
     given = (
         Answer("decline", reason="declined by the user")
         if args.decline
@@ -166,7 +166,7 @@ def control(store: Any, args: argparse.Namespace) -> str:
     if args.command == "cancel":
         status = status_of(store, run_id).status
         if status in ENDED:
-            raise ConfigError(f"run {run_id} has ended ({status.lower()}): nothing to cancel")
+            raise RunEnded(f"run {run_id} has ended ({status.lower()}): nothing to cancel")
         cancel_run(store, ledger_for(args.store), run_id)
         return f"cancelled run {run_id} (what it completed is kept)"
     if args.command == "upgrade":

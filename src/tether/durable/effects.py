@@ -33,7 +33,7 @@ from ..approvals import (
     needs_approval,
 )
 from ..context import fit
-from ..errors import StoreUnavailable
+from ..errors import RecordError, ReplayDiverged, StoreUnavailable
 from ..events import Emitter, Event, tool_result_data
 from ..guardrails import Kind, Verdict
 from ..loop import LoopState
@@ -106,7 +106,7 @@ class RecordedEffects:
         if found is not None:
             recorded = read_step(found[0], found[1], f"run {self.run.id}'s step {n}")
             if not isinstance(recorded, kind):
-                raise RuntimeError(
+                raise ReplayDiverged(
                     f"run {self.run.id}: step {n} was recorded as {found[0]} and is now "
                     f"{KIND_OF[kind]}; the agent's code changed since the run started"
                 )
@@ -136,7 +136,7 @@ class RecordedEffects:
         found = await self.ledger.call(self.ledger.images, wanted)
         lost = [h[:12] for h in wanted if h not in found]
         if lost:
-            raise RuntimeError(f"the store has lost the bytes of image(s) {', '.join(lost)}")
+            raise RecordError(f"the store has lost the bytes of image(s) {', '.join(lost)}")
         return [filled(m, found) for m in messages]
 
     # -- the effects ------------------------------------------------------------------------

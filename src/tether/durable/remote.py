@@ -58,7 +58,7 @@ def answer_approval(
     that is waiting now, and with `args_hash`, only for the arguments it showed."""
     status = status_of(store, run_id)
     if status.status in ENDED:
-        raise ConfigError(f"run {run_id} has ended ({status.status.lower()})")
+        raise RunEnded(f"run {run_id} has ended ({status.status.lower()})")
     asked = store.get_event(run_id, approval_id, timeout_seconds=0)
     waiting = isinstance(asked, dict) and asked.get("state") == "waiting"
     shown = str(asked.get("args_hash")) if waiting else None
@@ -135,7 +135,7 @@ def upgrade_run(store: Any, ledger: Ledger, run_id: str, to: str | None) -> tupl
     status, record = found[0], record_in(found[0])
     agent, now = str(record.get("agent")), wanted(record, found[0].queue_name)
     if status.status in ENDED:
-        raise ConfigError(f"run {run_id} has ended ({status.status.lower()}): fork it instead")
+        raise RunEnded(f"run {run_id} has ended ({status.status.lower()}): fork it instead")
     if now is None:
         raise ConfigError(
             f"run {run_id} is of an agent built from its recorded options, which any worker "

@@ -580,7 +580,7 @@ class WebApp:
             was, now = await self.runtime.upgrade(request.match_info["id"], to)
         except NoSuchRun as e:
             return json_error(404, str(e))
-        except ConfigError as e:
+        except (ConfigError, RunEnded) as e:
             return json_error(409, str(e))
         return web.json_response({"from": was, "to": now})
 
