@@ -14,6 +14,7 @@ from ..messages import ToolCall
 from ..result import RunResult
 from ..tally import Tally
 from .dbos_private import all_events
+from .formats import WorkflowInput
 from .steps import ContextStep, ModelStep, ToolsStep
 from .versions import record_in, wanted
 from .view import ORIGIN, decision_in, filled, status_of, task_images
@@ -32,8 +33,8 @@ def events_of(store: Any, run_id: str) -> list[Event]:
     told = Retold(run_id, [out.append])
 
     status = status_of(store, run_id)
-    inputs = status.input.get("args") if isinstance(status.input, dict) else None
-    task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
+    given = WorkflowInput.of(status)
+    task = given.task if given is not None else ""
     record = record_in(status)
     steps = store.steps(status)
     approvals = all_events(store, run_id)

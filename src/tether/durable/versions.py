@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..events import Emitter
+from .formats import WorkflowInput
 from .ledger import Ledger
 
 QUEUE = "tether"
@@ -57,9 +58,8 @@ def version_in(queue: str | None) -> tuple[str, str] | None:
 
 def record_in(status: Any) -> dict[str, Any]:
     """The run's record, from its DBOS status read with its input."""
-    inputs = status.input.get("args") if isinstance(status.input, dict) else None
-    record = inputs[1] if isinstance(inputs, (list, tuple)) and len(inputs) > 1 else None
-    return record if isinstance(record, dict) else {}
+    given = WorkflowInput.of(status)
+    return given.record if given is not None else {}
 
 
 def wanted(record: dict[str, Any], queue: str | None) -> str | None:

@@ -37,7 +37,7 @@ from .dbos_private import (
     status_counts,
     wake,
 )
-from .formats import WORKFLOW_VERSION
+from .formats import WORKFLOW_VERSION, WorkflowInput
 from .ledger import Ledger
 from .outage import cannot_open, said_by_us
 from .records import RecordSerializer
@@ -68,14 +68,12 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
     """A run's conversation as far as its store has it: the history and task it started with,
     then each recorded reply and tool result; calls left open are closed as cancelled."""
     status = status_of(store, run_id)
-    inputs = status.input.get("args") if isinstance(status.input, dict) else None
-    if not isinstance(inputs, (list, tuple)) or len(inputs) < 3:
+    given = WorkflowInput.of(status)
+    if given is None:
         return []
-    history = inputs[3] if len(inputs) > 3 and inputs[3] else []
-    record = inputs[1] if isinstance(inputs[1], dict) else {}
-    messages: list[Message] = [*history]
-    if inputs[2] is not None:  # a fork may start with no new message
-        messages.append(Message.user(inputs[2], task_images(record)))
+    messages: list[Message] = [*given.history]
+    if given.task is not None:  # a fork may start with no new message
+        messages.append(Message.user(given.task, task_images(given.record)))
     for step, _ in store.steps(status):
         if isinstance(step, ModelStep):
             messages.extend(Message.user(text) for _, text in step.arrived)
@@ -262,8 +260,8 @@ def executor_alive(executor_id: str) -> bool:
 def listing(w: Any) -> dict[str, Any]:
     """One run of a store as `tether runs` shows it: what it was asked, where it stands
     (queued, running on a worker, then its outcome), when, and what it used."""
-    inputs = w.input.get("args") if isinstance(w.input, dict) else None
-    task = inputs[2] if isinstance(inputs, (list, tuple)) and len(inputs) > 2 else ""
+    given = WorkflowInput.of(w)
+    task = given.task if given is not None else ""
     record = record_in(w)
     out = w.output if isinstance(w.output, dict) else {}
     state = out.get("outcome", "done") if w.status == "SUCCESS" else STATES.get(w.status)
