@@ -18,6 +18,7 @@ import pytest
 
 import warm
 from helpers import FIXTURES, TETHER, cli_env, store_runs, tether, wait_until
+from tether.durable.formats import RunRecord
 from tether.durable.ledger import Ledger
 from tether.durable.versions import QUEUE, Serving, queue_for, version_in, wanted
 from wire_server import WireServer, tool_results
@@ -26,13 +27,13 @@ SCRIPT = str(FIXTURES / "versioned.py")
 
 
 def test_a_run_goes_on_under_its_queues_version_else_its_own() -> None:
-    mine = {"agent": "mailer", "version": "1", "options": None}
+    mine = RunRecord(agent="mailer", version="1")
     assert queue_for("mailer", "1") == "tether:mailer@1" and queue_for("x", None) == QUEUE
     assert version_in("tether:mail@er@2") == ("mail@er", "2") and version_in(QUEUE) is None
     assert wanted(mine, None) == "1" and wanted(mine, "tether:mailer@1") == "1"
     assert wanted(mine, "tether:mailer@2") == "2"  # upgraded
     assert wanted(mine, "tether:other@2") == "1"  # another agent's queue says nothing of it
-    built = {"agent": "cli", "version": "abc", "options": {"model": "m"}}
+    built = RunRecord(agent="cli", version="abc", options={"model": "m"})
     assert wanted(built, None) is None  # any worker builds it again from its options
     serving = Serving({"mailer": "2"}, rebuilds=False)
     assert not serving.takes(mine) and serving.takes(mine, "tether:mailer@2")
@@ -339,7 +340,7 @@ def test_a_run_queued_for_any_worker_waits_for_its_own_version(
     reader = client(store, create=True)
     record = record_of(mailer("1", wire.url), None, RunContext(workspace=tmp_path))
     options = {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": WORKFLOW_VERSION}
-    reader.enqueue({**options, "workflow_id": "idle-old"}, "idle-old", record, "idle-old")
+    reader.enqueue({**options, "workflow_id": "idle-old"}, "idle-old", record.to_dict(), "idle-old")
     reader.destroy()
 
     def worker(version: str) -> subprocess.Popen[bytes]:
@@ -435,3 +436,46 @@ def test_a_cli_worker_says_why_it_leaves_a_python_agents_run(tmp_path: Path) -> 
         worker.kill()
         worker.wait(30)
     assert "agent mailer version 1" in line and "await rt.work()" in line, line
+
+
+def test_a_run_record_reads_what_earlier_code_wrote_and_writes_it_back_unchanged() -> None:
+    """A store keeps a run's record as a JSON object, and runs recorded before `RunRecord`
+    existed must go on: the object the earlier code wrote (a fork of a child run, with an
+    image) reads as its fields and is written back key for key; what a record leaves out or
+    holds wrongly typed reads as "not said"."""
+    from tether.durable.formats import RUN_FORMAT
+
+    kept = {
+        "format": 1,
+        "agent": "triage",
+        "version": "2",
+        "options": None,
+        "approvals": "auto",
+        "restart": {"max_restarts": 2, "within_s": 60.0, "backoff_s": 0.5},
+        "workspace": "/srv/work",
+        "account_id": "acme",
+        "config": {"tenant": "t1"},
+        "provider": "openai",
+        "model": "gpt-5-mini",
+        "parent_run_id": "p1",
+        "root_run_id": "r1",
+        "forked_from": "orig",
+        "at": 3,
+        "images": [["image/png", "ab" * 32]],
+    }
+    record = RunRecord.of(kept)
+    assert (record.agent, record.version, record.approvals, record.at) == ("triage", "2", "auto", 3)
+    assert record.origin == {"forked_from": "orig", "at": 3}
+    assert record.lineage == {"parent_run_id": "p1", "root_run_id": "r1"}
+    assert record.images[0].sha256 == "ab" * 32 and record.images[0].data is None
+    assert record.to_dict() == kept and record.format == RUN_FORMAT
+    # a root run, not a fork, with no images: the keys it never had stay out
+    plain = {
+        k: v
+        for k, v in kept.items()
+        if k not in ("parent_run_id", "root_run_id", "forked_from", "at", "images")
+    }
+    assert RunRecord.of(plain).to_dict() == plain
+    # not a run's, or a field of the wrong type: read as not said
+    assert RunRecord.of(None).format is None and RunRecord.of({"approvals": 3}).approvals == "wait"
+    assert RunRecord.of({"agent": ["x"], "at": "3"}).agent is None

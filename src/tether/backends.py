@@ -415,16 +415,14 @@ class OnStore(Backend):
 
         assert self.opened.view is not None
         record = record_of_run(self.opened.view.client, run_id)
-        context = context_of("", record) if "workspace" in record else RunContext()
+        context = context_of("", record) if record.workspace is not None else RunContext()
         context.origin = {}  # the fork's own is set by the caller
-        options = record.get("options")
-        agent, version = record.get("agent"), record.get("version")
         return Basis(
-            agent if isinstance(agent, str) else None,
-            version if isinstance(version, str) else None,
-            options if isinstance(options, dict) else None,
+            record.agent,
+            record.version,
+            record.options,
             context,
-            {"auto": approve_all, "deny": deny_all}.get(str(record.get("approvals"))),
+            {"auto": approve_all, "deny": deny_all}.get(record.approvals),
         )
 
     def enqueue(self, agent: Agent, pairs: list[tuple[str, str]], how: Recorded) -> None:

@@ -50,12 +50,13 @@ from ..messages import (
 from ..paying import Sampling, model_call, summarized
 from ..tools.tool import RunContext
 from .accounts import StoredAccounts
+from .formats import RunRecord
 from .ledger import CallState, Ledger
 from .run import DurableRun
 from .steps import KIND_OF, ContextStep, GuardStep, InboxStep, ModelStep, Step, ToolsStep, kind_of
 from .steps import read as read_step
 from .steps import record as step_record
-from .view import MAIL, ORIGIN
+from .view import MAIL
 
 S = TypeVar("S", bound=Step)
 
@@ -74,7 +75,7 @@ UNKNOWN_OUTCOME = (
 class RecordedEffects:
     """A durable run's effects, each a recorded step (see `step`)."""
 
-    def __init__(self, run: DurableRun, record: dict[str, Any], limiter: Limiter | None) -> None:
+    def __init__(self, run: DurableRun, record: RunRecord, limiter: Limiter | None) -> None:
         assert run.agent is not None and run.context is not None, "the run executes here"
         self.run, self.record, self.limiter = run, record, limiter
         self.agent: Agent = run.agent
@@ -85,7 +86,7 @@ class RecordedEffects:
         self.seen = 0  # the last inbox message delivered
         self.n = 0  # the number of the next step
         self.recorded: dict[int, tuple[str, bytes]] = {}  # what a replay has yet to go through
-        self.origin = {k: record[k] for k in ORIGIN if k in record}  # a fork's
+        self.origin = record.origin  # a fork's
         self.riders: list[tuple[str, dict[str, Any]]] = []
         """Writes that go with the next step's record: its model call's settlement."""
 
@@ -200,7 +201,7 @@ class RecordedEffects:
         from dbos import DBOS
 
         emitter = self.run.emitter
-        policy = self.record.get("approvals", "wait")
+        policy = self.record.approvals
         decisions: list[Decision | None] = [None] * len(calls)
         waiting: list[tuple[int, ToolCall, str]] = []
         for i, call in enumerate(calls):

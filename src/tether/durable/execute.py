@@ -25,10 +25,9 @@ from ..run import RestartPolicy, cancelled_summary, supervise
 from ..tools.tool import Spawn
 from ..tree import Allowance
 from .effects import RecordedEffects
-from .formats import RUN_FORMAT
+from .formats import RUN_FORMAT, RunRecord
 from .run import DurableRun, context_of, recorded
 from .versions import on_its_version
-from .view import task_images
 
 Resolver = Callable[[str, "dict[str, Any] | None"], Awaitable[Agent]]
 """Finds a run's agent: by its name among the registered ones, or built from the run's options
@@ -51,15 +50,15 @@ class Executor:
 async def execute_run(
     how: Executor,
     run: DurableRun,
-    record: dict[str, Any],
+    record: RunRecord,
     task: str | None,
     history: list[Message] | None,
 ) -> dict[str, Any]:
     """Execute `run` here from its `record`, and return the workflow's output."""
-    if record.get("format") != RUN_FORMAT:
+    if record.format != RUN_FORMAT or record.agent is None:
         raise ConfigError(f"run {run.id} was recorded in another format")
     try:
-        agent = await how.resolve(record["agent"], record["options"])
+        agent = await how.resolve(record.agent, record.options)
     except ConfigError as e:  # not to be built here (a worker's scope): it ends saying why
         return recorded(refused_here(run, str(e)))
     version = agent.effective_version
@@ -69,10 +68,10 @@ async def execute_run(
     ctx.parent = how.parent_of(run.id)
     ctx.accounts, ctx.rates = how.accounts, how.rates
     if how.spawner is not None:
-        ctx.spawn = how.spawner(record.get("approvals", "wait"))
+        ctx.spawn = how.spawner(record.approvals)
     run.executes(agent, ctx)
-    if "parent_run_id" in record:
-        run.emitter.lineage = {k: record[k] for k in ("parent_run_id", "root_run_id")}
+    if record.lineage:
+        run.emitter.lineage = record.lineage
     effects = RecordedEffects(run, record, how.limiter_for(agent))
     fresh = run.fresh  # begun here: every call it reserved was reserved by this process
     if not fresh:
@@ -80,9 +79,9 @@ async def execute_run(
     run.fresh = False
     messages = [*(history or [])]
     if task is not None:  # a fork may go on from its history with no new message
-        messages.append(Message.user(task, task_images(record)))
+        messages.append(Message.user(task, record.images))
     attempts = Attempts(run, agent, effects, await effects.filled(messages))
-    policy = RestartPolicy(**(record.get("restart") or {}))
+    policy = RestartPolicy(**record.restart)
     result = await supervise(attempts, policy, task, how.run_slots)
     if ctx.accounts is not None and ctx.account_id is not None and not settled(fresh, result):
         await ctx.accounts.release(run.id)  # what a failed step held counts as spent

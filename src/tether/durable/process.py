@@ -11,6 +11,7 @@ per process, so its workflow finds its owner through `active()`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import sys
@@ -35,7 +36,7 @@ from ..tree import Allowance
 from .accounts import StoredAccounts
 from .dbos_private import cancelled_errors, id_in_use_error, refuse_pickles
 from .execute import Executor, Resolver, execute_run
-from .formats import WORKFLOW_VERSION
+from .formats import WORKFLOW_VERSION, RunRecord
 from .ledger import Ledger
 from .outage import (
     POSTGRES_CONNECT_ARGS,
@@ -248,7 +249,7 @@ class DurableRuns:
 
     async def start(
         self,
-        record: dict[str, Any],
+        record: RunRecord,
         task: str | None,
         run_id: str,
         sinks: list[Sink],
@@ -266,7 +267,7 @@ class DurableRuns:
 
         if images:
             await self.ledger.call(self.ledger.keep_images, list(images))
-            record = {**record, "images": [i.ref for i in images]}
+            record = dataclasses.replace(record, images=tuple(i.hollow() for i in images))
         if run_id in self.runs:  # it ran here: the store has it
             raise taken(run_id)
         run = self.attach(run_id, sinks)
@@ -274,7 +275,8 @@ class DurableRuns:
         run.fresh = True
         try:
             with SetWorkflowID(run_id, workflow_id_reuse_policy="reject" if chosen else None):
-                started = DBOS.start_workflow_async(workflow(), run_id, record, task, history)
+                given = record.to_dict()
+                started = DBOS.start_workflow_async(workflow(), run_id, given, task, history)
                 handle = await self.in_time(started)
         except (StoreUnavailable, id_in_use_error()) as e:
             self.forget_start(run_id)
@@ -483,15 +485,13 @@ class DurableRuns:
     # -- executing a run (the workflow's body) ----------------------------------------------
 
     async def execute(
-        self, run_id: str, record: dict[str, Any], task: str | None, history: list[Message] | None
+        self, run_id: str, record: RunRecord, task: str | None, history: list[Message] | None
     ) -> dict[str, Any]:
         if not self.working:
             return await self.execute_here(run_id, record, task, history)
         # a worker says what it takes and how each run ended: its log is where an operator
         # looks first (it printed nothing per run)
-        shown = (
-            " ".join(task.split()) if task is not None else f"a fork of {record.get('forked_from')}"
-        )
+        shown = " ".join(task.split()) if task is not None else f"a fork of {record.forked_from}"
         say(f"tether worker {self.executor_id}: run {run_id} started: {shown[:70]}")
         ended = "failed (see its events)"
         try:
@@ -507,7 +507,7 @@ class DurableRuns:
             say(f"tether worker {self.executor_id}: run {run_id} ended {ended}")
 
     async def execute_here(
-        self, run_id: str, record: dict[str, Any], task: str | None, history: list[Message] | None
+        self, run_id: str, record: RunRecord, task: str | None, history: list[Message] | None
     ) -> dict[str, Any]:
         """Execute the run here, with its handle if it has one here (else one nobody here
         follows: its log on the bus goes when it ends)."""
@@ -567,8 +567,9 @@ def workflow() -> Any:
             task: str | None,
             history: list[Message] | None = None,
         ) -> dict[str, Any]:
-            """`history`: the conversation before `task` (a turn of `tether ask`)."""
-            return await active().execute(run_id, record, task, history)
+            """`record`: a `RunRecord`'s JSON; `history`: the conversation before `task` (a
+            turn of `tether ask`)."""
+            return await active().execute(run_id, RunRecord.of(record), task, history)
 
         _workflow = durable_run
     return _workflow

@@ -26,7 +26,7 @@ from .dbos_private import (
     all_events,
     engine,
 )
-from .formats import WORKFLOW_VERSION
+from .formats import WORKFLOW_VERSION, RunRecord
 from .ledger import Ledger
 from .retold import events_of
 from .versions import home_of, queue_for, record_in, wanted
@@ -69,9 +69,7 @@ def answer_approval(
 # -- the queue --------------------------------------------------------------------------------
 
 
-def enqueue(
-    url: str, runs: list[tuple[str, str]], record: dict[str, Any], store: Any = None
-) -> None:
+def enqueue(url: str, runs: list[tuple[str, str]], record: RunRecord, store: Any = None) -> None:
     """Put runs (id, task) of one record (agent, options, context) on the shared queue for
     whichever workers are free, in one transaction: all of them are recorded, or, when one
     cannot be (an id the store has already), none is. A thousand take about a second.
@@ -98,7 +96,7 @@ def enqueue(
     with engine(store).begin() as conn:
         for run_id, task in runs:
             options: Any = {**queue, "workflow_id": run_id}
-            store.enqueue_in_transaction(conn, options, run_id, record, task)
+            store.enqueue_in_transaction(conn, options, run_id, record.to_dict(), task)
 
 
 def answer_question(ledger: Ledger, run_id: str, question_id: str, answer: Answer) -> None:
@@ -133,7 +131,7 @@ def upgrade_run(store: Any, ledger: Ledger, run_id: str, to: str | None) -> tupl
     if not found:
         raise NoSuchRun(f"no run {run_id} in the store")
     status, record = found[0], record_in(found[0])
-    agent, now = str(record.get("agent")), wanted(record, found[0].queue_name)
+    agent, now = str(record.agent), wanted(record, found[0].queue_name)
     if status.status in ENDED:
         raise RunEnded(f"run {run_id} has ended ({status.status.lower()}): fork it instead")
     if now is None:

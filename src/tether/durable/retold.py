@@ -17,7 +17,7 @@ from .dbos_private import all_events
 from .formats import WorkflowInput
 from .steps import ContextStep, ModelStep, ToolsStep
 from .versions import record_in, wanted
-from .view import ORIGIN, decision_in, filled, status_of, task_images
+from .view import decision_in, filled, status_of
 
 
 def events_of(store: Any, run_id: str) -> list[Event]:
@@ -42,12 +42,12 @@ def events_of(store: Any, run_id: str) -> list[Event]:
     told.at = (status.created_at or 0) / 1000
     told.run_started(
         task=task,
-        provider=record.get("provider"),
+        provider=record.provider,
         model=first.model if first is not None else None,
-        agent=record.get("agent"),
-        version=record.get("version"),
-        **images_data(task_images(record)),
-        **{k: record[k] for k in ORIGIN if k in record},
+        agent=record.agent,
+        version=record.version,
+        **images_data(record.images),
+        **record.origin,
     )
     # only a run of a registered agent's version can be upgraded: no read for the others
     upgrades = store.ledger.upgrades_of(run_id) if wanted(record, None) else []

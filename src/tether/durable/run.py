@@ -30,10 +30,10 @@ from ..result import RunResult
 from ..run import RestartPolicy
 from ..tally import Tally
 from ..tools.tool import RunContext
-from .formats import RUN_FORMAT
+from .formats import RUN_FORMAT, RunRecord
 from .ledger import Ledger
 from .outage import cause_of, said_by_us
-from .view import MAIL, ORIGIN, decision_in, messages_of, version_of
+from .view import MAIL, decision_in, messages_of, version_of
 
 APPROVALS = ("wait", "auto", "deny")
 
@@ -44,36 +44,42 @@ def record_of(
     context: RunContext,
     approvals: str = "wait",
     restart: RestartPolicy | None = None,
-) -> dict[str, Any]:
+) -> RunRecord:
     """What the store keeps of a run besides its task: the agent's name (and the options it
     was built from, if it was), the JSON parts of its context, and how approvals are decided.
     Nothing here depends on how a command line spells its flags."""
     if approvals not in APPROVALS:
         raise ConfigError(f"approvals: {approvals!r} is not one of {', '.join(APPROVALS)}")
-    return {
-        "format": RUN_FORMAT,
-        "agent": agent.name,
-        "version": agent.effective_version,
-        "options": options,
-        "approvals": approvals,
-        "restart": dataclasses.asdict(restart or RestartPolicy()),
-        "workspace": str(Path(context.workspace).resolve()),
-        "account_id": context.account_id,
-        "config": context.config,
-        "provider": agent.model.provider,
-        "model": agent.model.name,
-        **context.lineage(),
-        **{k: v for k, v in context.origin.items() if k in ORIGIN},
-    }
+    lineage, origin = context.lineage(), context.origin
+    return RunRecord(
+        format=RUN_FORMAT,
+        agent=agent.name,
+        version=agent.effective_version,
+        options=options,
+        approvals=approvals,
+        restart=dataclasses.asdict(restart or RestartPolicy()),
+        workspace=str(Path(context.workspace).resolve()),
+        account_id=context.account_id,
+        config=context.config,
+        provider=agent.model.provider,
+        model=agent.model.name,
+        parent_run_id=lineage.get("parent_run_id"),
+        root_run_id=lineage.get("root_run_id"),
+        forked_from=origin.get("forked_from"),
+        at=origin.get("at"),
+    )
 
 
-def context_of(run_id: str, record: dict[str, Any]) -> RunContext:
+def context_of(run_id: str, record: RunRecord) -> RunContext:
+    """A run's tools' context as its record keeps it (its workspace, account, config and a
+    fork's origin); what lives only in memory (its parent, sinks, spawner) is set by whoever
+    executes it."""
     return RunContext(
         run_id=run_id,
-        workspace=Path(record["workspace"]),
-        account_id=record.get("account_id"),
-        config=dict(record.get("config") or {}),
-        origin={k: record[k] for k in ORIGIN if k in record},
+        workspace=Path(record.workspace or "."),
+        account_id=record.account_id,
+        config=dict(record.config),
+        origin=record.origin,
     )
 
 

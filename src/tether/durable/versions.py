@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..events import Emitter
-from .formats import WorkflowInput
+from .formats import RunRecord, WorkflowInput
 from .ledger import Ledger
 
 QUEUE = "tether"
@@ -42,10 +42,10 @@ def queue_for(agent: str, version: str | None) -> str:
     return f"{QUEUE}:{agent}@{version}" if version else QUEUE
 
 
-def home_of(record: dict[str, Any], queue: str | None) -> str:
+def home_of(record: RunRecord, queue: str | None) -> str:
     """The queue a run belongs on (its version's, or `tether`), from its record and the queue
     it is on now (an upgrade's names the version it goes on under)."""
-    return queue_for(str(record.get("agent")), wanted(record, queue))
+    return queue_for(str(record.agent), wanted(record, queue))
 
 
 def version_in(queue: str | None) -> tuple[str, str] | None:
@@ -56,28 +56,28 @@ def version_in(queue: str | None) -> tuple[str, str] | None:
     return (agent, version) if at and agent and version else None
 
 
-def record_in(status: Any) -> dict[str, Any]:
-    """The run's record, from its DBOS status read with its input."""
+def record_in(status: Any) -> RunRecord:
+    """The run's record, from its DBOS status read with its input (an empty one, with no
+    `format`, for a workflow that is not a run's)."""
     given = WorkflowInput.of(status)
-    return given.record if given is not None else {}
+    return given.record if given is not None else RunRecord()
 
 
-def wanted(record: dict[str, Any], queue: str | None) -> str | None:
+def wanted(record: RunRecord, queue: str | None) -> str | None:
     """The version a run is to go on under: its queue's, else the one it recorded. None for a
     run built from recorded options (any process rebuilds its agent) or with no version."""
-    if record.get("options") is not None:
+    if record.options is not None:
         return None
     named = version_in(queue)
-    if named is not None and named[0] == record.get("agent"):
+    if named is not None and named[0] == record.agent:
         return named[1]
-    version = record.get("version")
-    return version if isinstance(version, str) else None
+    return record.version
 
 
-def upgraded(record: dict[str, Any], queue: str | None) -> bool:
+def upgraded(record: RunRecord, queue: str | None) -> bool:
     """Whether a run goes on under another version than it began with."""
     version = wanted(record, queue)
-    return version is not None and version != record.get("version")
+    return version is not None and version != record.version
 
 
 @dataclass(frozen=True)
@@ -88,11 +88,11 @@ class Serving:
     agents: dict[str, str] = field(default_factory=dict)
     rebuilds: bool = True
 
-    def takes(self, record: dict[str, Any], queue: str | None = None) -> bool:
+    def takes(self, record: RunRecord, queue: str | None = None) -> bool:
         version = wanted(record, queue)
-        if record.get("options") is not None or version is None:
-            return self.rebuilds or record.get("agent") in self.agents
-        return self.agents.get(str(record.get("agent"))) == version
+        if record.options is not None or version is None:
+            return self.rebuilds or record.agent in self.agents
+        return self.agents.get(str(record.agent)) == version
 
     def queues(self) -> list[str]:
         """The queues a worker of this process listens to."""
@@ -119,7 +119,7 @@ def route(store: Any, executors: list[str], serving: Serving) -> list[str]:
     moved = []
     for status in found:
         record = record_in(status)
-        if "format" not in record or serving.takes(record, status.queue_name):
+        if record.format is None or serving.takes(record, status.queue_name):
             continue  # not a run's (Tether's runs all record their format), or taken here
         store.resume_workflow(status.workflow_id, queue_name=home_of(record, status.queue_name))
         moved.append(status.workflow_id)
@@ -131,7 +131,7 @@ class HandedBack(Exception):
 
 
 async def on_its_version(
-    run_id: str, record: dict[str, Any], version: str, emitter: Emitter, ledger: Ledger
+    run_id: str, record: RunRecord, version: str, emitter: Emitter, ledger: Ledger
 ) -> None:
     """Check, as a run begins to execute here under an agent of `version`, that this is the
     version it is to go on under (`wanted`): its own, or an upgrade's (said as an `upgraded`
@@ -139,8 +139,8 @@ async def on_its_version(
     way (DBOS recovers a run into any process that listens to its queue) is put back on its
     version's queue: HandedBack, and DBOS records no outcome for it here (its row is no
     longer this execution's)."""
-    recorded = record.get("version")
-    if record.get("options") is not None or not recorded or recorded == version:
+    recorded = record.version
+    if record.options is not None or not recorded or recorded == version:
         return
     status = await outside_the_run(dbos_status(run_id))
     want = wanted(record, status.queue_name if status is not None else None)
@@ -148,7 +148,7 @@ async def on_its_version(
         await ledger.call(ledger.note_upgrade, run_id, recorded, version)
         emitter.upgraded(**{"from": recorded, "to": version})
         return
-    await outside_the_run(dbos_resume(run_id, queue_for(str(record.get("agent")), want)))
+    await outside_the_run(dbos_resume(run_id, queue_for(str(record.agent), want)))
     raise HandedBack(f"run {run_id} is of version {want}, and this process has version {version}")
 
 

@@ -23,7 +23,7 @@ from ..approvals import Decision
 from ..errors import ConfigError, NoSuchRun
 from ..journal import private_file
 from ..loop import close_open_calls
-from ..messages import ImagePart, Message
+from ..messages import Message
 from ..questions import Question
 from ..result import RunResult
 from ..run_filter import Cursor, Page, RunFilter
@@ -37,7 +37,7 @@ from .dbos_private import (
     status_counts,
     wake,
 )
-from .formats import WORKFLOW_VERSION, WorkflowInput
+from .formats import WORKFLOW_VERSION, RunRecord, WorkflowInput
 from .ledger import Ledger
 from .outage import cannot_open, said_by_us
 from .records import RecordSerializer
@@ -50,10 +50,6 @@ from .versions import record_in, upgraded, version_in, wanted
 T = TypeVar("T")
 
 WORKFLOW = "tether.durable_run"
-
-
-ORIGIN = ("forked_from", "at")
-"""What a fork's record keeps of its origin (`RunContext.origin`)."""
 
 MAIL = "tether.mail"
 """The topic of the DBOS message that wakes an idle (permanent) run when its inbox gets one."""
@@ -73,7 +69,7 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
         return []
     messages: list[Message] = [*given.history]
     if given.task is not None:  # a fork may start with no new message
-        messages.append(Message.user(given.task, task_images(given.record)))
+        messages.append(Message.user(given.task, given.record.images))
     for step, _ in store.steps(status):
         if isinstance(step, ModelStep):
             messages.extend(Message.user(text) for _, text in step.arrived)
@@ -85,11 +81,6 @@ def messages_of(store: Any, run_id: str) -> list[Message]:
             messages = list(step.messages)
     close_open_calls(messages, "Cancelled before the tool finished.")
     return messages
-
-
-def task_images(record: dict[str, Any]) -> tuple[ImagePart, ...]:
-    """The images a run's task came with, as its record names them (without their bytes)."""
-    return tuple(map(ImagePart.from_ref, record.get("images", ())))
 
 
 class Reader:
@@ -204,16 +195,10 @@ def status_of(store: Any, run_id: str) -> Any:
 def version_of(store: Any, run_id: str) -> str | None:
     """The agent's version a run of the store started with (None: recorded before runs had
     versions); an unknown id is NoSuchRun."""
-    return recorded_text(store, run_id, "version")
+    return record_of_run(store, run_id).version
 
 
-def recorded_text(store: Any, run_id: str, key: str) -> str | None:
-    """A text its record keeps of a run of the store (None if it keeps none)."""
-    value = record_of_run(store, run_id).get(key)
-    return value if isinstance(value, str) else None
-
-
-def record_of_run(store: Any, run_id: str) -> dict[str, Any]:
+def record_of_run(store: Any, run_id: str) -> RunRecord:
     """What the store keeps of a run besides its task (`run.record_of`); NoSuchRun if none."""
     return record_in(status_of(store, run_id))
 
@@ -275,12 +260,12 @@ def listing(w: Any) -> dict[str, Any]:
         "id": w.workflow_id,
         "state": state or str(w.status).lower(),
         "task": task if isinstance(task, str) else "",
-        "agent": record.get("agent"),
-        "account": record.get("account_id"),
+        "agent": record.agent,
+        "account": record.account_id,
         # the version it goes on under (an upgrade's, else its own); None: recorded before
         # runs had versions
-        "version": wanted(record, w.queue_name) or record.get("version"),
-        "upgraded_from": record.get("version") if upgraded(record, w.queue_name) else None,
+        "version": wanted(record, w.queue_name) or record.version,
+        "upgraded_from": record.version if upgraded(record, w.queue_name) else None,
         "queue_version": (version_in(w.queue_name) or ("", None))[1],
         "queued_at": (w.created_at or 0) / 1000 if queued else None,
         "started_at": started,
