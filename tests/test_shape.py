@@ -1,7 +1,8 @@
-"""The code's shape, kept: no module of `src/tether` over 600 lines, no function over 80. A
-newcomer reads a module in one sitting and a function on one screen; after the rule was met
-once without a test, five files grew back over it within two rounds. A file or function that
-needs more is split by what it holds (see `git log` for how the last ones were)."""
+"""The code's shape, kept: no module of `src/tether` over 600 lines, no function over 80, no
+`assert` as a runtime check. A newcomer reads a module in one sitting and a function on one
+screen; after the rule was met once without a test, five files grew back over it within two
+rounds. A file or function that needs more is split by what it holds (see `git log` for how
+the last ones were)."""
 
 from __future__ import annotations
 
@@ -57,3 +58,27 @@ def test_the_checks_can_fail() -> None:
     short = ast.parse(f"def g():\n{body}\n")  # 80 lines
     assert long_functions(long) == [("f", 81)]
     assert long_functions(short) == []
+
+
+def test_no_runtime_check_is_an_assert() -> None:
+    """`python -O` removes asserts: a check that guards users' data or a promise of the code
+    raises (`errors.known` for what the code's own order sets), so it holds in every mode."""
+    found = [
+        f"{p.relative_to(ROOT)}:{node.lineno}"
+        for p in sources()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Assert)
+    ]
+    assert found == [], f"raise instead (errors.known for what must be set): {found}"
+
+
+def test_known_names_the_promise_it_was_given() -> None:
+    from tether.errors import known
+
+    assert known(0, "a count") == 0  # set, though falsy: returned as it is
+    try:
+        known(None, "the run's agent")
+    except RuntimeError as e:
+        assert "the run's agent" in str(e)
+    else:
+        raise AssertionError("known(None) returned")

@@ -32,6 +32,7 @@ from .errors import (
     OutputInvalid,
     ProviderError,
     StoreUnavailable,
+    known,
 )
 from .events import Emitter, Sink, images_data
 from .guardrails import Guardrail, Kind, Verdict, tripped, verdicts
@@ -425,9 +426,9 @@ def typed(agent: Agent, state: LoopState, finish: Finish) -> bool:
     """Whether the final answer matches the agent's output type (then `state.output` is its
     value); if not, the model is told what is wrong, and after `OUTPUT_TRIES` answers the run
     fails. Pure, so a durable replay decides the same."""
-    assert agent.output is not None
+    output = known(agent.output, "the output type of an agent that has one")
     try:
-        state.output = agent.output.parse(finish.answer)
+        state.output = output.parse(finish.answer)
         return True
     except ValueError as e:
         state.output_tries += 1
@@ -550,10 +551,8 @@ class LocalEffects:
 
     async def fit(self, state: LoopState, force: bool) -> None:
         agent = self.agent
-        assert agent.context is not None
-        usage = await fit(
-            agent.model, state.messages, state.system, agent.context, self.emitter, force
-        )
+        window = known(agent.context, "the context window of an agent that fits one")
+        usage = await fit(agent.model, state.messages, state.system, window, self.emitter, force)
         agent.charge(state, usage)
         self.calls += 1
         await summarized(agent, self.ctx, usage, f"summary {self.calls}")

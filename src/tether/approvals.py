@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import orjson
 
-from .errors import ApprovalError
+from .errors import ApprovalError, ConfigError
 from .messages import ToolCall
 
 Policy = Literal["never", "always"] | Callable[[dict[str, Any]], bool]
@@ -29,7 +29,8 @@ def needs_approval(policy: Policy, arguments: dict[str, Any] | None) -> bool:
         return False
     if policy == "always":
         return True
-    assert callable(policy)
+    if not callable(policy):
+        raise ConfigError(f"approval: {policy!r} is not 'never', 'always' or a function")
     return bool(policy(arguments or {}))
 
 

@@ -18,7 +18,7 @@ from .agent import Agent
 from .approvals import ApprovalRequest, Approver, approve_all, deny_all
 from .bus import Bus, EventLog
 from .dashboard import Ended
-from .errors import AccountOverBudget, ConfigError, QuestionError
+from .errors import AccountOverBudget, ConfigError, QuestionError, known
 from .events import Event, Sink
 from .memory_view import MemoryView
 from .messages import ImagePart, Message
@@ -352,21 +352,15 @@ class OnStore(Backend):
 
     @property
     def view(self) -> RunsView:
-        found = self.opened.view
-        assert found is not None, "opened with its store"
-        return found
+        return known(self.opened.view, "the store's view (opened with the store)")
 
     @property
     def accounts(self) -> Accounts:
-        found = self.opened.accounts
-        assert found is not None, "opened with its ledger"
-        return found
+        return known(self.opened.accounts, "the store's accounts (opened with its ledger)")
 
     @property
     def rates(self) -> Rates:
-        kept = self.opened.rates
-        assert kept is not None, "opened with its ledger"
-        return kept
+        return known(self.opened.rates, "the store's rates (opened with its ledger)")
 
     async def start(self, s: Start) -> RunHandle:
         from .durable.run import record_of
@@ -405,16 +399,15 @@ class OnStore(Backend):
         durable = self.opened
         if run_id in durable.runs:
             return durable.get(run_id)
-        assert durable.view is not None
-        return durable.view.get(run_id)
+        return known(durable.view, "the store's view (opened with the store)").get(run_id)
 
     def basis_of(self, run_id: str) -> Basis:
         """Read from the run's record, once."""
         from .durable.run import context_of
         from .durable.view import record_of_run
 
-        assert self.opened.view is not None
-        record = record_of_run(self.opened.view.client, run_id)
+        view = known(self.opened.view, "the store's view (opened with the store)")
+        record = record_of_run(view.client, run_id)
         context = context_of("", record) if record.workspace is not None else RunContext()
         context.origin = {}  # the fork's own is set by the caller
         return Basis(

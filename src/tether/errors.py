@@ -32,6 +32,7 @@
           └── ImagesUnsupported         the model cannot read images, and the request has some
 
 Tool failures are not exceptions of this tree: they become error results for the model.
+A `RuntimeError` from `known` is none of these either: it is a bug in Tether, to report.
 """
 
 from __future__ import annotations
@@ -283,3 +284,12 @@ def stream_error(
     if cls is None:
         return ProviderProtocolError(message, error_type=error_type, retryable=False)
     return cls(message, error_type=error_type, retryable=not emitted)
+
+
+def known[T](value: T | None, what: str) -> T:
+    """`value`, which the code's own order sets before this point (`what` names it): an
+    `assert` said so before, which `python -O` removes, leaving an AttributeError further on.
+    A RuntimeError that names the broken promise if it is None (a bug in Tether)."""
+    if value is None:
+        raise RuntimeError(f"bug in Tether: {what} is not set here")
+    return value

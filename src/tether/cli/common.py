@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TextIO
 import orjson
 
 from ..approvals import ApprovalRequest, Decision
-from ..errors import ConfigError, StoreUnavailable
+from ..errors import ConfigError, StoreUnavailable, known
 from ..events import Event, Sink
 from ..journal import append_private, private_dir
 from ..messages import ToolCall
@@ -190,8 +190,7 @@ async def until_end(run: Any) -> RunResult:
         run.cancel()
         result = await run.wait()
         asyncio.current_task().uncancel()  # type: ignore[union-attr]
-    assert result is not None
-    return result
+    return known(result, "the result of a run that has ended")
 
 
 # -- approvals at the terminal ----------------------------------------------------------------

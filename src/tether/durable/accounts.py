@@ -265,7 +265,8 @@ class StoredAccounts:
         transaction of two was 1.2 ms of CPU a new run of an account)."""
 
         def once(sql: str, params: Params) -> list[tuple[Any, ...]]:
-            assert isinstance(params, dict)
+            if not isinstance(params, dict):  # `Run` also takes a list, for executemany
+                raise TypeError("a statement on its own takes one set of parameters")
             return self.ledger.once(LIMITS + sql, params)
 
         return self.standing_in(once, account, None, time.time(), ("", ""))[0]

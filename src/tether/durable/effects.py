@@ -33,7 +33,7 @@ from ..approvals import (
     needs_approval,
 )
 from ..context import fit
-from ..errors import RecordError, ReplayDiverged, StoreUnavailable
+from ..errors import RecordError, ReplayDiverged, StoreUnavailable, known
 from ..events import Emitter, Event, tool_result_data
 from ..guardrails import Kind, Verdict
 from ..loop import LoopState
@@ -76,10 +76,9 @@ class RecordedEffects:
     """A durable run's effects, each a recorded step (see `step`)."""
 
     def __init__(self, run: DurableRun, record: RunRecord, limiter: Limiter | None) -> None:
-        assert run.agent is not None and run.context is not None, "the run executes here"
         self.run, self.record, self.limiter = run, record, limiter
-        self.agent: Agent = run.agent
-        self.context: RunContext = run.context
+        self.agent: Agent = known(run.agent, "the agent of a run that executes here")
+        self.context: RunContext = known(run.context, "the context of a run that executes here")
         self.account, self.rates = self.context.account_id, self.context.rates
         self.ledger: Ledger = run.host.ledger
         self.clock = 0.0  # until the first model call (its recorded start), no time has passed
@@ -287,7 +286,7 @@ class RecordedEffects:
         summary call's usage (counted against the run's account with the step's record), and
         what was replaced, recorded as one step."""
         agent, live = self.agent, self.run.emitter
-        assert agent.context is not None
+        window = known(agent.context, "the context window of an agent that fits one")
         happened: list[tuple[str, dict[str, Any]]] = []
 
         def keep(event: Event) -> None:
@@ -295,7 +294,7 @@ class RecordedEffects:
             live.send(event.type, dict(event.data))
 
         quiet = Emitter(self.run.id, [keep])
-        usage = await fit(agent.model, messages, agent.system, agent.context, quiet, force)
+        usage = await fit(agent.model, messages, agent.system, window, quiet, force)
         await summarized(agent, self.context, usage, key, self.riding(key))
         return ContextStep([hollow(m) for m in messages], usage, happened)
 
@@ -350,8 +349,7 @@ class RecordedEffects:
         return hollow_result(result)
 
     async def call_tool(self, call: ToolCall, decision: Decision | None) -> ToolResult:
-        assert self.run.context is not None
-        ctx = dataclasses.replace(self.run.context)
+        ctx = dataclasses.replace(known(self.run.context, "the context of a run that executes"))
         ctx.idempotency_key = f"{self.run.id}:{call.id}"
         ctx.emitter = self.run.emitter  # the call's progress and questions are the run's events
         ctx.model = Sampling(self.agent, ctx, self.run.emitter)  # the run's, on its budget

@@ -16,7 +16,7 @@ from typing import Any
 from ..accounts import Accounts
 from ..admission import Limiter
 from ..agent import Agent, execute
-from ..errors import ConfigError
+from ..errors import ConfigError, known
 from ..events import Emitter
 from ..messages import Message, Usage
 from ..rates import Rates
@@ -121,9 +121,8 @@ class Attempts:
 
     async def attempt(self, task: str | None) -> RunResult:
         state = self.agent.new_state(self.messages)
-        assert self.run.context is not None
-        parent = self.run.context.parent
-        state.allowance = self.run.context.allowance = self.agent.allowance(self.run.id, parent)
+        context = known(self.run.context, "the context of a run that executes here")
+        state.allowance = context.allowance = self.agent.allowance(self.run.id, context.parent)
         try:
             return await execute(self.agent, state, task, self.run.emitter, self.effects)
         except asyncio.CancelledError:

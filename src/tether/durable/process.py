@@ -24,7 +24,7 @@ from ..admission import Limiter
 from ..agent import Agent
 from ..background import Background
 from ..bus import Bus
-from ..errors import ConfigError, NoSuchRun, RunExists, StoreUnavailable, TetherError
+from ..errors import ConfigError, NoSuchRun, RunExists, StoreUnavailable, TetherError, known
 from ..events import Event, Sink
 from ..journal import private_file
 from ..messages import ImagePart, Message
@@ -231,14 +231,12 @@ class DurableRuns:
 
     @property
     def ledger(self) -> Ledger:
-        assert self._ledger is not None, "open the store first"
-        return self._ledger
+        return known(self._ledger, "the store's ledger (the store is open)")
 
     @property
     def reader(self) -> Any:
         """The client that reads the store (one per process, the view's)."""
-        assert self.view is not None, "open the store first"
-        return self.view.client
+        return known(self.view, "the store's view (the store is open)").client
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run `work` as a task of its own, in a fresh context: inside a workflow's, DBOS would

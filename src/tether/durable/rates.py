@@ -37,6 +37,7 @@ from pathlib import Path
 
 import orjson
 
+from ..errors import known
 from ..journal import private_file
 from ..rates import SLACK, Rate, RateStanding, wait_for, why_waiting
 from .ledger import SCHEMA_LOCK, Ledger, Run
@@ -144,9 +145,9 @@ class StoredRates:
     def stamp_size(self) -> int:
         """The stamp's size, or -2 while it is gone (removed by hand): the next change
         makes it again, and the size then differs."""
-        assert self.stamp is not None
+        stamp = known(self.stamp, "the rates' stamp file (a store that has one)")
         try:
-            return self.stamp.stat().st_size
+            return stamp.stat().st_size
         except OSError:
             return -2
 

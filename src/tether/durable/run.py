@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from ..agent import Agent
 from ..approvals import ApprovalRequest, Decision, arguments_hash, check_answer
 from ..bus import Bus, EventLog
-from ..errors import ConfigError, NoSuchRun, RunEnded, StoreUnavailable
+from ..errors import ConfigError, NoSuchRun, RunEnded, StoreUnavailable, known
 from ..events import Emitter, Event, Sink
 from ..messages import Message, ToolCall, hollow
 from ..result import RunResult
@@ -253,8 +253,7 @@ class DurableRun:
 
     async def wait(self) -> RunResult:
         await self.ended.wait()
-        assert self.result is not None
-        return self.result
+        return known(self.result, "the result of a run that has ended")
 
     # -- while it executes here -------------------------------------------------------------
 
@@ -280,8 +279,8 @@ class DurableRun:
 
     def announce(self, calls: list[ToolCall]) -> None:
         """Emit `tool_call` for the calls not yet announced by this process."""
-        assert self.agent is not None
+        agent = known(self.agent, "the agent of a run that executes here")
         for c in calls:
             if c.id not in self.shown:
                 self.shown.add(c.id)
-                self.emitter.tool_call(**self.agent.toolbox.call_data(c, self.id))
+                self.emitter.tool_call(**agent.toolbox.call_data(c, self.id))

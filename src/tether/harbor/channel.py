@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 from harbor.environments.base import ExecResult
 
+from ..errors import known
+
 
 class Channel:
     """The sandbox server's pipes, from the moment it said it is ready until it ends."""
@@ -36,10 +38,10 @@ class Channel:
         above that bound; if reading fails all the same, every waiting call fails with the
         reason, and so does every later one (they waited for ever: the reader had died on a
         reply over asyncio's 64 KiB line limit, and each later exec hung)."""
-        assert self.process.stdout is not None
+        stdout = known(self.process.stdout, "the sandbox's stdout pipe")
         why = "the trial's sandbox has ended"
         try:
-            while line := await self.process.stdout.readline():
+            while line := await stdout.readline():
                 reply = orjson.loads(line)
                 waiting = self.replies.pop(reply["id"], None)
                 if waiting is not None and not waiting.done():

@@ -36,6 +36,7 @@ from typing import Any
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.models.task.config import EnvironmentConfig
 
+from ..errors import known
 from ..tools.bash import kill_group, kill_strays
 from .dockerfile import Copy, DockerfileError, Image, read
 from .rootfs import remove
@@ -335,11 +336,10 @@ class LocalEnvironment(BaseEnvironment):
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
         )
-        assert proc.stdout is not None and proc.stderr is not None
         out, err = bytearray(), bytearray()
         readers = [
-            asyncio.ensure_future(drain(proc.stdout, out)),
-            asyncio.ensure_future(drain(proc.stderr, err)),
+            asyncio.ensure_future(drain(known(proc.stdout, "a PIPE's stdout"), out)),
+            asyncio.ensure_future(drain(known(proc.stderr, "a PIPE's stderr"), err)),
         ]
         try:
             code = await asyncio.wait_for(proc.wait(), timeout_sec)

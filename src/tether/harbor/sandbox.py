@@ -42,6 +42,7 @@ from typing import Any
 from harbor.environments.base import ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 
+from ..errors import known
 from ..tools.sandbox import bwrap, system_view
 from . import transfer
 from .build import (
@@ -209,10 +210,11 @@ class SandboxEnvironment(LocalEnvironment):
     async def serve(self) -> None:
         """Start the sandbox's server and wait for it to say it is ready."""
         self.server = await self.launch()
-        assert self.server.stdout is not None and self.server.stderr is not None
-        first = await self.server.stdout.readline()
+        stdout = known(self.server.stdout, "the sandbox server's stdout pipe")
+        stderr = known(self.server.stderr, "the sandbox server's stderr pipe")
+        first = await stdout.readline()
         if not first.startswith(b'{"ready"'):
-            why = (await self.server.stderr.read()).decode(errors="replace").strip()
+            why = (await stderr.read()).decode(errors="replace").strip()
             raise RuntimeError(
                 f"the sandbox did not start: {why or 'no reason given'}"
                 + (f" ({OVERLAY_NEEDS})" if "the trial's root" in why else "")

@@ -27,6 +27,7 @@ from collections.abc import Coroutine, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from ..errors import known
 from .sandbox import Sandbox
 from .seccomp import descriptor as filter_descriptor
 from .session import ShellSession, session_of
@@ -245,11 +246,10 @@ async def run_command(
     finally:
         for fd in fds:
             os.close(fd)
-    assert proc.stdout is not None
+    stdout = known(proc.stdout, "the command's stdout pipe")
 
     async def pump() -> None:
-        assert proc.stdout is not None
-        while chunk := await proc.stdout.read(65536):
+        while chunk := await stdout.read(65536):
             output.add(chunk)
 
     reader = asyncio.create_task(pump())

@@ -37,7 +37,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import orjson
 
-from ..errors import ConfigError
+from ..errors import ConfigError, known
 
 Grant = Literal["authorization_code", "client_credentials"]
 GRANTS = ("authorization_code", "client_credentials")
@@ -259,10 +259,10 @@ class SignIn:
         """The SDK's callback handler: the code and state the redirect carried."""
         from mcp.shared.auth import AuthorizationCodeResult
 
-        assert self.answer is not None, "the browser was not opened"
+        answer = known(self.answer, "the sign-in's answer (the browser was opened)")
         try:
             async with asyncio.timeout(self.settings.sign_in_timeout):
-                got = await self.answer
+                got = await answer
         except TimeoutError:
             raise ConfigError(
                 f"--mcp {self.server!r}: the sign-in was not finished within "
@@ -363,7 +363,8 @@ def signed_assertions(server: str, settings: AuthSettings, storage: TokenFile) -
         SignedJWTParameters,
     )
 
-    assert settings.private_key_file and settings.client_id  # checked by `from_dict`
+    if not (settings.private_key_file and settings.client_id):  # `from_dict` checks it first
+        raise ConfigError("--mcp-auth: private_key_jwt needs private_key_file and client_id")
     try:
         key = Path(settings.private_key_file).read_text()
     except OSError as e:

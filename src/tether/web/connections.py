@@ -47,7 +47,9 @@ class Guarded(asyncio.Protocol):
         self.counted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)  # a TCP server's
+        if not isinstance(transport, asyncio.Transport):  # a TCP server's always is
+            transport.close()
+            return
         if self.owner.open >= self.owner.max_connections:
             transport.abort()  # full: refused before it costs anything more
             return
