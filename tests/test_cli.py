@@ -1102,3 +1102,39 @@ def test_a_usage_mistake_and_a_missing_database_are_one_line_each(postgres: str)
         assert (p.returncode, p.stderr.count("\n")) == (2, 1), p.stderr
         assert "the database tether_no_such_database does not exist" in p.stderr
         assert "createdb tether_no_such_database" in p.stderr
+
+
+def test_every_run_option_is_a_flag_with_its_fields_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`RunOptions` declares each option once (type, default, help) and the CLI's flags are
+    made from it: a command with no flags builds the options' own defaults, a flag sets the
+    field of its name as its type, and a field added without a flag fails here."""
+    import dataclasses
+
+    from tether.cli.parser import build_parser
+    from tether.options import RunOptions
+
+    monkeypatch.delenv("TETHER_PROVIDER", raising=False)
+    parser = build_parser()
+    for command in (["run", "hi"], ["serve"]):
+        assert RunOptions.from_namespace(parser.parse_args(command)) == RunOptions()
+    flagless = [f.name for f in dataclasses.fields(RunOptions) if "flag" not in f.metadata]
+    assert flagless == ["only"]  # the page's checkboxes
+    given = RunOptions.from_namespace(
+        parser.parse_args(
+            ["run", "hi", "--max-cost", "0.5", "--mcp", "a", "--mcp", "b", "--no-sandbox",
+             "--yolo", "--max-steps", "3", "--sandbox-net"]
+        )
+    )  # fmt: skip
+    assert (given.max_cost, given.mcp, given.sandbox, given.approve) == (
+        0.5,
+        ["a", "b"],
+        False,
+        "auto",
+    )
+    assert (given.max_steps, given.sandbox_net, given.check) == (3, True, None)
+    monkeypatch.setenv("TETHER_PROVIDER", "anthropic")
+    assert (
+        RunOptions.from_namespace(build_parser().parse_args(["run", "hi"])).provider == "anthropic"
+    )

@@ -42,70 +42,238 @@ CLI_AGENT = "tether"
 """The name of agents built from options (by the CLI, the page, a worker)."""
 
 
+@dataclass(frozen=True)
+class Flag:
+    """How the command line offers a `RunOptions` field (`cli.run_options` makes the flag
+    `--field-name` from it): the group `--help` shows it in and its help, which is the
+    field's documentation. Its type, default, and whether it repeats (a list) or is a switch
+    (a bool) come from the field itself, so that a default is written once."""
+
+    group: str
+    """model, tools, budgets or run (see `cli.run_options.GROUPS`)."""
+    help: str | None = None
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    env: str | None = None
+    """An environment variable whose value is the flag's default, when it is set."""
+
+
+def option(
+    default: Any,
+    group: str,
+    help: str | None = None,
+    metavar: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    env: str | None = None,
+) -> Any:
+    """A `RunOptions` field and its flag (a list default is a fresh list per instance)."""
+    meta = {"flag": Flag(group, help, metavar, choices, env)}
+    if isinstance(default, list):
+        return field(default_factory=list, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass
 class RunOptions:
-    """How to build a run's agent. Every field has the meaning of the CLI option of the same
-    name (`tether run --help`); `only` narrows the tools to a subset (the page's checkboxes)."""
+    """How to build a run's agent. Each field is the CLI flag of its name (`--max-steps` is
+    `max_steps`), documented by its help here; `only` narrows the tools to a subset (the
+    page's checkboxes) and has no flag."""
 
-    provider: str | None = None
-    model: str | None = None
-    base_url: str | None = None
-    fallback: list[str] = field(default_factory=list)
-    """Models that answer in turn when the one before cannot serve now: PROVIDER:MODEL[@URL]."""
-    script: str | None = None
-    no_stream: bool = False
-    max_retries: int = 2
-    connect_timeout: float = 10.0
-    read_timeout: float = 120.0
-    tools: str | None = None
-    tools_from: list[str] = field(default_factory=list)
-    mcp: list[str] = field(default_factory=list)
-    mcp_approve: list[str] = field(default_factory=list)
-    """Which MCP tools' calls wait for approval: hints (the default: those not marked
-    read-only), always, never, or [SERVER#]TOOL=RULE (see `tools.mcp.MCPApproval`)."""
-    mcp_prefix: list[str] = field(default_factory=list)
-    """SERVER=PREFIX: that server's tools are offered as PREFIX_TOOL (see
-    `tools.mcp.MCPNames`)."""
-    mcp_tools: list[str] = field(default_factory=list)
-    """[SERVER#]TOOL patterns: when given, only the MCP tools that match one are offered."""
-    mcp_skip: list[str] = field(default_factory=list)
-    """[SERVER#]TOOL patterns: MCP tools that are not offered."""
-    mcp_sampling: str = "on"
-    """Whether an MCP server's sampling requests are answered by the run's model: on or off."""
-    mcp_auth: str | None = None
-    """A JSON file of how to sign in to the remote MCP servers (`AuthSettings`); its path is
-    recorded, never what it holds."""
+    # -- model ------------------------------------------------------------------------------
+    provider: str | None = option(
+        None,
+        "model",
+        "wire protocol of the model (default: $TETHER_PROVIDER, else openai-chat; with no "
+        "API key and the local extra installed, the bundled offline model)",
+        choices=tuple(PROVIDERS),
+        env="TETHER_PROVIDER",
+    )
+    model: str | None = option(None, "model", "model name (default depends on the provider)")
+    base_url: str | None = option(
+        None, "model", "any compatible server, e.g. http://127.0.0.1:11434/v1"
+    )
+    output_schema: str | None = option(
+        None,
+        "model",
+        "a JSON Schema the final answer must match (an answer that does not is sent back "
+        "to the model, up to 3 answers); --json gives the value as run_finished.output",
+        metavar="FILE",
+    )
+    fallback: list[str] = option(
+        [],
+        "model",
+        "a model that answers when the one before cannot serve now (429, 5xx, overloaded, "
+        "unreachable, time-out), after its retries; repeat for more, tried in order",
+        metavar="PROVIDER:MODEL[@URL]",
+    )
+    guardrails: list[str] = option(
+        [],
+        "model",
+        "Python file or module whose input_guardrails, tool_guardrails and "
+        "output_guardrails lists check the run (a trip halts it, exit 3); repeatable",
+        metavar="FILE_OR_MODULE",
+    )
+    script: str | None = option(
+        None, "model", "replies for --provider scripted (JSON list)", metavar="FILE"
+    )
+    no_stream: bool = option(False, "model", "ask for whole replies, not streams")
+    max_retries: int = option(
+        2,
+        "model",
+        "retries of a failed model call (429, 5xx, connection) (default: 2)",
+        metavar="N",
+    )
+    connect_timeout: float = option(10.0, "model", metavar="S")
+    read_timeout: float = option(
+        120.0, "model", "longest silence from the model server (default: 120)", metavar="S"
+    )
+
+    # -- tools ------------------------------------------------------------------------------
+    tools: str | None = option(
+        None,
+        "tools",
+        f"built-in tools to enable: {', '.join(BUILTINS)} "
+        f"(default: {DEFAULT_TOOLS}; none when --tools-from is given)",
+        metavar="NAME,NAME|none",
+    )
+    tools_from: list[str] = option(
+        [],
+        "tools",
+        "load @tool functions from a Python file or module (repeatable)",
+        metavar="FILE_OR_MODULE",
+    )
+    mcp: list[str] = option(
+        [],
+        "tools",
+        "use the tools of an MCP server: a command (stdio) or a streamable HTTP URL (repeatable)",
+        metavar="COMMAND_OR_URL",
+    )
+    mcp_approve: list[str] = option(
+        [],
+        "tools",
+        "which MCP tools' calls wait for approval (as bash's, under --approve): hints "
+        "(the default: every tool its server does not mark read-only), always, never, or "
+        "TOOL=RULE, SERVER#TOOL=RULE for one tool (repeatable)",
+        metavar="RULE",
+    )
+    mcp_prefix: list[str] = option(
+        [],
+        "tools",
+        "offer an MCP server's tools as PREFIX_TOOL (the server as --mcp gives it, or by "
+        "its own name), so that two servers' tools of one name can both be used (repeatable)",
+        metavar="SERVER=PREFIX",
+    )
+    mcp_tools: list[str] = option(
+        [],
+        "tools",
+        "offer only the MCP tools that match (TOOL may be a pattern: 'read_*'; repeatable)",
+        metavar="[SERVER#]TOOL",
+    )
+    mcp_skip: list[str] = option(
+        [], "tools", "leave out the MCP tools that match (repeatable)", metavar="[SERVER#]TOOL"
+    )
+    mcp_sampling: str = option(
+        "on",
+        "tools",
+        "whether an MCP server may have the run's model answer a request in the middle of "
+        "a call, on the run's budget (default: on)",
+        choices=("on", "off"),
+    )
+    mcp_auth: str | None = option(
+        None,
+        "tools",
+        "how to sign in to the remote MCP servers: a JSON file of client_id, "
+        "client_secret, grant (authorization_code or client_credentials), scope (default: "
+        "register, and sign in at the browser when a server asks); its path is recorded with "
+        "a run, never what it holds",
+        metavar="FILE",
+    )
     only: list[str] | None = None
-    tool_timeout: float | None = None
-    tool_env: list[str] = field(default_factory=list)
-    tool_choice: str | None = None
-    sandbox: bool | None = None
-    """bash in bubblewrap: True requires it, False turns it off, None (the default) uses it
-    where it works (`tools.sandbox.for_options`)."""
-    sandbox_net: bool = False
-    workspace: str = "."
-    max_steps: int | None = DEFAULT_MAX_STEPS
-    max_tokens: int | None = None
-    max_input_tokens: int | None = None
-    max_output_tokens: int | None = None
-    max_cost: float | None = None
-    account: str | None = None
-    """The account the run belongs to: its model calls count against the account's limits
-    (`accounts.py`, `tether limits`)."""
-    prices: str | None = None
-    timeout: float | None = None
-    context_window: int | None = None
-    system: str | None = None
-    profile: str = "default"
-    approve: str = "ask"
-    output_schema: str | None = None
-    """A JSON Schema file the final answer must match (`run_finished.output` is the value)."""
-    check: bool | None = None
-    """Ask the model once to check its work before its answer is taken (None: with the
-    terminal profile only)."""
-    guardrails: list[str] = field(default_factory=list)
-    """Python files or modules whose `input_guardrails`, `tool_guardrails` and
-    `output_guardrails` lists the agent checks with (see `guardrails`)."""
+    tool_timeout: float | None = option(
+        None,
+        "tools",
+        "time limit for every tool call (default: each tool's own, 60 s)",
+        metavar="S",
+    )
+    tool_choice: str | None = option(
+        None,
+        "tools",
+        "whether the model must call a tool: required, or the tool NAME, hold until it "
+        "has called one; none forbids tools (default: auto, the model decides)",
+        metavar="auto|required|none|NAME",
+    )
+    sandbox: bool | None = option(
+        None,
+        "tools",
+        "run bash in bubblewrap: the file system read-only but the workspace, a private "
+        "/tmp, no network, every process ending with its call, memory and CPU time bounded "
+        "(default: where bubblewrap works, else unsandboxed with a warning; --sandbox makes "
+        "its absence an error, --no-sandbox runs bash with your user's full power)",
+    )
+    sandbox_net: bool = option(False, "tools", "with --sandbox, let commands use the network")
+    tool_env: list[str] = option(
+        [],
+        "tools",
+        "pass this environment variable to bash; it gets only PATH, HOME, USER, LANG, "
+        "LC_*, TERM, TZ, TMPDIR and SHELL otherwise, so no key reaches a command (repeatable)",
+        metavar="NAME",
+    )
+    workspace: str = option(
+        ".", "tools", "directory the tools work in (default: the current one)", metavar="DIR"
+    )
+    approve: str = option(
+        "ask",
+        "tools",
+        "calls that need approval (bash, tools marked so): ask at the terminal, "
+        "approve all, or deny all (default: ask; with no terminal to ask on, deny)",
+        choices=("ask", "auto", "deny"),
+    )
+    profile: str = option(
+        "default",
+        "tools",
+        "terminal: a terminal agent (bash and the file tools, a system prompt for shell "
+        "work, a check before the answer); bash still asks for approval unless --yolo",
+        choices=("default", "terminal"),
+    )
+    check: bool | None = option(
+        None,
+        "tools",
+        "ask the model once to check its work against the task before its answer is "
+        "taken (default: on with --profile terminal)",
+    )
+
+    # -- budgets ----------------------------------------------------------------------------
+    max_steps: int | None = option(
+        DEFAULT_MAX_STEPS,
+        "budgets",
+        f"at most N model calls (default: {DEFAULT_MAX_STEPS})",
+        metavar="N",
+    )
+    max_tokens: int | None = option(None, "budgets", "input plus output tokens", metavar="N")
+    max_input_tokens: int | None = option(None, "budgets", metavar="N")
+    max_output_tokens: int | None = option(None, "budgets", metavar="N")
+    max_cost: float | None = option(None, "budgets", "cost from the price table", metavar="USD")
+    account: str | None = option(
+        None,
+        "budgets",
+        "the account the run belongs to: each model call counts against its limits "
+        "(tether limits), across every run and worker of the store",
+        metavar="NAME",
+    )
+    prices: str | None = option(
+        None, "budgets", "JSON price table laid over the defaults", metavar="FILE"
+    )
+    timeout: float | None = option(None, "budgets", "wall-clock limit for a run", metavar="SECONDS")
+    context_window: int | None = option(
+        None,
+        "budgets",
+        "trim old tool outputs, then summarise older turns, to fit this window "
+        "(default: the model's, where it is known; 0 turns it off)",
+        metavar="TOKENS",
+    )
+
+    # -- run --------------------------------------------------------------------------------
+    system: str | None = option(None, "run", "system prompt", metavar="TEXT")
 
     @classmethod
     def from_namespace(cls, ns: Any) -> RunOptions:

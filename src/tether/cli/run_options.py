@@ -1,237 +1,72 @@
 """The options of the commands that run agents (`run`, `ask`, `serve`, `mcp-serve`), in the
-groups `--help` shows: the model, the tools (MCP servers among them), budgets, approvals and the
-run. Each becomes the `options.RunOptions` field of its name.
+groups `--help` shows: the model, the tools (MCP servers and approvals among them), budgets and
+the run. Every `options.RunOptions` field with a `Flag` is the flag of its name, made here
+from the field (its type, default and help are declared once, there); the run group adds
+what only the command line has (`--json`, `--store`, ...).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+from typing import Any
 
 from ..durable.outage import STORE_PATIENCE_S
 from ..journal import STORE_FORMS
-from ..options import DEFAULT_MAX_STEPS, DEFAULT_TOOLS
-from ..providers import PROVIDERS
-from ..tools import BUILTINS
+from ..options import Flag, RunOptions
 from .common import STORE_HELP, data_dir
+
+GROUPS = {
+    "model": "model",
+    "tools": "tools",
+    "budgets": "budgets (checked before every model call)",
+    "run": "run",
+}
+"""Each `Flag.group`'s title in `--help`, in the order shown."""
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """The options of a command that runs agents, in groups (their order is --help's)."""
-    model_options(p.add_argument_group("model"))
-    tools = p.add_argument_group("tools")
-    tool_options(tools)
-    budget_options(p.add_argument_group("budgets (checked before every model call)"))
-    approval_options(tools)
-    run_options(p.add_argument_group("run"))
+    groups = {name: p.add_argument_group(title) for name, title in GROUPS.items()}
+    for f in dataclasses.fields(RunOptions):
+        flag = f.metadata.get("flag")
+        if isinstance(flag, Flag):
+            groups[flag.group].add_argument("--" + f.name.replace("_", "-"), **argparse_of(f, flag))
+            if f.name == "approve":
+                yolo(groups[flag.group])
+    run_options(groups["run"])
+
+
+def argparse_of(f: dataclasses.Field[Any], flag: Flag) -> dict[str, Any]:
+    """What argparse takes for a field: a list repeats (`append`), a bool is a switch (and
+    `bool | None` one with a `--no-` form, None when neither is given), a number is parsed
+    as the field's type; the default is the field's (or its flag's environment variable)."""
+    kind = str(f.type).replace(" ", "")
+    out: dict[str, Any] = {"help": flag.help}
+    if flag.metavar is not None:
+        out["metavar"] = flag.metavar
+    if flag.choices is not None:
+        out["choices"] = flag.choices
+    if kind == "list[str]":
+        return {**out, "action": "append", "default": []}
+    if kind == "bool":
+        return {**out, "action": "store_true"}
+    if kind == "bool|None":
+        return {**out, "action": argparse.BooleanOptionalAction, "default": None}
+    default = f.default
+    if flag.env is not None:
+        default = os.environ.get(flag.env, default)
+    numbers = {"int": int, "float": float}
+    parse = numbers.get(kind.removesuffix("|None"))
+    return {**out, "default": default, **({"type": parse} if parse else {})}
 
 
 Group = argparse._ArgumentGroup
 
 
-def model_options(m: Group) -> None:
-    m.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        default=os.environ.get("TETHER_PROVIDER"),
-        help="wire protocol of the model (default: $TETHER_PROVIDER, else openai-chat; with no "
-        "API key and the local extra installed, the bundled offline model)",
-    )
-    m.add_argument("--model", help="model name (default depends on the provider)")
-    m.add_argument("--base-url", help="any compatible server, e.g. http://127.0.0.1:11434/v1")
-    m.add_argument(
-        "--output-schema",
-        metavar="FILE",
-        help="a JSON Schema the final answer must match (an answer that does not is sent back "
-        "to the model, up to 3 answers); --json gives the value as run_finished.output",
-    )
-    m.add_argument(
-        "--fallback",
-        action="append",
-        default=[],
-        metavar="PROVIDER:MODEL[@URL]",
-        help="a model that answers when the one before cannot serve now (429, 5xx, overloaded, "
-        "unreachable, time-out), after its retries; repeat for more, tried in order",
-    )
-    m.add_argument(
-        "--guardrails",
-        action="append",
-        default=[],
-        metavar="FILE_OR_MODULE",
-        help="Python file or module whose input_guardrails, tool_guardrails and "
-        "output_guardrails lists check the run (a trip halts it, exit 3); repeatable",
-    )
-    m.add_argument("--script", metavar="FILE", help="replies for --provider scripted (JSON list)")
-    m.add_argument("--no-stream", action="store_true", help="ask for whole replies, not streams")
-    m.add_argument(
-        "--max-retries",
-        type=int,
-        default=2,
-        metavar="N",
-        help="retries of a failed model call (429, 5xx, connection) (default: 2)",
-    )
-    m.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
-    m.add_argument(
-        "--read-timeout",
-        type=float,
-        default=120.0,
-        metavar="S",
-        help="longest silence from the model server (default: 120)",
-    )
-
-
-def tool_options(t: Group) -> None:
-    t.add_argument(
-        "--tools",
-        metavar="NAME,NAME|none",
-        help=f"built-in tools to enable: {', '.join(BUILTINS)} "
-        f"(default: {DEFAULT_TOOLS}; none when --tools-from is given)",
-    )
-    t.add_argument(
-        "--tools-from",
-        action="append",
-        default=[],
-        metavar="FILE_OR_MODULE",
-        help="load @tool functions from a Python file or module (repeatable)",
-    )
-    mcp_options(t)
-    t.add_argument(
-        "--tool-timeout",
-        type=float,
-        metavar="S",
-        help="time limit for every tool call (default: each tool's own, 60 s)",
-    )
-    t.add_argument(
-        "--tool-choice",
-        metavar="auto|required|none|NAME",
-        help="whether the model must call a tool: required, or the tool NAME, hold until it "
-        "has called one; none forbids tools (default: auto, the model decides)",
-    )
-    t.add_argument(
-        "--sandbox",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run bash in bubblewrap: the file system read-only but the workspace, a private "
-        "/tmp, no network, every process ending with its call, memory and CPU time bounded "
-        "(default: where bubblewrap works, else unsandboxed with a warning; --sandbox makes "
-        "its absence an error, --no-sandbox runs bash with your user's full power)",
-    )
-    t.add_argument(
-        "--sandbox-net",
-        action="store_true",
-        help="with --sandbox, let commands use the network",
-    )
-    t.add_argument(
-        "--tool-env",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="pass this environment variable to bash; it gets only PATH, HOME, USER, LANG, "
-        "LC_*, TERM, TZ, TMPDIR and SHELL otherwise, so no key reaches a command (repeatable)",
-    )
-    t.add_argument(
-        "--workspace",
-        default=".",
-        metavar="DIR",
-        help="directory the tools work in (default: the current one)",
-    )
-
-
-def mcp_options(t: Group) -> None:
-    """The MCP servers a run's tools come from, and the rules for their tools."""
-    t.add_argument(
-        "--mcp",
-        action="append",
-        default=[],
-        metavar="COMMAND_OR_URL",
-        help="use the tools of an MCP server: a command (stdio) or a streamable HTTP URL "
-        "(repeatable)",
-    )
-    t.add_argument(
-        "--mcp-approve",
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="which MCP tools' calls wait for approval (as bash's, under --approve): hints "
-        "(the default: every tool its server does not mark read-only), always, never, or "
-        "TOOL=RULE, SERVER#TOOL=RULE for one tool (repeatable)",
-    )
-    t.add_argument(
-        "--mcp-prefix",
-        action="append",
-        default=[],
-        metavar="SERVER=PREFIX",
-        help="offer an MCP server's tools as PREFIX_TOOL (the server as --mcp gives it, or by "
-        "its own name), so that two servers' tools of one name can both be used (repeatable)",
-    )
-    t.add_argument(
-        "--mcp-tools",
-        action="append",
-        default=[],
-        metavar="[SERVER#]TOOL",
-        help="offer only the MCP tools that match (TOOL may be a pattern: 'read_*'; repeatable)",
-    )
-    t.add_argument(
-        "--mcp-skip",
-        action="append",
-        default=[],
-        metavar="[SERVER#]TOOL",
-        help="leave out the MCP tools that match (repeatable)",
-    )
-    t.add_argument(
-        "--mcp-sampling",
-        choices=("on", "off"),
-        default="on",
-        help="whether an MCP server may have the run's model answer a request in the middle of "
-        "a call, on the run's budget (default: on)",
-    )
-    t.add_argument(
-        "--mcp-auth",
-        metavar="FILE",
-        help="how to sign in to the remote MCP servers: a JSON file of client_id, "
-        "client_secret, grant (authorization_code or client_credentials), scope (default: "
-        "register, and sign in at the browser when a server asks)",
-    )
-
-
-def budget_options(b: Group) -> None:
-    b.add_argument(
-        "--max-steps",
-        type=int,
-        default=DEFAULT_MAX_STEPS,
-        metavar="N",
-        help=f"at most N model calls (default: {DEFAULT_MAX_STEPS})",
-    )
-    b.add_argument("--max-tokens", type=int, metavar="N", help="input plus output tokens")
-    b.add_argument("--max-input-tokens", type=int, metavar="N")
-    b.add_argument("--max-output-tokens", type=int, metavar="N")
-    b.add_argument("--max-cost", type=float, metavar="USD", help="cost from the price table")
-    b.add_argument(
-        "--account",
-        metavar="NAME",
-        help="the account the run belongs to: each model call counts against its limits "
-        "(tether limits), across every run and worker of the store",
-    )
-    b.add_argument("--prices", metavar="FILE", help="JSON price table laid over the defaults")
-    b.add_argument("--timeout", type=float, metavar="SECONDS", help="wall-clock limit for a run")
-    b.add_argument(
-        "--context-window",
-        type=int,
-        metavar="TOKENS",
-        help="trim old tool outputs, then summarise older turns, to fit this window "
-        "(default: the model's, where it is known; 0 turns it off)",
-    )
-
-
-def approval_options(t: Group) -> None:
-    """Who decides the calls that need approval, and the terminal profile (in "tools")."""
-    t.add_argument(
-        "--approve",
-        choices=("ask", "auto", "deny"),
-        default="ask",
-        help="calls that need approval (bash, tools marked so): ask at the terminal, "
-        "approve all, or deny all (default: ask; with no terminal to ask on, deny)",
-    )
+def yolo(t: Group) -> None:
+    """`--yolo`: the short way to say `--approve auto`."""
     t.add_argument(
         "--yolo",
         dest="approve",
@@ -239,24 +74,10 @@ def approval_options(t: Group) -> None:
         const="auto",
         help="run every tool call without asking (the same as --approve auto)",
     )
-    t.add_argument(
-        "--profile",
-        choices=("default", "terminal"),
-        default="default",
-        help="terminal: a terminal agent (bash and the file tools, a system prompt for shell "
-        "work, a check before the answer); bash still asks for approval unless --yolo",
-    )
-    t.add_argument(
-        "--check",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="ask the model once to check its work against the task before its answer is "
-        "taken (default: on with --profile terminal)",
-    )
 
 
 def run_options(o: Group) -> None:
-    o.add_argument("--system", metavar="TEXT", help="system prompt")
+    """What only the command line has: how the run is shown, recorded and named."""
     o.add_argument("--json", action="store_true", help="print events as JSON lines")
     o.add_argument(
         "--otel",
