@@ -8,7 +8,7 @@ Each repetition runs both variants, each in a process of its own (a fresh databa
 turn: `--runs` durable runs at once, `--calls` model calls each. For an account the model is
 scripted (no HTTP: it costs nothing, so what is left is the runtime's work); with an account,
 each call reserves its estimate and settles what it used. For a rate the model is the rig's
-mock LLM over HTTP (`../shared/bench/mock_llm.py`, in a process of its own), and the rate one
+mock LLM over HTTP (`bench/rig/mock_llm.py`, in a process of its own), and the rate one
 too high to make anything wait: each attempt is admitted and recorded by the store all the
 same. Reported: the process's CPU (every thread's) per model call, medians of the
 repetitions, and the difference: what the reservation or the admission costs a call.
@@ -157,7 +157,7 @@ def start_mock(calls: int) -> tuple[str, subprocess.Popen[bytes]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    script = HERE.parent.parent / "shared" / "bench" / "mock_llm.py"
+    script = HERE / "rig" / "mock_llm.py"
     proc = subprocess.Popen(
         [
             *(sys.executable, str(script), "--port", str(port), "--steps", str(calls - 1)),

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-RIG = Path(os.environ.get("BENCH_RIG", HERE.parent.parent / "shared" / "bench"))
+RIG = Path(os.environ.get("BENCH_RIG", HERE / "rig"))
 
 PROBE = """
 import atexit, collections, gc, json, runpy, sys, time

@@ -1,8 +1,8 @@
-"""LangGraph driver for the shared benchmark rig (../shared/bench): its prebuilt ReAct agent
+"""LangGraph driver for the benchmark rig (`bench/rig`): its prebuilt ReAct agent
 (`langgraph.prebuilt.create_react_agent`) over `langchain_openai.ChatOpenAI`, the durable peer
 most teams use when given a checkpointer.
 
-    python ../shared/bench/bench.py --add $PWD/bench/langgraph_driver.py:chat:1 --opt saver=sqlite
+    python bench/rig/bench.py --add $PWD/bench/langgraph_driver.py:chat:1 --opt saver=sqlite
 
 opts:
   saver=none|sqlite|postgres   no checkpointer (in memory, nothing kept: the default); the
@@ -10,6 +10,9 @@ opts:
                                its docs show); the Postgres saver (`AsyncPostgresSaver` over a
                                psycopg pool of 20, as its docs advise for a server)
   store=PATH|URL               the SQLite file or the Postgres database (default: a new file)
+  durability=async|sync        LangGraph's default, `async`, writes a step's checkpoint while
+                               the next step runs (a crash may lose it); `sync` waits for it
+                               before going on, as a durable run of Tether or DBOS does
 
 Each run is a thread of its own (`thread_id`), so a saver keeps one checkpoint per super-step
 and the writes of each node (the model's reply, the tools' results) of every run.
@@ -77,13 +80,15 @@ async def setup(ctx: Any) -> Any:
         max_retries=0,
     )
     saver, close = await saver_for(ctx)
+    durability = ctx.opts.get("durability", "async")
     agent = create_react_agent(
         model, [sleep_tool], prompt="You are a benchmark agent.", checkpointer=saver
     )
 
     async def run_one(i: int) -> str:
         config = {"configurable": {"thread_id": f"run-{i}-{uuid.uuid4().hex[:8]}"}}
-        out = await agent.ainvoke({"messages": [("user", ctx.prompt)]}, config)
+        given = {"messages": [("user", ctx.prompt)]}
+        out = await agent.ainvoke(given, config, durability=durability)
         return str(out["messages"][-1].content)
 
     async def aclose() -> None:

@@ -1,9 +1,11 @@
 """Tether beside every peer on the same task, the same mock model and the same machine, in one
 command (`bench/peers`, which makes its own venv and runs this).
 
-Each variant runs in a process of its own (the shared rig's `harness.py`), the variants taking
-turns within each repetition, against the rig's mock LLM (`mock_llm.py`, OpenAI Chat
-Completions, streamed). Scenarios (K model turns of T parallel `sleep_tool` calls):
+Each variant runs in a process of its own (the rig's `harness.py`, `bench/rig`), the variants
+taking turns within each repetition, against the rig's mock LLM (`mock_llm.py`, OpenAI Chat
+Completions, streamed), with the peers' versions pinned (`bench/peers.lock`). A row is the
+median of its repetitions (five by default), with the least and the most. Scenarios (K model
+turns of T parallel `sleep_tool` calls):
 
 - a: one run at a time, K=5, T=1, no latency, 20 runs: the CPU a runtime adds per model turn;
 - c100 and c1000: 100 and 1,000 runs at once, K=3, T=3, 50 ms model latency and 50 ms tools.
@@ -11,13 +13,15 @@ Completions, streamed). Scenarios (K model turns of T parallel `sleep_tool` call
 Every durable variant gets a fresh store (a new SQLite file, a new Postgres database), and after
 its run the store's rows are counted: what each runtime records of a run (its steps, its tool
 calls), so "durable" means the same thing on every row, and a peer that keeps no record of tool
-calls is marked so.
+calls is marked so. A Postgres variant's figure counts the server's CPU too (its postmaster and
+backends, over the same phase as the driver's own: `BENCH_SERVER_PID`), and its ratios are of
+the total: a runtime that writes more rows pays for them there.
 
 Then start-up: each runtime started from nothing for one run (its command-line tool where it
 has one, else the smallest script its docs show), the time from the process's start to its
 first request at the mock, medians of 5, the runtimes in turn.
 
-    bench/peers [--scenarios a,c100,c1000] [--reps 2] [--only NAME,...] [--startup 5]
+    bench/peers [--scenarios a,c100,c1000] [--reps 5] [--only NAME,...] [--startup 5]
                 [--postgres URL]
 """
 
@@ -42,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-RIG = Path(os.environ.get("BENCH_RIG", HERE.parent.parent / "shared" / "bench")).resolve()
+RIG = Path(os.environ.get("BENCH_RIG", HERE / "rig")).resolve()
 
 
 def at_once(n: int, most_reps: int | None = None) -> dict[str, Any]:
@@ -144,7 +148,26 @@ VARIANTS = [
         counts=LANGGRAPH_COUNTS,
         memory_twin="langgraph",
     ),
+    Variant(
+        "langgraph sqlite sync",
+        LANGGRAPH,
+        {"saver": "sqlite", "durability": "sync"},
+        store="sqlite",
+        sqlite_url=False,
+        counts=LANGGRAPH_COUNTS,
+        memory_twin="langgraph",
+    ),
+    Variant(
+        "langgraph postgres sync",
+        LANGGRAPH,
+        {"saver": "postgres", "durability": "sync"},
+        store="postgres",
+        counts=LANGGRAPH_COUNTS,
+        memory_twin="langgraph",
+    ),
 ]
+"""LangGraph's default durability, `async`, does not wait for a step's checkpoint before the
+next step; the `sync` rows wait, as Tether's and DBOS's durable runs do."""
 BARE = "bare aiohttp loop"
 TOOLS_NOT_RECORDED = {"pydantic-ai dbos sqlite", "pydantic-ai dbos postgres"}
 """DBOSAgent runs function tools inline in its workflow: a tool call is not a recorded step.
@@ -195,6 +218,19 @@ class Stores:
 
         return url, count
 
+    def server_pid(self) -> int:
+        """The Postgres server's postmaster (the parent of a backend): the harness counts its
+        CPU, with its backends', beside the driver's. The server must run on this machine."""
+        import psutil
+        import psycopg
+
+        with psycopg.connect(f"{self.postgres}/postgres", autocommit=True) as c:
+            backend = int(c.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        parent = psutil.Process(backend).parent()
+        if parent is None:
+            raise SystemExit("peers: the Postgres server is not a process of this machine")
+        return int(parent.pid)
+
     def admin(self, sql: str) -> None:
         import psycopg
 
@@ -234,9 +270,13 @@ def run_one(r: Any, port: int, scenario: str, v: Variant, stores: Stores) -> dic
         if v.store == "sqlite" and v.sqlite_url:
             where = f"sqlite:///{where}"
         opts[v.store_opt] = where
+    # the server's CPU is the run's too: counted over the same phase as the driver's
+    server = str(stores.server_pid()) if v.store == "postgres" else ""
+    os.environ["BENCH_SERVER_PID"] = server
     res: dict[str, Any] = r.run_variant(
         port, sc, v.name, (str(v.driver), "chat", v.stream), [f"{k}={x}" for k, x in opts.items()]
     )
+    os.environ.pop("BENCH_SERVER_PID", None)
     if count is not None:
         try:
             res["recorded"] = count(v.counts)
@@ -248,6 +288,20 @@ def run_one(r: Any, port: int, scenario: str, v: Variant, stores: Stores) -> dic
 def median(rows: list[dict[str, Any]], key: str) -> float | None:
     values = [row[key] for row in rows if isinstance(row.get(key), int | float)]
     return statistics.median(values) if values else None
+
+
+def spread(rows: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
+    """The least and the most of a figure over the repetitions (None with fewer than two)."""
+    values = [row[key] for row in rows if isinstance(row.get(key), int | float)]
+    return (min(values), max(values)) if len(values) > 1 else None
+
+
+def total_per_turn(run: dict[str, Any]) -> float | None:
+    """The driver's CPU per model turn and its database server's (0 for none, or in process)."""
+    own = run.get("cpu_ms_per_model_turn")
+    if not isinstance(own, int | float):
+        return None
+    return own + (run.get("server_ms_per_model_turn") or 0.0)
 
 
 def summary(results: list[dict[str, Any]], scenario: str) -> list[dict[str, Any]]:
@@ -263,11 +317,19 @@ def summary(results: list[dict[str, Any]], scenario: str) -> list[dict[str, Any]
             continue
         total = sum(r.get("n", 0) * r.get("repeat", 1) for r in runs)
         ok = sum(r.get("completed_ok", 0) for r in runs)
+        for run in runs:
+            run["total_ms_per_turn"] = total_per_turn(run)
         rows.append(
             {
                 "variant": v.name,
                 "ok": f"{ok}/{total}",
                 "cpu_ms_per_turn": median(runs, "cpu_ms_per_model_turn"),
+                "cpu_spread": spread(runs, "cpu_ms_per_model_turn"),
+                "server_ms_per_turn": median(runs, "server_ms_per_model_turn")
+                if v.store == "postgres"
+                else None,
+                "total_ms_per_turn": median(runs, "total_ms_per_turn"),
+                "reps": len(runs),
                 "wall_s": median(runs, "wall_per_batch_s"),
                 "peak_rss_mb": median(runs, "peak_rss_mb"),
                 "tools_in_flight": max((r.get("max_tools_in_flight") or 0) for r in runs),
@@ -277,11 +339,11 @@ def summary(results: list[dict[str, Any]], scenario: str) -> list[dict[str, Any]
                 or [r["fatal"] for r in runs if "fatal" in r][:1],
             }
         )
-    bare = next((r["cpu_ms_per_turn"] for r in rows if r["variant"] == BARE), None)
-    cpu = {r["variant"]: r["cpu_ms_per_turn"] for r in rows}
-    for row in rows:
-        row["x_bare"] = ratio(row["cpu_ms_per_turn"], bare)
-        row["x_memory"] = ratio(row["cpu_ms_per_turn"], cpu.get(row["memory_twin"]))
+    bare = next((r["total_ms_per_turn"] for r in rows if r["variant"] == BARE), None)
+    cpu = {r["variant"]: r["total_ms_per_turn"] for r in rows}
+    for row in rows:  # with the server's CPU: a store's work is the run's, wherever it runs
+        row["x_bare"] = ratio(row["total_ms_per_turn"], bare)
+        row["x_memory"] = ratio(row["total_ms_per_turn"], cpu.get(row["memory_twin"]))
     return rows
 
 
@@ -303,16 +365,22 @@ def table(rows: list[dict[str, Any]], scenario: str) -> str:
     def num(x: float | None, f: str = "{:.2f}") -> str:
         return "-" if x is None else f.format(x)
 
+    def ranged(row: dict[str, Any]) -> str:
+        low_high = row.get("cpu_spread")
+        shown = num(row["cpu_ms_per_turn"])
+        return f"{shown} ({low_high[0]:.2f}-{low_high[1]:.2f})" if low_high else shown
+
     lines = [
-        f"scenario {scenario}",
+        f"scenario {scenario} (medians of each variant's repetitions; CPU: min-max)",
         "",
-        "| variant | runs ok | CPU ms / model turn | x bare loop | x own memory mode | wall s "
-        "| peak RSS MB | tools in flight | recorded |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| variant | runs ok | CPU ms / model turn | + Postgres server | total | x bare loop "
+        "| x own memory mode | wall s | peak RSS MB | tools in flight | recorded |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['variant']} | {r['ok']} | {num(r['cpu_ms_per_turn'])} | "
+            f"| {r['variant']} | {r['ok']} | {ranged(r)} | {num(r['server_ms_per_turn'])} | "
+            f"{num(r['total_ms_per_turn'])} | "
             f"{num(r['x_bare'], '{:.1f}')} | {num(r['x_memory'], '{:.1f}')} | "
             f"{num(r['wall_s'])} | {num(r['peak_rss_mb'], '{:.0f}')} | {r['tools_in_flight']} | "
             f"{recorded_text(r)} |"
@@ -476,7 +544,7 @@ def versions() -> dict[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenarios", default="a,c100,c1000")
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", help="variants by name, comma-separated")
     ap.add_argument(
         "--startup", type=int, default=5, help="starts of each runtime to time (0: none)"

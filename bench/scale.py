@@ -206,9 +206,7 @@ def main() -> None:
         help="Supervisor(max_model_calls=...) (default: the Supervisor's, 256)",
     )
     ap.add_argument("--uvloop", action="store_true", help="run on uvloop")
-    ap.add_argument(
-        "--mock", default=str(Path(__file__).resolve().parents[2] / "shared/bench/mock_llm.py")
-    )
+    ap.add_argument("--mock", default=str(Path(__file__).resolve().parent / "rig" / "mock_llm.py"))
     args = ap.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -1,6 +1,6 @@
-"""Tether driver for the shared benchmark rig (../shared/bench).
+"""Tether driver for the benchmark rig (bench/rig, a copy of the shared rig).
 
-    python ../shared/bench/bench.py --add $PWD/bench/tether_driver.py:chat:1
+    python bench/rig/bench.py --add $PWD/bench/tether_driver.py:chat:1
 
 Each run is a run of a `Runtime` in memory (its own task, mailbox and event log), as in
 production; `--opt runtime=0` calls the bare Agent loop instead; `--opt store=URL` makes the
