@@ -191,6 +191,7 @@ class Stores:
     def __init__(self, postgres: str) -> None:
         self.postgres = postgres.rstrip("/")
         self.made = 0
+        self.postmaster = 0
 
     def fresh(self, kind: str) -> tuple[str, Callable[[dict[str, str]], dict[str, int]]]:
         """A new store's URL (or path), and how to count its rows and drop it."""
@@ -224,12 +225,18 @@ class Stores:
         import psutil
         import psycopg
 
+        if self.postmaster:
+            return self.postmaster
         with psycopg.connect(f"{self.postgres}/postgres", autocommit=True) as c:
             backend = int(c.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
-        parent = psutil.Process(backend).parent()
+            try:  # read while the backend lives: it ends with the connection
+                parent = psutil.Process(backend).parent()
+            except psutil.Error:
+                parent = None
         if parent is None:
             raise SystemExit("peers: the Postgres server is not a process of this machine")
-        return int(parent.pid)
+        self.postmaster = int(parent.pid)
+        return self.postmaster
 
     def admin(self, sql: str) -> None:
         import psycopg
