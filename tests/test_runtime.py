@@ -588,3 +588,24 @@ async def test_a_runtime_s_own_task_that_fails_is_logged_and_closing_ends_the_re
         gc.collect()
     assert [r.exc_info[1].args for r in caplog.records if r.exc_info] == [("the server went away",)]
     assert unhandled == []
+
+
+async def test_background_work_cancelled_before_it_began_is_closed_not_left_unawaited() -> None:
+    """A runtime that closes cancels its background work; work cancelled before its first
+    step (an MCP connection asked for just as the runtime closed) must be closed, or Python
+    warns that a coroutine was never awaited and its cleanup never runs."""
+    import inspect
+
+    from tether.background import Background
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+
+    background = Background()
+    coroutine = work()
+    task = background.spawn(coroutine)
+    task.cancel()  # before the loop ran it once
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert inspect.getcoroutinestate(coroutine) == inspect.CORO_CLOSED
+    await background.close()

@@ -24,12 +24,14 @@ class Background:
         self.tasks: set[asyncio.Task[Any]] = set()
 
     def spawn(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
-        """Run `work` in a task of its own, in a fresh context."""
+        """Run `work` in a task of its own, in a fresh context. A coroutine is the task's own
+        (a wrapper around it, cancelled before it began, left it never awaited: a warning)."""
 
         async def go() -> Any:
             return await work
 
-        task = asyncio.get_running_loop().create_task(go(), context=contextvars.Context())
+        coroutine = work if asyncio.iscoroutine(work) else go()
+        task = asyncio.get_running_loop().create_task(coroutine, context=contextvars.Context())
         self.tasks.add(task)
         task.add_done_callback(self.ended)
         return task
