@@ -406,8 +406,7 @@ class OnStore(Backend):
         from .durable.run import context_of
         from .durable.view import record_of_run
 
-        view = known(self.opened.view, "the store's view (opened with the store)")
-        record = record_of_run(view.client, run_id)
+        record = record_of_run(self.opened.reader, run_id)
         context = context_of("", record) if record.workspace is not None else RunContext()
         context.origin = {}  # the fork's own is set by the caller
         return Basis(

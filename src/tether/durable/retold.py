@@ -14,9 +14,9 @@ from ..messages import ToolCall
 from ..result import RunResult
 from ..tally import Tally
 from .dbos_private import all_events
-from .formats import WorkflowInput
+from .formats import RunRecord, WorkflowInput
 from .steps import ContextStep, ModelStep, ToolsStep
-from .versions import record_in, wanted
+from .versions import wanted
 from .view import decision_in, filled, status_of
 
 
@@ -33,9 +33,8 @@ def events_of(store: Any, run_id: str) -> list[Event]:
     told = Retold(run_id, [out.append])
 
     status = status_of(store, run_id)
-    given = WorkflowInput.of(status)
-    task = given.task if given is not None else ""
-    record = record_in(status)
+    given = WorkflowInput.of(status)  # read once: the task and the record
+    task, record = (given.task, given.record) if given is not None else ("", RunRecord())
     steps = store.steps(status)
     approvals = all_events(store, run_id)
     first = next((s.response for s, _ in steps if isinstance(s, ModelStep)), None)

@@ -245,9 +245,8 @@ def executor_alive(executor_id: str) -> bool:
 def listing(w: Any) -> dict[str, Any]:
     """One run of a store as `tether runs` shows it: what it was asked, where it stands
     (queued, running on a worker, then its outcome), when, and what it used."""
-    given = WorkflowInput.of(w)
-    task = given.task if given is not None else ""
-    record = record_in(w)
+    given = WorkflowInput.of(w)  # read once: the task and the record
+    task, record = (given.task, given.record) if given is not None else ("", RunRecord())
     out = w.output if isinstance(w.output, dict) else {}
     state = out.get("outcome", "done") if w.status == "SUCCESS" else STATES.get(w.status)
     ended = w.status in ENDED
