@@ -29,10 +29,16 @@ class Limiter:
     def queued(self) -> int:
         return len(self.waiters)
 
-    async def acquire(self, on_queued: Callable[[int], None] | None = None) -> bool:
-        """Take a slot; returns True if it had to wait in the queue for it."""
+    def take(self) -> bool:
+        """Take a slot if one is free now and nobody waits (no wait, no await)."""
         if self.active < self.limit and not self.waiters:
             self.active += 1
+            return True
+        return False
+
+    async def acquire(self, on_queued: Callable[[int], None] | None = None) -> bool:
+        """Take a slot; returns True if it had to wait in the queue for it."""
+        if self.take():
             return False
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiters.append(future)
@@ -55,14 +61,6 @@ class Limiter:
                 future.set_result(None)
                 return
         self.active -= 1
-
-    @asynccontextmanager
-    async def slot(self, on_queued: Callable[[int], None] | None = None) -> AsyncIterator[bool]:
-        waited = await self.acquire(on_queued)
-        try:
-            yield waited
-        finally:
-            self.release()
 
 
 @dataclass(eq=False)

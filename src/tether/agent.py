@@ -298,11 +298,12 @@ class Effects(Protocol):
         """Make `state.messages` fit the agent's context policy (shrink anyway with `force`)."""
         ...
 
-    async def call_model(self, state: LoopState) -> ModelResponse:
-        """One model call on the conversation as it stands."""
+    def call_model(self, state: LoopState) -> Awaitable[ModelResponse]:
+        """One model call on the conversation as it stands (an awaitable, so an effect that
+        only hands on another's adds no coroutine of its own)."""
         ...
 
-    async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
+    def run_tools(self, state: LoopState, calls: list[ToolCall]) -> Awaitable[list[ToolResult]]:
         """The calls of one reply, approvals decided, results in the order of the calls."""
         ...
 
@@ -534,6 +535,7 @@ class LocalEffects:
         self.origin, self.account, self.rates = ctx.origin, ctx.account_id, ctx.rates
         self.approver, self.limiter = approver, limiter
         self.calls = 0  # model calls made, which name each call to the run's account
+        self.tools_ctx: RunContext | None = None  # what its tools get: made at its first call
 
     guard_beside_model = True
 
@@ -557,14 +559,16 @@ class LocalEffects:
         self.calls += 1
         await summarized(agent, self.ctx, usage, f"summary {self.calls}")
 
-    async def call_model(self, state: LoopState) -> ModelResponse:
+    def call_model(self, state: LoopState) -> Awaitable[ModelResponse]:
         self.calls += 1
-        return await model_call(
+        return model_call(
             self.agent, self.ctx, f"call {self.calls}", self.agent.request(state),
             state.steps == 0, self.emitter, self.limiter,
         )  # fmt: skip
 
-    async def run_tools(self, state: LoopState, calls: list[ToolCall]) -> list[ToolResult]:
-        toolbox, ctx = self.agent.toolbox, dataclasses.replace(self.ctx)
-        ctx.model = Sampling(self.agent, ctx, self.emitter)
-        return await toolbox.run_all(calls, ctx, self.emitter, self.approver, state.finished)
+    def run_tools(self, state: LoopState, calls: list[ToolCall]) -> Awaitable[list[ToolResult]]:
+        ctx = self.tools_ctx
+        if ctx is None:  # the run's context, with the run's model for its tools to ask
+            ctx = self.tools_ctx = dataclasses.replace(self.ctx)
+            ctx.model = Sampling(self.agent, ctx, self.emitter)
+        return self.agent.toolbox.run_all(calls, ctx, self.emitter, self.approver, state.finished)

@@ -4,6 +4,8 @@ memory and a durable run's model step."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from .admission import Limiter
 from .errors import ProviderError
 from .events import Emitter
@@ -23,31 +25,41 @@ async def respond(
     on_retry: RetryHook,
 ) -> ModelResponse:
     """A model call in a slot of the endpoint's limiter (a wait for one shows as `queued`,
-    then `admitted`); what the server left out of its usage is estimated."""
+    then `admitted`); what the server left out of its usage is estimated. (No context
+    manager, closure or coroutine more than the call needs: a run in flight holds each, and
+    thousands of runs make them thousands of objects for the garbage collector.)"""
     if limiter is None:
         return with_usage(request, await call(model, request, emitter, on_text, on_retry))
+    waited = not limiter.take() and await limiter.acquire(queued_by(emitter))
+    try:
+        if waited:
+            emitter.admitted(what="model_call")
+        return with_usage(request, await call(model, request, emitter, on_text, on_retry))
+    finally:
+        limiter.release()
+
+
+def queued_by(emitter: Emitter) -> Callable[[int], None]:
+    """What says a model call's place in its limiter's queue, as `queued`."""
 
     def on_queued(position: int) -> None:
         emitter.queued(what="model_call", position=position)
 
-    async with limiter.slot(on_queued) as waited:
-        if waited:
-            emitter.admitted(what="model_call")
-        return with_usage(request, await call(model, request, emitter, on_text, on_retry))
+    return on_queued
 
 
-async def call(
+def call(
     model: Model,
     request: ModelRequest,
     emitter: Emitter,
     on_text: TextHook | None,
     on_retry: RetryHook,
-) -> ModelResponse:
+) -> Awaitable[ModelResponse]:
     """`model.respond`; a `FallbackModel` also says each fallback, as a `fallback` event."""
     if not isinstance(model, FallbackModel):
-        return await model.respond(request, on_text, on_retry)
+        return model.respond(request, on_text, on_retry)
 
     def on_fallback(failed: Model, after: Model, e: ProviderError) -> None:
         emitter.fallback(failed=failed.name, to=after.name, error=e.to_dict())
 
-    return await model.respond(request, on_text, on_retry, on_fallback)
+    return model.respond(request, on_text, on_retry, on_fallback)

@@ -23,6 +23,7 @@ from typing import Any, Unpack, cast, get_type_hints
 
 import orjson
 
+from .errors import ProviderError
 from .event_types import (
     TYPES,
     AdmittedFields,
@@ -79,6 +80,16 @@ class Event:
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> Event:
+        """The event a flat JSON object (`to_dict`'s) says: a journal's line, a packed log's."""
+        data = {k: v for k, v in d.items() if k not in ENVELOPE}
+        return cls(d["type"], d["run_id"], d["seq"], data, d.get("ts", 0.0))
+
+
+ENVELOPE = frozenset({"type", "run_id", "seq", "ts"})
+"""The fields every event has (`Event`'s own); the rest are its type's (`data`)."""
 
 
 Sink = Callable[[Event], None]
@@ -229,6 +240,16 @@ class Emitter:
 
     def run_finished(self, **data: Unpack[RunFinishedFields]) -> None:
         self.send("run_finished", data)
+
+    # a model call's hooks, as methods: no closure is made per call
+
+    def streamed(self, text: str) -> None:
+        """A model call's text as it streams (its `on_text`), as `text_delta`."""
+        self.text_delta(text=text)
+
+    def retried(self, attempt: int, delay: float, e: ProviderError) -> None:
+        """A model call retried (its `on_retry`), as `retry`."""
+        self.retry(attempt=attempt, delay=round(delay, 3), error=e.to_dict())
 
 
 def call_dict(call: ToolCall) -> dict[str, Any]:

@@ -107,6 +107,5 @@ class Journal:
                 d = orjson.loads(line)
             except orjson.JSONDecodeError:
                 break  # a line cut short by a crash: the rest is not trusted
-            data = {k: v for k, v in d.items() if k not in ("type", "run_id", "seq", "ts")}
-            events.append(Event(d["type"], d["run_id"], d["seq"], data, d.get("ts", 0.0)))
+            events.append(Event.of(d))
         return events

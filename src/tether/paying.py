@@ -18,7 +18,7 @@ from .accounts import estimate as estimate_cost
 from .admission import Limiter, aside
 from .calls import respond
 from .context import estimate
-from .errors import ProviderError, ProviderStatusError
+from .errors import ProviderStatusError
 from .events import Emitter, model_response_data
 from .loop import unique_calls
 from .messages import ModelRequest, ModelResponse, Usage
@@ -52,23 +52,33 @@ async def model_call(
     account or a slot, is no model latency), with its text, retries and fallbacks as they
     come, and as `model_response` when it is answered, its tool calls' ids made unique in the
     conversation (a durable run records the reply so: a replay agrees)."""
-    on_text = (lambda text: emitter.text_delta(text=text)) if emitter.active else None
-
-    def on_retry(attempt: int, delay: float, e: ProviderError) -> None:
-        emitter.retry(attempt=attempt, delay=round(delay, 3), error=e.to_dict())
-
-    async def go() -> ModelResponse:  # reserved: the request goes
-        if sent is not None:
-            sent()
-        if emitter.active:
-            emitter.model_request(messages=len(request.messages))
-        return await respond(agent.model, request, emitter, limiter, on_text, on_retry)
-
-    response = await paid(agent, ctx, key, request, first, emitter, go, used)
+    if ctx.accounts is None or ctx.account_id is None:  # nothing to pay: no layer for it
+        response = await go(agent, request, emitter, limiter, sent)
+    else:
+        response = await paid(
+            agent, ctx, key, request, first, emitter,
+            lambda: go(agent, request, emitter, limiter, sent), used,
+        )  # fmt: skip
     response = unique_calls(response, request.messages)
     if emitter.active:
         emitter.model_response(**model_response_data(response))
     return response
+
+
+def go(
+    agent: Payer,
+    request: ModelRequest,
+    emitter: Emitter,
+    limiter: Limiter | None,
+    sent: Callable[[], None] | None,
+) -> Awaitable[ModelResponse]:
+    """The request goes (paid for, if it is): said as `model_request`, `sent` told."""
+    if sent is not None:
+        sent()
+    on_text = emitter.streamed if emitter.active else None
+    if emitter.active:
+        emitter.model_request(messages=len(request.messages))
+    return respond(agent.model, request, emitter, limiter, on_text, emitter.retried)
 
 
 QUEUE_POLL_S = 5.0

@@ -104,19 +104,19 @@ class AnthropicModel(HTTPModel):
         on_retry: RetryHook | None = None,
     ) -> ModelResponse:
         body = request_body(self.name, request, self.stream, self.max_tokens)
-
-        async def parse(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
-            if self.stream:
-                return await parse_stream(resp, progress, on_text)
-            data = await json_reply(resp)
-            if not isinstance(data, dict) or data.get("type") != "message":
-                raise ProviderProtocolError("reply is not a message", retryable=True)
-            return parse_message(data)
-
+        parse = parse_stream if self.stream else parse_json
+        limit = request.max_output_tokens or self.max_tokens
         response: ModelResponse = await self.http.post(
-            "/messages", body, parse, on_retry, request.max_output_tokens or self.max_tokens
+            "/messages", body, parse, on_retry, limit, on_text
         )
         return response if request.output is None else answer_of(response)
+
+
+async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
+    data = await json_reply(resp)
+    if not isinstance(data, dict) or data.get("type") != "message":
+        raise ProviderProtocolError("reply is not a message", retryable=True)
+    return parse_message(data)
 
 
 def request_body(
@@ -264,9 +264,7 @@ def parse_message(data: dict[str, Any]) -> ModelResponse:
     )
 
 
-async def parse_stream(
-    resp: aiohttp.ClientResponse, progress: Progress, on_text: TextHook | None
-) -> ModelResponse:
+async def parse_stream(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
     message: dict[str, Any] | None = None
     blocks: dict[int, dict[str, Any]] = {}
     json_parts: dict[int, list[str]] = {}
@@ -300,9 +298,8 @@ async def parse_stream(
                         "delta for a block that never started", retryable=True
                     )
                 apply_delta(block, event.get("delta") or {}, json_parts, index)
-                if (event.get("delta") or {}).get("type") == "text_delta" and on_text is not None:
-                    progress.emitted = True
-                    on_text(event["delta"].get("text") or "")
+                if (event.get("delta") or {}).get("type") == "text_delta":
+                    progress.said(event["delta"].get("text") or "")
             elif kind == "message_delta":
                 if message is None:
                     raise ProviderProtocolError(

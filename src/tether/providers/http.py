@@ -69,15 +69,28 @@ Chat Completions chunk is about 200 bytes around its delta)."""
 
 class Progress:
     """What a reply parser is told and tells: `emitted` is set once anything was handed to the
-    caller (retries stop there); `quiet` is the longest a stream may go without an event, and
-    `allowance` the most bytes it may bring."""
+    caller (retries stop there); `quiet` is the longest a stream may go without an event,
+    `allowance` the most bytes it may bring, and `on_text` is told the text as it streams (so
+    a provider's parser is a plain function, not a closure made per call)."""
 
-    __slots__ = ("allowance", "emitted", "quiet")
+    __slots__ = ("allowance", "emitted", "on_text", "quiet")
 
-    def __init__(self, quiet: float = 120.0, allowance: int = MAX_REPLY) -> None:
+    def __init__(
+        self,
+        quiet: float = 120.0,
+        allowance: int = MAX_REPLY,
+        on_text: Callable[[str], None] | None = None,
+    ) -> None:
         self.emitted = False
         self.quiet = quiet
         self.allowance = allowance
+        self.on_text = on_text
+
+    def said(self, text: str) -> None:
+        """Hand streamed text to the caller (after which the call is not retried)."""
+        if self.on_text is not None:
+            self.emitted = True
+            self.on_text(text)
 
 
 def stream_allowance(max_output_tokens: int | None) -> int:
@@ -153,9 +166,11 @@ class HTTPClient:
         parse: Parser,
         on_retry: RetryHook | None = None,
         max_output_tokens: int | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> Any:
         """POST `body` as JSON and return `parse(response)`, retrying while that is safe; a
-        streamed reply may bring what `max_output_tokens` allows (see `stream_allowance`).
+        streamed reply may bring what `max_output_tokens` allows (see `stream_allowance`), its
+        text told to `on_text` as it comes.
         Each attempt passes the run's rate gate first, if it has one (`rates.GATE`), and a
         server's `Retry-After` pauses the endpoint for every process that shares the gate."""
         url = self.base_url + path
@@ -164,7 +179,8 @@ class HTTPClient:
         tokens = attempt_tokens(data, max_output_tokens)
         attempt = 0
         while True:
-            progress = Progress(self.settings.read_timeout, stream_allowance(max_output_tokens))
+            allowance = stream_allowance(max_output_tokens)
+            progress = Progress(self.settings.read_timeout, allowance, on_text)
             try:
                 if gate is not None:
                     await gate.through(self.endpoint, tokens)

@@ -61,18 +61,12 @@ class OpenAIChatModel(OpenAIModel):
         on_text: TextHook | None = None,
         on_retry: RetryHook | None = None,
     ) -> ModelResponse:
-        body = request_body(self.name, request, self.stream) | self.sampling
-        if not self.stream:
-            response: ModelResponse = await self.http.post(
-                "/chat/completions", body, parse_json, on_retry, request.max_output_tokens
-            )
-            return response
-
-        async def parse(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
-            return await parse_stream(resp, progress, on_text)
-
-        response = await self.http.post(
-            "/chat/completions", body, parse, on_retry, request.max_output_tokens
+        body = request_body(self.name, request, self.stream)
+        if self.sampling:
+            body |= self.sampling
+        parse = parse_stream if self.stream else parse_json
+        response: ModelResponse = await self.http.post(
+            "/chat/completions", body, parse, on_retry, request.max_output_tokens, on_text
         )
         return response
 
@@ -227,9 +221,7 @@ async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelR
     )
 
 
-async def parse_stream(
-    resp: aiohttp.ClientResponse, progress: Progress, on_text: TextHook | None
-) -> ModelResponse:
+async def parse_stream(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
     text: list[str] = []
     thought: list[str] = []
     calls: dict[int, list[str]] = {}  # index -> [id, name, argument text]
@@ -266,9 +258,7 @@ async def parse_stream(
                 content = delta.get("content")
                 if content:
                     text.append(content)
-                    if on_text is not None:
-                        progress.emitted = True
-                        on_text(content)
+                    progress.said(content)
                 for tc in delta.get("tool_calls") or ():
                     add_call_fragment(calls, tc)
                 if choice.get("finish_reason"):

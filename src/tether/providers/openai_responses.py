@@ -51,17 +51,15 @@ class OpenAIResponsesModel(OpenAIModel):
         on_retry: RetryHook | None = None,
     ) -> ModelResponse:
         body = request_body(self.name, request, self.stream)
-
-        async def parse(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
-            if self.stream:
-                return await parse_stream(resp, progress, on_text)
-            data = await json_reply(resp)
-            return parse_response(data)
-
+        parse = parse_stream if self.stream else parse_json
         response: ModelResponse = await self.http.post(
-            "/responses", body, parse, on_retry, request.max_output_tokens
+            "/responses", body, parse, on_retry, request.max_output_tokens, on_text
         )
         return response
+
+
+async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
+    return parse_response(await json_reply(resp))
 
 
 def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, Any]:
@@ -233,9 +231,7 @@ def parse_response(data: Any) -> ModelResponse:
     )
 
 
-async def parse_stream(
-    resp: aiohttp.ClientResponse, progress: Progress, on_text: TextHook | None
-) -> ModelResponse:
+async def parse_stream(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
     done_items: dict[int, dict[str, Any]] = {}
     async for batch in sse_batches(resp, progress):
         for event_name, data in batch:
@@ -245,9 +241,8 @@ async def parse_stream(
             kind = event.get("type") or event_name
             if kind == "response.output_text.delta":
                 delta = event.get("delta") or ""
-                if delta and on_text is not None:
-                    progress.emitted = True
-                    on_text(delta)
+                if delta:
+                    progress.said(delta)
             elif kind == "response.output_item.done":
                 done_items[int(event.get("output_index", len(done_items)))] = (
                     event.get("item") or {}

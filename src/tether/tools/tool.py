@@ -21,7 +21,7 @@ import functools
 import inspect
 import re
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +33,7 @@ import pydantic_core
 
 from ..accounts import Accounts
 from ..approvals import Policy
+from ..errors import known
 from ..events import Emitter, Sink
 from ..messages import ImagePart, ToolSpec, Usage
 from ..rates import Rates
@@ -224,7 +225,13 @@ class Tool:
             model = args_model.model_validate(arguments)
         except pydantic.ValidationError as e:
             raise ToolArgumentsError(describe_validation_error(self.name, e)) from None
-        return {k: getattr(model, k) for k in type(model).model_fields}
+        return {k: getattr(model, k) for k in self.fields}
+
+    @functools.cached_property
+    def fields(self) -> tuple[str, ...]:
+        """The arguments' names, once (pydantic's `model_fields` is a property that builds its
+        answer at each read)."""
+        return tuple(known(self.model(), "the arguments' model of a tool").model_fields)
 
     async def invoke(self, arguments: dict[str, Any], ctx: RunContext) -> ToolOutput:
         """Validate `arguments`, run the function and return its output (see `tool_output`)."""
@@ -232,14 +239,18 @@ class Tool:
 
     async def call(self, kwargs: dict[str, Any], ctx: RunContext) -> ToolOutput:
         """Run the function on validated arguments and return its output (see `tool_output`)."""
+        return tool_output(await self.start(kwargs, ctx))
+
+    def start(self, kwargs: dict[str, Any], ctx: RunContext) -> Awaitable[Any]:
+        """The function called on validated arguments: its awaitable result (a sync function
+        runs in a thread). Not a coroutine of its own: the caller awaits the tool's."""
         if self.context_param:
             kwargs[self.context_param] = ctx
         if self.is_async:
-            result = await self.fn(**kwargs)
-        else:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(_POOL, functools.partial(self.fn, **kwargs))
-        return tool_output(result)
+            started: Awaitable[Any] = self.fn(**kwargs)
+            return started
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(_POOL, functools.partial(self.fn, **kwargs))
 
 
 ToolOutput = tuple[str, tuple[ImagePart, ...]]

@@ -17,7 +17,7 @@ from ..events import Emitter, call_dict, tool_result_data
 from ..messages import ToolCall, ToolResult, ToolSpec, Usage
 from ..redact import scrub
 from ..tree import child_run_id
-from .tool import CallTime, RunContext, Tool, ToolArgumentsError, tool_from_function
+from .tool import CallTime, RunContext, Tool, ToolArgumentsError, tool_from_function, tool_output
 
 
 class Toolbox:
@@ -67,53 +67,77 @@ class Toolbox:
         ctx: RunContext,
         approver: Approver | None = None,
         emitter: Emitter | None = None,
+        done: Callable[[ToolResult], None] | None = None,
     ) -> ToolResult:
         """One call, its failures turned into error results. A call that needs approval waits
-        for `approver` first (without one, it is denied)."""
+        for `approver` first (without one, it is denied). `done` is told the result (a run's
+        `tool_result`). One coroutine runs the call and awaits the tool's own: a run holds one
+        per call in flight, and a layer more was thousands of objects more to collect."""
+        t, kwargs, refused = self.checked(call)
+        if t is not None and t.approval != "never":
+            refused = await self.approval(t, call, approver, emitter)
+        if t is None or refused is not None:
+            result = error(call, refused or "")
+        else:
+            if t.context_param:  # a context of the call's own: it may start a child run by it
+                ctx = dataclasses.replace(
+                    ctx, call_id=call.id, emitter=emitter or ctx.emitter, spent=[], time=CallTime()
+                )
+            try:
+                async with asyncio.timeout(t.timeout) as limit:
+                    if ctx.time is not None:
+                        ctx.time.limit = limit
+                    output, images = tool_output(await t.start(kwargs, ctx))
+            except TimeoutError:
+                result = error(
+                    call, f"Tool {call.name!r} timed out after {t.timeout:g} s and was stopped."
+                )
+            except asyncio.CancelledError:
+                raise
+            except BaseException as e:  # SystemExit from a tool must not end the process
+                result = error(call, f"Tool {call.name!r} failed: {type(e).__name__}: {e}")
+            else:
+                result = ToolResult(call.id, call.name, scrub(output), images=images)
+            if ctx.spent:  # what the call asked of the run's model is the run's, whatever came
+                result = dataclasses.replace(result, usage=sum(ctx.spent, Usage()))
+        if done is not None:
+            done(result)
+        return result
+
+    def checked(self, call: ToolCall) -> tuple[Tool | None, dict[str, Any], str | None]:
+        """The call's tool and validated arguments, or why it cannot run (an unknown tool,
+        arguments that are no JSON object or do not fit the schema): then the tool is None."""
         t = self.tools.get(call.name)
         if t is None:
             known = ", ".join(sorted(self.tools)) or "none"
-            return error(call, f"Unknown tool {call.name!r}. Available tools: {known}.")
+            return None, {}, f"Unknown tool {call.name!r}. Available tools: {known}."
         if call.arguments is None:
-            return error(
-                call,
-                f"The arguments for {call.name!r} are not a JSON object: "
-                f"{call.raw_arguments[:200]!r}. Send the arguments as a JSON object.",
+            return (
+                None,
+                {},
+                (
+                    f"The arguments for {call.name!r} are not a JSON object: "
+                    f"{call.raw_arguments[:200]!r}. Send the arguments as a JSON object."
+                ),
             )
         try:
-            kwargs = t.validate(call.arguments)
+            return t, t.validate(call.arguments), None
         except ToolArgumentsError as e:
-            return error(call, str(e))
-        if t.approval != "never" and needs_approval(t.approval, call.arguments):
-            decision = await self.ask(call, approver, emitter)
-            if not decision.approved:
-                return error(
-                    call,
-                    f"The call was not approved: {decision.reason}. "
-                    "Do not repeat it unchanged; choose another way or ask the user.",
-                )
-        if t.context_param:  # a context of the call's own: it may start a child run by it
-            ctx = dataclasses.replace(
-                ctx, call_id=call.id, emitter=emitter or ctx.emitter, spent=[], time=CallTime()
-            )
-        try:
-            async with asyncio.timeout(t.timeout) as limit:
-                if ctx.time is not None:
-                    ctx.time.limit = limit
-                output, images = await t.call(kwargs, ctx)
-        except TimeoutError:
-            result = error(
-                call, f"Tool {call.name!r} timed out after {t.timeout:g} s and was stopped."
-            )
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:  # SystemExit from a tool must not end the process
-            result = error(call, f"Tool {call.name!r} failed: {type(e).__name__}: {e}")
-        else:
-            result = ToolResult(call.id, call.name, scrub(output), images=images)
-        if ctx.spent:  # what the call asked of the run's model is the run's, whatever came of it
-            result = dataclasses.replace(result, usage=sum(ctx.spent, Usage()))
-        return result
+            return None, {}, str(e)
+
+    async def approval(
+        self, t: Tool, call: ToolCall, approver: Approver | None, emitter: Emitter | None
+    ) -> str | None:
+        """Why the call may not run (its policy asked, and no one approved it); None: it may."""
+        if not needs_approval(t.approval, call.arguments or {}):
+            return None
+        decision = await self.ask(call, approver, emitter)
+        if decision.approved:
+            return None
+        return (
+            f"The call was not approved: {decision.reason}. "
+            "Do not repeat it unchanged; choose another way or ask the user."
+        )
 
     async def ask(
         self, call: ToolCall, approver: Approver | None, emitter: Emitter | None
@@ -141,16 +165,16 @@ class Toolbox:
         for c in calls:
             emitter.tool_call(**self.call_data(c, emitter.run_id))
 
-        async def one(c: ToolCall) -> ToolResult:
-            result = await self.run(c, ctx, approver, emitter)
+        def done(result: ToolResult) -> None:
             emitter.tool_result(**tool_result_data(result))
             if finished is not None:
-                finished[c.id] = result
-            return result
+                finished[result.call_id] = result
 
         if len(calls) == 1:
-            return [await one(calls[0])]
-        return list(await asyncio.gather(*(one(c) for c in calls)))
+            return [await self.run(calls[0], ctx, approver, emitter, done)]
+        return list(
+            await asyncio.gather(*(self.run(c, ctx, approver, emitter, done) for c in calls))
+        )
 
 
 def clash_hint(*tools: Tool) -> str:
