@@ -12,6 +12,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     (
         "values",
         {
+            "frozen",
             "messages",
             "events",
             "event_types",

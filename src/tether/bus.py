@@ -5,17 +5,19 @@ id from any offset (0 replays the whole run) and reads at its own pace from the 
 lags more than `max_lag` events behind the head is told so with a `fell_behind` notice and goes
 on re-reading from where it was: slow readers cost the run nothing, and lose nothing.
 
-A log whose run has ended for good is kept packed: its events as one JSON bytes value, read back
-when someone asks (a page, a follower from 0). A process keeps 10,000 ended runs by default, and
-every `Event` of them, with its data's dicts and lists, was an object the host's garbage
-collector walked at each full collection: in the rig's 1,000-run scenario (K=3, T=3) 148,000
-objects stayed after the runs ended, 44 events a run; packed, one untracked `bytes` each.
+A log keeps each event as its JSON (`Event.to_json`), read back when someone asks (a page, a
+follower): bytes are objects the host's garbage collector never walks. As `Event` objects, a
+run's events lived as long as the process kept the run (10,000 ended runs by default), each
+with its data's dicts and lists: in the rig's 1,000-run scenario (K=3, T=3) 148,000 objects
+stayed after the runs ended, and the live runs' events were a tenth of what every young
+collection found. Each event is serialized once, as a journal or the page's stream does.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 import orjson
 
@@ -25,41 +27,41 @@ DEFAULT_MAX_LAG = 1000
 
 
 class EventLog:
-    __slots__ = ("closed", "live", "packed", "run_id", "waiters")
+    __slots__ = ("closed", "memo", "run_id", "said", "waiters")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.live: list[Event] = []
-        self.packed: bytes | None = None
-        """The events of a closed log, as JSON (`close`); `live` is then empty."""
+        self.said: list[bytes] = []
+        """Each event's JSON, in order."""
         self.waiters: set[asyncio.Event] = set()
         self.closed = False
+        self.memo: Any = None
+        """What a reader derived from the events, kept with them (`memory_view.fold`)."""
+
+    def __len__(self) -> int:
+        return len(self.said)
+
+    def at(self, position: int) -> Event:
+        """The event at `position` (0 is the first; -1 the last)."""
+        return Event.of(orjson.loads(self.said[position]))
 
     @property
     def events(self) -> list[Event]:
-        """The run's events in order (read back from `packed`, a list of its own, for a
-        closed log: extend an open log's only)."""
-        if self.packed is None:
-            return self.live
-        return [Event.of(d) for d in orjson.loads(self.packed)]
+        """Every event so far, read back: a list of the caller's own (`append` adds)."""
+        return [Event.of(orjson.loads(b)) for b in self.said]
 
     def append(self, event: Event) -> None:
-        if self.packed is not None:  # an ended run's id used again: one stream goes on
-            self.live, self.packed = self.events, None
-        self.live.append(event)
+        self.said.append(event.to_json())
         for w in self.waiters:
             w.set()
 
+    def extend(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.append(event)
+
     def close(self) -> None:
-        """No more events will come (the run ended for good): the log is packed."""
+        """No more events will come (the run ended for good)."""
         self.closed = True
-        if self.packed is None and self.live:
-            try:
-                self.packed = orjson.dumps([e.to_dict() for e in self.live])
-            except TypeError:  # a value JSON cannot say (a sink's own): kept as it is
-                pass
-            else:
-                self.live = []
         for w in self.waiters:
             w.set()
 
@@ -68,30 +70,28 @@ class EventLog:
         wake = asyncio.Event()
         self.waiters.add(wake)
         position = max(0, offset)
-        events = self.events  # read back once, if packed
-        joined = len(events)  # the backlog at joining is catch-up, not lag
+        joined = len(self.said)  # the backlog at joining is catch-up, not lag
         behind = False
         try:
             while True:
-                while position < len(events):
-                    lag = len(events) - max(position, joined)
+                while position < len(self.said):
+                    lag = len(self.said) - max(position, joined)
                     if lag > max_lag and not behind:
                         behind = True
                         yield Event(
                             "fell_behind",
                             self.run_id,
                             -1,
-                            {"position": position, "head": len(events)},
+                            {"position": position, "head": len(self.said)},
                         )
                     elif behind and lag <= max_lag // 2:
                         behind = False
-                    yield events[position]
+                    yield self.at(position)
                     position += 1
                 if self.closed:
                     return
                 wake.clear()
                 await wake.wait()
-                events = self.events
         finally:
             self.waiters.discard(wake)
 

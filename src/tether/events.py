@@ -54,9 +54,11 @@ from .event_types import (
     UpgradedFields,
     UserMessageFields,
 )
+from .frozen import quick_init
 from .messages import ImagePart, ModelResponse, ToolCall, ToolResult, Usage
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Event:
     """One thing a run did: its `type`, the run it belongs to, its number in the run (`seq`),
@@ -79,7 +81,8 @@ class Event:
         }
 
     def to_json(self) -> bytes:
-        return orjson.dumps(self.to_dict())
+        """`to_dict` as JSON; a value JSON cannot say (a hook's own object) as its `str`."""
+        return orjson.dumps(self.to_dict(), default=str)
 
     @classmethod
     def of(cls, d: dict[str, Any]) -> Event:

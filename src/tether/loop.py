@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .frozen import quick_init
 from .messages import (
     Message,
     ModelRequest,
@@ -77,6 +78,7 @@ class Started:
     pass
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ModelReplied:
     response: ModelResponse
@@ -84,6 +86,7 @@ class ModelReplied:
     """What the model that answered costs, when it is not the run's own (a fallback)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolsDone:
     results: list[ToolResult]
@@ -93,16 +96,19 @@ Happening = Started | ModelReplied | ToolsDone
 
 
 # What to do next
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CallModel:
     pass
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RunTools:
     calls: list[ToolCall]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Finish:
     outcome: Outcome

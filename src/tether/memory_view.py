@@ -10,6 +10,7 @@ A run here is summarized from its events; one whose calls or tools wait for a pe
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from .bus import EventLog
@@ -24,9 +25,30 @@ ENDED_STATES = ("done", "halted", "failed", "cancelled", "interrupted")
 """A run in one of these waits for nobody."""
 
 
-def held_summary(run_id: str, events: list[Any], run: Any) -> dict[str, Any]:
-    """A run this process holds (its events, its handle if it still has one), summarized."""
-    s = summarize(events)
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """What a run's events fold to, for a log of `length` events."""
+
+    length: int
+    summary: dict[str, Any]
+    created_ms: int
+    activity: tuple[float | None, Ended | None, list[float]]
+
+
+def fold(log: EventLog) -> Fold:
+    """What a run's events fold to, computed again only when its log has grown: a log holds
+    its events as JSON (`bus`), and a page lists every run again each time it is read."""
+    found = log.memo
+    if not isinstance(found, Fold) or found.length != len(log):
+        events = log.events
+        found = Fold(len(log), summarize(events), first_ms(events), activity(events))
+        log.memo = found
+    return found
+
+
+def held_summary(run_id: str, folded: dict[str, Any], run: Any) -> dict[str, Any]:
+    """A run this process holds (its events' summary, its handle if it still has one)."""
+    s = dict(folded)
     s["id"] = run_id
     if run is not None:
         s["status"] = run.status
@@ -79,11 +101,12 @@ class MemoryView:
         keyed = []
         for run_id in list(logs):
             run = runs.get(run_id)
-            s = held_summary(run_id, logs[run_id].events, run)
+            folded = fold(logs[run_id])
+            s = held_summary(run_id, folded.summary, run)
             asks = run is not None and (run.waiting() or self.asked.of_run(run_id))
             if asks and s["status"] not in ENDED_STATES:
                 s["status"] = "waiting"
-            keyed.append((Cursor(first_ms(logs[run_id].events), run_id), s))
+            keyed.append((Cursor(folded.created_ms, run_id), s))
         return keyed
 
     def activity(self, since: float) -> tuple[list[float], list[Ended], list[float]]:
@@ -93,7 +116,7 @@ class MemoryView:
         ended: list[Ended] = []
         took: list[float] = []
         for log in list(self.supervisor.bus.logs.values()):
-            created, end, seconds = activity(log.events)
+            created, end, seconds = fold(log).activity
             started += [created] if created is not None else []
             ended += [end] if end is not None else []
             took += seconds

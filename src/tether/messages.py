@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .frozen import quick_init
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -24,6 +26,7 @@ StopReason = Literal["end_turn", "tool_use", "max_tokens", "content_filter", "pa
 paused (Anthropic's `pause_turn`): not an answer; sent back, the model goes on with it."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TextPart:
     """Text in a message."""
@@ -31,6 +34,7 @@ class TextPart:
     text: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A call the model asked for.
@@ -132,6 +136,7 @@ class ImagePart:
         return d
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """What a tool call returned, as the model reads it: the call's id and tool, its output,
@@ -164,6 +169,7 @@ class ReasoningPart:
 Part = TextPart | ToolCall | ToolResult | ReasoningPart | ImagePart
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Message:
     """One message of a conversation: its role (`user`, `assistant`, `tool`) and its parts
@@ -205,6 +211,7 @@ class Message:
         return found
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts, normalized: `input_tokens` counts every prompt token, cached ones included."""
@@ -270,6 +277,7 @@ class OutputFormat:
     schema: dict[str, Any]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """What a model is sent for one call: the conversation, the system prompt, the tools it
@@ -285,6 +293,7 @@ class ModelRequest:
     """The schema the final answer must match (see `output`), in each protocol's own way."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
     """A model's reply: the assistant message (text and tool calls), why it stopped, the

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .dashboard import Ended
 from .durable.remote import RemoteRun
 from .errors import NoSuchRun
-from .memory_view import ENDED_STATES, held_summary
+from .memory_view import ENDED_STATES, fold, held_summary
 from .run_filter import Cursor, Page, RunFilter
 from .summaries import message_dict, row_summary
 
@@ -41,7 +41,7 @@ class Overview:
     def summary(self, run_id: str) -> dict[str, Any]:
         """A run this process holds, from its events."""
         logs = self.runtime.bus.logs
-        return held_summary(run_id, logs[run_id].events, self.runtime.runs.get(run_id))
+        return held_summary(run_id, fold(logs[run_id]).summary, self.runtime.runs.get(run_id))
 
     async def recent(self) -> list[dict[str, Any]]:
         """The runs of this process, then those of its store that execute elsewhere (the most

@@ -8,6 +8,7 @@ and the durable one (`durable.effects`) both pay through here: one rule for both
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -55,10 +56,8 @@ async def model_call(
     if ctx.accounts is None or ctx.account_id is None:  # nothing to pay: no layer for it
         response = await go(agent, request, emitter, limiter, sent)
     else:
-        response = await paid(
-            agent, ctx, key, request, first, emitter,
-            lambda: go(agent, request, emitter, limiter, sent), used,
-        )  # fmt: skip
+        goes = functools.partial(go, agent, request, emitter, limiter, sent)
+        response = await paid(agent, ctx, key, request, first, emitter, goes, used)
     response = unique_calls(response, request.messages)
     if emitter.active:
         emitter.model_response(**model_response_data(response))

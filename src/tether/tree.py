@@ -18,7 +18,6 @@ Values only: no I/O, no clock of its own (the driver passes `now`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .messages import Usage
@@ -43,12 +42,13 @@ class Allowance:
     """Tokens expected by calls reserved with an estimate and not yet charged (a tool's model
     calls on the run's behalf, which may be made side by side): counted as used meanwhile."""
 
-    def chain(self) -> Iterator[Allowance]:
-        """This allowance, then its parent's, up to the root's."""
-        node: Allowance | None = self
-        while node is not None:
-            yield node
-            node = node.parent
+    def chain(self) -> list[Allowance]:
+        """This allowance, then its parent's, up to the root's (a list: a generator was made
+        and run down three times per model call)."""
+        nodes = [self]
+        while (parent := nodes[-1].parent) is not None:
+            nodes.append(parent)
+        return nodes
 
     @property
     def root(self) -> Allowance:
@@ -83,7 +83,7 @@ class Allowance:
     def reserve(self, tokens: int = 0) -> str:
         """Reserve one model call against this allowance and every ancestor's; "" when it is
         reserved, else why not (then nothing is reserved anywhere)."""
-        chain = list(self.chain())
+        chain = self.chain()
         for node in chain:
             reason = node.refusal(tokens)
             if reason:

@@ -254,9 +254,8 @@ class StoreView:
         try:
             while True:
                 events = await self.read(events_of, log.run_id)
-                for event in events[len(log.events) :]:
-                    log.append(event)
-                if log.events and log.events[-1].type == "run_finished":
+                log.extend(events[len(log) :])
+                if events and events[-1].type == "run_finished":
                     return
                 await asyncio.sleep(POLL_S)
         except (ConfigError, NoSuchRun):  # the run is gone from the store: the follow ends

@@ -153,10 +153,10 @@ class DurableRun:
         if sinks or before is not None:
             self.followed = True
         self.log = self.host.bus.logs[self.id] = EventLog(self.id)
-        self.log.events.extend(before or ())
+        self.log.extend(before or ())
         lineage = self.emitter.lineage
         self.emitter = Emitter(self.id, [self.log.append, self.track, *sinks])
-        self.emitter.seq = len(self.log.events)
+        self.emitter.seq = len(self.log)
         self.emitter.lineage = lineage
         self.sinks = list(sinks)
 

@@ -103,11 +103,11 @@ class AnthropicModel(HTTPModel):
         on_text: TextHook | None = None,
         on_retry: RetryHook | None = None,
     ) -> ModelResponse:
-        body = request_body(self.name, request, self.stream, self.max_tokens)
+        data = orjson.dumps(request_body(self.name, request, self.stream, self.max_tokens))
         parse = parse_stream if self.stream else parse_json
         limit = request.max_output_tokens or self.max_tokens
         response: ModelResponse = await self.http.post(
-            "/messages", body, parse, on_retry, limit, on_text
+            "/messages", data, parse, on_retry, limit, on_text
         )
         return response if request.output is None else answer_of(response)
 

@@ -162,19 +162,19 @@ class HTTPClient:
     async def post(
         self,
         path: str,
-        body: dict[str, Any],
+        data: bytes,
         parse: Parser,
         on_retry: RetryHook | None = None,
         max_output_tokens: int | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> Any:
-        """POST `body` as JSON and return `parse(response)`, retrying while that is safe; a
+        """POST `data` (a JSON body) and return `parse(response)`, retrying while that is safe
+        (the body comes serialized: its dicts are not held while the reply is awaited); a
         streamed reply may bring what `max_output_tokens` allows (see `stream_allowance`), its
         text told to `on_text` as it comes.
         Each attempt passes the run's rate gate first, if it has one (`rates.GATE`), and a
         server's `Retry-After` pauses the endpoint for every process that shares the gate."""
         url = self.base_url + path
-        data = orjson.dumps(body)
         gate = GATE.get() if self.endpoint else None
         tokens = attempt_tokens(data, max_output_tokens)
         attempt = 0

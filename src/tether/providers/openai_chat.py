@@ -61,12 +61,10 @@ class OpenAIChatModel(OpenAIModel):
         on_text: TextHook | None = None,
         on_retry: RetryHook | None = None,
     ) -> ModelResponse:
-        body = request_body(self.name, request, self.stream)
-        if self.sampling:
-            body |= self.sampling
+        data = orjson.dumps(request_body(self.name, request, self.stream) | self.sampling)
         parse = parse_stream if self.stream else parse_json
         response: ModelResponse = await self.http.post(
-            "/chat/completions", body, parse, on_retry, request.max_output_tokens, on_text
+            "/chat/completions", data, parse, on_retry, request.max_output_tokens, on_text
         )
         return response
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from ..errors import ProviderError, ProviderProtocolError, error_kind, error_status, stream_error
 from ..messages import (
     ImagePart,
@@ -50,10 +52,10 @@ class OpenAIResponsesModel(OpenAIModel):
         on_text: TextHook | None = None,
         on_retry: RetryHook | None = None,
     ) -> ModelResponse:
-        body = request_body(self.name, request, self.stream)
+        data = orjson.dumps(request_body(self.name, request, self.stream))
         parse = parse_stream if self.stream else parse_json
         response: ModelResponse = await self.http.post(
-            "/responses", body, parse, on_retry, request.max_output_tokens, on_text
+            "/responses", data, parse, on_retry, request.max_output_tokens, on_text
         )
         return response
 

@@ -173,7 +173,7 @@ class Toolbox:
         if len(calls) == 1:
             return [await self.run(calls[0], ctx, approver, emitter, done)]
         return list(
-            await asyncio.gather(*(self.run(c, ctx, approver, emitter, done) for c in calls))
+            await asyncio.gather(*[self.run(c, ctx, approver, emitter, done) for c in calls])
         )
 
 

@@ -144,7 +144,7 @@ class WebApp:
             if run_id in self.runtime.bus.logs:
                 continue
             log = self.runtime.bus.log(run_id)
-            log.events.extend(events)
+            log.extend(events)
             log.close()
             self.archived[run_id] = events
 
