@@ -62,7 +62,7 @@ def counted(hostile: Hostile, answer: Any) -> list[int]:
 async def post(hostile: Hostile, parse: Any = body, **settings: Any) -> Any:
     client = HTTPClient(hostile.url, {}, dataclasses.replace(QUICK, **settings))
     try:
-        return await client.post("/chat/completions", {}, parse)
+        return await client.post("/chat/completions", b"{}", parse)
     finally:
         await client.aclose()
 
@@ -159,7 +159,7 @@ async def test_a_failing_server_is_asked_three_times_by_default(hostile: Hostile
     seen = counted(hostile, error_reply(503, b"{}"))
     client = HTTPClient(hostile.url, {}, HTTPSettings(backoff_base=0.001))
     with pytest.raises(ProviderError):
-        await client.post("/x", {}, body)
+        await client.post("/x", b"{}", body)
     await client.aclose()
     assert len(seen) == 3
 
@@ -222,7 +222,7 @@ async def test_a_server_that_does_not_speak_http_is_retried() -> None:
     port = server.sockets[0].getsockname()[1]
     client = HTTPClient(f"http://127.0.0.1:{port}", {}, QUICK)
     with pytest.raises(ProviderError) as caught:
-        await client.post("/x", {}, body)
+        await client.post("/x", b"{}", body)
     await client.aclose()
     server.close()
     assert caught.value.retryable and len(accepted) == 2
@@ -300,11 +300,11 @@ async def test_a_stream_is_cut_at_its_allowance_to_the_byte(hostile: Hostile, ex
     client = HTTPClient(hostile.url, {}, QUICK)
     try:
         if not extra:
-            got = await client.post("/x", {}, events, max_output_tokens=0)
+            got = await client.post("/x", b"{}", events, max_output_tokens=0)
             assert len(got) == 1 and len(got[0][1]) == allowance - 8
         else:
             with pytest.raises(ProviderProtocolError) as caught:
-                await client.post("/x", {}, events, max_output_tokens=0)
+                await client.post("/x", b"{}", events, max_output_tokens=0)
             assert "output limit" in caught.value.message and not caught.value.retryable
             assert len(seen) == 1
     finally:
@@ -344,7 +344,7 @@ async def test_calls_of_one_client_run_side_by_side(hostile: Hostile) -> None:
     hostile.handler = meet
     client = HTTPClient(hostile.url, {}, HTTPSettings(max_retries=0))
     try:
-        got = await asyncio.gather(*(client.post("/x", {}, body) for _ in range(2)))
+        got = await asyncio.gather(*(client.post("/x", b"{}", body) for _ in range(2)))
     finally:
         await client.aclose()
     assert got == [{"ok": True}] * 2
@@ -354,7 +354,7 @@ async def test_a_client_closes_its_connections_and_may_be_closed_unused(hostile:
     await HTTPClient(hostile.url, {}, QUICK).aclose()
     counted(hostile, error_reply(200, b"{}"))
     client = HTTPClient(hostile.url, {}, QUICK)
-    await client.post("/x", {}, body)
+    await client.post("/x", b"{}", body)
     session = client.session()
     await client.aclose()
     assert session.closed

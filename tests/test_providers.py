@@ -423,6 +423,30 @@ def test_sse_parser_handles_split_lines_crlf_comments_and_multiline_data() -> No
     assert events == [("a", b'{"x"\n:1}'), (None, b"two"), (None, b"tail")]
 
 
+@pytest.mark.parametrize(
+    "stream",
+    [
+        b'data: {"a": 1}\n\ndata:{"b": 2}\n\ndata: [DONE]\n\n',
+        b"data: one\n\nevent: named\ndata: two\n\n: ping\n\ndata: x\ndata: y\n\ndata: end\n\n",
+        b"data: one\n\n\n\ndata: two\r\n\r\ndata: three\n\n",
+    ],
+)
+def test_sse_events_are_the_same_however_the_stream_is_cut(stream: bytes) -> None:
+    """Whole `data:` events are read a block at a time, anything else line by line: cut in
+    two anywhere (inside a line, between the two newlines, inside CRLF), the events are the
+    same as read in one piece, and as read a byte at a time."""
+    from tether.providers.http import SSEParser
+
+    def read(pieces: list[bytes]) -> list[tuple[str | None, bytes]]:
+        p = SSEParser()
+        return [e for piece in pieces for e in p.feed(piece)] + p.close()
+
+    whole = read([stream])
+    assert whole == read([stream[i : i + 1] for i in range(len(stream))])
+    assert all(read([stream[:cut], stream[cut:]]) == whole for cut in range(1, len(stream)))
+    assert len(whole) >= 3 and whole[-1][1] in (b"[DONE]", b"end", b"three")
+
+
 @every
 async def test_tool_choice_names_a_tool_in_each_dialect(wire: WireServer, protocol: str) -> None:
     wire.add(calls=[("add", {"a": 1})])

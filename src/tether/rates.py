@@ -143,6 +143,11 @@ class RateStanding:
 class Rates(Protocol):
     """Where endpoints' rates, their recent attempts and servers' pauses are kept."""
 
+    def free(self, endpoint: str) -> bool:
+        """Whether an attempt to `endpoint` may go without asking `try_admit`: no rate and no
+        pause is known for it here now (False when unsure: then `try_admit` decides)."""
+        ...
+
     async def try_admit(self, endpoint: str, tokens: int) -> tuple[float, str]:
         """Admit and record an attempt now, or say how long to wait and why."""
         ...
@@ -182,6 +187,9 @@ class MemoryRates:
 
     def __init__(self) -> None:
         self.endpoints: dict[str, Endpoint] = {}
+
+    def free(self, endpoint: str) -> bool:
+        return endpoint not in self.endpoints
 
     async def try_admit(self, endpoint: str, tokens: int) -> tuple[float, str]:
         found = self.endpoints.get(endpoint)
@@ -225,7 +233,8 @@ class Gate:
 
     async def through(self, endpoint: str, tokens: int) -> None:
         """Return when an attempt may go to `endpoint` (recorded as gone); a wait shows as
-        `queued` (what: rate, and why) then `admitted`."""
+        `queued` (what: rate, and why) then `admitted`. An endpoint with no rate or pause
+        is passed by `HTTPClient.post` without this coroutine (`Rates.free`)."""
         waited = False
         while True:
             wait, why = await self.rates.try_admit(endpoint, tokens)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -268,7 +268,7 @@ class Runtime:
     async def begin(self, start: Start) -> RunHandle:
         """Start what `start` says (its id checked, or made), its tools able to start child
         runs here, its sinks seeing its children's events too."""
-        start.run_id = check_run_id(start.run_id or uuid.uuid4().hex[:12])
+        start.run_id = check_run_id(start.run_id or secrets.token_hex(6))
         context = start.context
         context.rates = context.rates or self.backend.rates
         if context.account_id is not None:
@@ -440,7 +440,7 @@ class Runtime:
             raise ConfigError(f"no agent named {agent!r} is registered here")
         if run_ids is not None and len(run_ids) != len(tasks):
             raise ConfigError(f"{len(run_ids)} run ids for {len(tasks)} tasks")
-        ids = [check_run_id(i) for i in run_ids or [uuid.uuid4().hex[:12] for _ in tasks]]
+        ids = [check_run_id(i) for i in run_ids or [secrets.token_hex(6) for _ in tasks]]
         pairs = list(zip(ids, tasks, strict=True))
         context = context or context_for(options)
         self.backend.enqueue(found, pairs, Recorded(options, context, restart, approver))

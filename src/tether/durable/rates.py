@@ -272,6 +272,11 @@ class StoredRates:
             except psycopg.Error:
                 await asyncio.sleep(REFRESH_S)
 
+    def free(self, endpoint: str) -> bool:
+        if self.stale() or endpoint in self.known:
+            return False
+        return self.paused_here.get(endpoint, 0.0) <= time.monotonic()
+
     async def try_admit(self, endpoint: str, tokens: int) -> tuple[float, str]:
         if self.stale():
             await self.ledger.call(self.refresh_now)
