@@ -407,7 +407,11 @@ async def test_a_log_keeps_events_as_json_and_reads_back_every_event() -> None:
     run = sup.start(agent, "go", sinks=[seen.append])
     await run.wait()
     await asyncio.sleep(0)
-    assert run.log.closed and all(isinstance(b, bytes) for b in run.log.said)
+    assert (
+        run.log.closed
+        and len(run.log.ends) == len(seen)
+        and run.log.text.startswith(b'["run_started"')
+    )
     assert [e.to_dict() for e in run.log.events] == [e.to_dict() for e in seen]
     followed = [e async for e in sup.bus.subscribe(run.id)]
     assert [e.to_dict() for e in followed] == [e.to_dict() for e in seen]

@@ -11,12 +11,15 @@ walks. As `Event` objects, a run's events lived as long as the process kept the 
 ended runs by default), each with its data's dicts and lists: in the rig's 1,000-run scenario
 (K=3, T=3) 148,000 objects stayed after the runs ended, and the live runs' events were a tenth
 of what every young collection found. An array is half the cost of `Event.to_json`'s object
-(0.2 µs against 0.5 µs an event).
+(0.2 µs against 0.5 µs an event). The arrays are copied one after another into one `bytearray`:
+kept as orjson returned them, each held the 4 KB buffer it was written in (the 1,000-run
+scenario's peak RSS went from 94 MB to 247 MB).
 """
 
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -28,32 +31,38 @@ DEFAULT_MAX_LAG = 1000
 
 
 class EventLog:
-    __slots__ = ("closed", "memo", "run_id", "said", "waiters")
+    __slots__ = ("closed", "ends", "memo", "run_id", "text", "waiters")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.said: list[bytes] = []
-        """Each event's JSON array, in order."""
+        self.text = bytearray()
+        """Each event's JSON array, one after another."""
+        self.ends = array("q")
+        """Where each event's JSON ends in `text`."""
         self.waiters: set[asyncio.Event] = set()
         self.closed = False
         self.memo: Any = None
         """What a reader derived from the events, kept with them (`memory_view.fold`)."""
 
     def __len__(self) -> int:
-        return len(self.said)
+        return len(self.ends)
 
     def at(self, position: int) -> Event:
         """The event at `position` (0 is the first; -1 the last)."""
-        type_, seq, ts, data = orjson.loads(self.said[position])
+        if position < 0:
+            position += len(self.ends)
+        start = self.ends[position - 1] if position else 0
+        type_, seq, ts, data = orjson.loads(self.text[start : self.ends[position]])
         return Event(type_, self.run_id, seq, data, ts)
 
     @property
     def events(self) -> list[Event]:
         """Every event so far, read back: a list of the caller's own (`append` adds)."""
-        return [self.at(i) for i in range(len(self.said))]
+        return [self.at(i) for i in range(len(self.ends))]
 
     def append(self, event: Event) -> None:
-        self.said.append(orjson.dumps((event.type, event.seq, event.ts, event.data), default=str))
+        self.text += orjson.dumps((event.type, event.seq, event.ts, event.data), default=str)
+        self.ends.append(len(self.text))
         for w in self.waiters:
             w.set()
 
@@ -72,19 +81,19 @@ class EventLog:
         wake = asyncio.Event()
         self.waiters.add(wake)
         position = max(0, offset)
-        joined = len(self.said)  # the backlog at joining is catch-up, not lag
+        joined = len(self.ends)  # the backlog at joining is catch-up, not lag
         behind = False
         try:
             while True:
-                while position < len(self.said):
-                    lag = len(self.said) - max(position, joined)
+                while position < len(self.ends):
+                    lag = len(self.ends) - max(position, joined)
                     if lag > max_lag and not behind:
                         behind = True
                         yield Event(
                             "fell_behind",
                             self.run_id,
                             -1,
-                            {"position": position, "head": len(self.said)},
+                            {"position": position, "head": len(self.ends)},
                         )
                     elif behind and lag <= max_lag // 2:
                         behind = False
