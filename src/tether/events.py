@@ -86,7 +86,7 @@ class Event:
 
     @classmethod
     def of(cls, d: dict[str, Any]) -> Event:
-        """The event a flat JSON object (`to_dict`'s) says: a journal's line, a packed log's."""
+        """The event a flat JSON object (`to_dict`'s) says: a journal's line."""
         data = {k: v for k, v in d.items() if k not in ENVELOPE}
         return cls(d["type"], d["run_id"], d["seq"], data, d.get("ts", 0.0))
 

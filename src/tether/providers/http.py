@@ -177,9 +177,9 @@ class HTTPClient:
         url = self.base_url + path
         gate = GATE.get() if self.endpoint else None
         tokens = attempt_tokens(data, max_output_tokens)
+        allowance = stream_allowance(max_output_tokens)
         attempt = 0
         while True:
-            allowance = stream_allowance(max_output_tokens)
             progress = Progress(self.settings.read_timeout, allowance, on_text)
             try:
                 if gate is not None and not gate.rates.free(self.endpoint):
