@@ -30,6 +30,13 @@ class Breakage:
     tests: tuple[str, ...]
 
 
+ACCOUNTS = "tests/test_accounts.py"
+RATES = "tests/test_rates.py"
+FORK = (
+    "tests/test_fork.py::test_a_fork_in_memory_keeps_its_runs_account_and_a_replaced_failure_is_a_"
+    "result"
+)
+
 BREAKAGES = (
     Breakage(
         "a timeout or cancel kills only the shell, not its process group",
@@ -116,6 +123,173 @@ BREAKAGES = (
         'shown = body.get("args_hash")',
         "shown = None",
         ("tests/test_web.py::test_the_page_approves_only_the_arguments_it_showed",),
+    ),
+    # issue 65: where a rule has a second copy (Python and SQL, memory and store, SQLite and
+    # Postgres, the run page and the inbox), each copy broken as that issue found it
+    Breakage(
+        "65.1 Postgres's settlement leaves a call's estimate held",
+        "src/tether/durable/accounts.py",
+        '    "WITH gone AS (DELETE FROM tether_account_held WHERE run_id = :r AND key = :k "\n'
+        '    "RETURNING account, day, month) "',
+        '    "WITH gone AS (SELECT account, day, month FROM tether_account_held "\n'
+        '    "WHERE run_id = :r AND key = :k) "',
+        (f"{ACCOUNTS}::test_a_call_is_counted_once_whichever_process_settles_it[postgres]",),
+    ),
+    Breakage(
+        "65.1 a call not held here is added up again though its account has limits",
+        "src/tether/durable/accounts.py",
+        '    "(SELECT 1 FROM tether_account_held WHERE run_id = :r AND key = :k) AND NOT EXISTS "\n'
+        '    "(SELECT 1 FROM tether_account_limits WHERE account = :a)" + ADDED',
+        '    "(SELECT 1 FROM tether_account_held WHERE run_id = :r AND key = :k)" + ADDED',
+        (f"{ACCOUNTS}::test_a_call_is_counted_once_whichever_process_settles_it",),
+    ),
+    Breakage(
+        "65.2 SQLite's reservation forgets the row a crash left (Postgres's function alone does)",
+        "src/tether/durable/accounts.py",
+        "            if own is not None:  # an attempt a crash cut short: counted at its estimate",
+        "            if own is not None and self.ledger.engine is not None:",
+        (f"{ACCOUNTS}::test_a_run_killed_mid_call_is_resumed_and_its_account_counts_the_cut_call",),
+    ),
+    Breakage(
+        "65.3 the queue refuses an account whose limit says queue",
+        "src/tether/backends.py",
+        "    refused = standing.refusal_of_new_runs()",
+        "    refused = standing.refusal()",
+        (
+            f"{ACCOUNTS}::test_a_durable_run_queued_for_its_accounts_room_goes_on_when_the_limit_"
+            "is_raised",
+        ),
+    ),
+    Breakage(
+        "65.4 a fork in memory drops its run's account",
+        "src/tether/backends.py",
+        "            workspace=c.workspace, account_id=c.account_id, deps=c.deps,",
+        "            workspace=c.workspace, deps=c.deps,",
+        (FORK,),
+    ),
+    Breakage(
+        "65.4 a fork's replaced tool result still says the call failed",
+        "src/tether/fork.py",
+        "output=left.pop(p.call_id), is_error=False)",
+        "output=left.pop(p.call_id))",
+        (FORK,),
+    ),
+    Breakage(
+        "65.5 an upgrade without --to picks one of two other versions",
+        "src/tether/durable/remote.py",
+        "    if len(others) == 1:\n        return others[0]",
+        "    if others:\n        return others[0]",
+        (
+            "tests/test_versions.py::test_an_upgrade_without_a_version_goes_to_the_one_other_"
+            "served_or_is_refused",
+        ),
+    ),
+    Breakage(
+        "65.6 an attempt's token estimate leaves out max_output_tokens",
+        "src/tether/rates.py",
+        "    return len(body) // 4 + (max_output_tokens or 0)",
+        "    return len(body) // 4",
+        (f"{RATES}::test_an_attempts_tokens_are_its_body_and_the_reply_it_allows",),
+    ),
+    Breakage(
+        "65.6 a waiting attempt sleeps its whole wait, deaf to a rate raised meanwhile",
+        "src/tether/rates.py",
+        "            await asyncio.sleep(min(wait, LONGEST_NAP))",
+        "            await asyncio.sleep(wait)",
+        (f"{RATES}::test_every_copy_of_the_rule_keeps_tokens_pauses_and_raised_rates",),
+    ),
+    Breakage(
+        "65.6 a token rate on SQLite never takes effect (attempts logged without tokens)",
+        "src/tether/durable/rates.py",
+        '{"e": endpoint, "at": now, "t": tokens},',
+        '{"e": endpoint, "at": now, "t": 0},',
+        (f"{RATES}::test_every_copy_of_the_rule_keeps_tokens_pauses_and_raised_rates",),
+    ),
+    Breakage(
+        "65.6 a shorter pause replaces a longer one in memory",
+        "src/tether/rates.py",
+        "        found.paused_until = max(found.paused_until, time.time() + seconds)",
+        "        found.paused_until = time.time() + seconds",
+        (f"{RATES}::test_every_copy_of_the_rule_keeps_tokens_pauses_and_raised_rates",),
+    ),
+    Breakage(
+        "65.6 a shorter pause replaces a longer one on a store",
+        "src/tether/durable/rates.py",
+        'f"{self.later}(tether_rates.paused_until, excluded.paused_until)",',
+        '"excluded.paused_until",',
+        (f"{RATES}::test_every_copy_of_the_rule_keeps_tokens_pauses_and_raised_rates",),
+    ),
+    Breakage(
+        "65.7 the page's list on a store keeps a halted run under done",
+        "src/tether/durable/view.py",
+        '            if flt.states and row["state"] not in flt.states:\n                continue\n',
+        "",
+        (
+            "tests/test_web.py::test_the_list_filters_each_ended_state_alike_in_memory_and_on_a_"
+            "store[store]",
+        ),
+    ),
+    Breakage(
+        "65.7 tether runs --state done on a store lists halted runs too",
+        "src/tether/durable/view.py",
+        '    return rows if states is None else [r for r in rows if r["state"] in states]',
+        "    return rows",
+        (
+            "tests/test_web.py::test_the_list_filters_each_ended_state_alike_in_memory_and_on_a_"
+            "store[store]",
+        ),
+    ),
+    Breakage(
+        "65.8 the inbox's Approve sends no args_hash",
+        "src/tether/web/inbox_page.py",
+        "{approval_id: a.approval_id, args_hash: a.args_hash}",
+        "{approval_id: a.approval_id}",
+        ("tests/test_web.py::test_the_inbox_approves_and_denies_the_calls_of_every_run",),
+    ),
+    Breakage(
+        "65.8 in memory, a run waiting only on a tool's question is not in the inbox",
+        "src/tether/memory_view.py",
+        "            asks = run is not None and (run.waiting() or self.asked.of_run(run_id))",
+        "            asks = run is not None and run.waiting()",
+        ("tests/test_web.py::test_a_servers_question_is_answered_in_a_form_on_the_page[memory]",),
+    ),
+    Breakage(
+        "65.9 a server's question goes to the first run calling it",
+        "src/tether/tools/mcp.py",
+        "        return next(iter(runs.values())) if len(runs) == 1 else None",
+        "        return next(iter(runs.values()), None)",
+        ("tests/test_mcp.py::test_a_question_with_calls_of_several_runs_in_flight_names_no_run",),
+    ),
+    Breakage(
+        "65.9 run_agent returns a halted run's partial answer as a success",
+        "src/tether/mcp_server.py",
+        '        if result.outcome != "done":',
+        '        if result.outcome not in ("done", "halted"):',
+        ("tests/test_mcp.py::test_mcp_serves_a_halted_agent_run_as_an_error_not_an_answer",),
+    ),
+    Breakage(
+        "65.9 a second browser sign-in listens on any port, not the registered one",
+        "src/tether/tools/mcp_auth.py",
+        "    sign_in = SignIn(server, settings, registered_port(storage))",
+        "    sign_in = SignIn(server, settings)",
+        (
+            "tests/test_mcp_auth.py::test_a_second_browser_sign_in_sends_the_redirect_its_client_"
+            "was_registered_with",
+        ),
+    ),
+    Breakage(
+        "65.9 a browser sign-in must finish within --connect-timeout",
+        "src/tether/tools/mcp.py",
+        "async with asyncio.timeout(connect_timeout + signing_in(spec, settings)):",
+        "async with asyncio.timeout(connect_timeout):",
+        ("tests/test_mcp_auth.py::test_a_sign_in_longer_than_the_connect_timeout_succeeds",),
+    ),
+    Breakage(
+        "65.10 Postgres's limit function reads a month's token limit as the day's",
+        "src/tether/durable/accounts.py",
+        "       OR tok_month >= COALESCE(CAST(lim ->> 'tokens_per_month'",
+        "       OR tok_month >= COALESCE(CAST(lim ->> 'tokens_per_day'",
+        (f"{ACCOUNTS}::test_every_limit_kind_refuses_alike_in_memory_and_on_each_store",),
     ),
 )
 

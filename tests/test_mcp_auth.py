@@ -201,18 +201,26 @@ def test_a_bad_auth_file_is_one_line_before_anything_runs(
     assert not os.path.exists(tmp_path / "data" / "tether" / "mcp-tokens")
 
 
-def test_a_second_browser_sign_in_sends_the_redirect_its_client_was_registered_with() -> None:
+def test_a_second_browser_sign_in_sends_the_redirect_its_client_was_registered_with(
+    tmp_path: Path,
+) -> None:
     """Not every authorization server accepts any port on 127.0.0.1: a later sign-in listens
     on the port the client was registered with (it took a new one), unless that port is taken
     now or the registered redirect is not this machine's loopback."""
     import socket as socket_module
 
-    from tether.tools.mcp_auth import AuthSettings, TokenFile, free_port, registered_port
+    from tether.tools.mcp_auth import AuthSettings, TokenFile, free_port, oauth, registered_port
 
-    storage = TokenFile(None, "https://mcp.example/mcp", AuthSettings())
+    server, settings = "https://mcp.example/mcp", AuthSettings()
+    storage = TokenFile(None, server, settings)
     port = free_port()
     storage.held = {"client": {"redirect_uris": [f"http://127.0.0.1:{port}/callback"]}}
     assert registered_port(storage) == port
+    kept = TokenFile(tmp_path, server, settings)  # as an earlier process kept its client
+    kept.held = {"client": {"client_id": "c1", **storage.held["client"]}}
+    kept.write()
+    sent = oauth(server, settings, tmp_path).context.client_metadata.redirect_uris
+    assert [str(u) for u in sent] == [f"http://127.0.0.1:{port}/callback"]
     with socket_module.socket() as taken:
         taken.bind(("127.0.0.1", port))
         assert registered_port(storage) == 0
@@ -234,6 +242,16 @@ def test_a_browser_sign_in_has_its_own_time_beside_the_connect_timeout() -> None
     assert signing_in("python server.py", browser) == 0.0  # stdio: no sign-in
     machine = AuthSettings(grant="client_credentials", sign_in_timeout=300.0)
     assert signing_in("https://mcp.example/mcp", machine) == 0.0
+
+
+def test_a_sign_in_longer_than_the_connect_timeout_succeeds(server: Server, tmp_path: Path) -> None:
+    """The person takes 2 s at the browser, the connection may take 1 s (`--connect-timeout`):
+    the sign-in has its own time (`sign_in_timeout`), so the run goes on signed in."""
+    opener = BROWSER.removesuffix(" %s")
+    slow = f"sh -c 'sleep 2; exec {opener} \"$0\"' %s"
+    done = run(tmp_path, server.url, "--connect-timeout", "1", browser=slow)
+    assert done.returncode == 0, done.stderr
+    assert tool_output(done) == "12 apples in stock"
 
 
 def test_a_key_that_cannot_be_read_is_said_with_its_path(tmp_path: Path) -> None:

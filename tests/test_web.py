@@ -742,7 +742,8 @@ def test_the_list_filters_each_ended_state_alike_in_memory_and_on_a_store(
 ) -> None:
     """The list's state filter, run against both of its copies (the store's paged read and the
     memory's): done, halted and failed runs each listed under their own state only (on a store
-    `?state=done` also listed the halted ones, both being DBOS's SUCCESS), and counted so."""
+    `?state=done` also listed the halted ones, both being DBOS's SUCCESS), and counted so;
+    `tether runs --state` on the store alike."""
     wire.rule = script
     (tmp_path / "ws").mkdir()
     extra = ("--store", "memory") if kept == "memory" else ()
@@ -759,6 +760,15 @@ def test_the_list_filters_each_ended_state_alike_in_memory_and_on_a_store(
         both = serving.api("GET", "/api/list?state=done,halted")["runs"]
         assert [r["id"] for r in both] == [halted, done]
         assert serving.api("GET", "/api/list")["counts"] == {"done": 1, "halted": 1, "failed": 1}
+        if kept == "store":  # and `tether runs --state`, the store's listing for the CLI
+            store = f"sqlite:///{tmp_path / 'data' / 'runs.sqlite'}"
+            for state, ids in (
+                ("done", [done]),
+                ("halted", [halted]),
+                ("done,failed", [done, failed]),
+            ):
+                said = tether("runs", "--store", store, "--state", state)
+                assert [line.split("\t")[0] for line in said.stdout.splitlines()] == ids, said
     finally:
         serving.stop()
 
