@@ -252,3 +252,65 @@ def test_a_followed_run_that_is_gone_from_its_store_ends_the_follow(tmp_path: Pa
     seen = program_output(GONE, f"sqlite:///{tmp_path}/runs.sqlite")
     assert seen["seen"] and seen["seen"][0] == "run_started"
     assert seen["unhandled"] == []
+
+
+MAIL = """
+import asyncio, collections, json, subprocess, sys
+from tether import Agent, Runtime, ScriptedModel, reply
+from tether.durable.ledger import Ledger
+from tether.durable.notices import MAIL
+
+reads = collections.Counter()  # each look at a run's inbox, by run
+look = Ledger.messages_after
+
+def counted(self, run_id, seq):
+    reads[run_id] += 1
+    return look(self, run_id, seq)
+
+Ledger.messages_after = counted
+
+async def main(store):
+    async def idle() -> str:
+        '''Does nothing.'''
+        return "idled"
+
+    async def note() -> str:
+        '''Waits while another process sends the run a message, until this one hears of it.'''
+        before = notices.mark(MAIL)
+        said = [sys.executable, "-m", "tether", "send", "talked", "and add milk", "--store", store]
+        await asyncio.to_thread(subprocess.run, said, check=True, capture_output=True)
+        while notices.mark(MAIL) == before:  # Postgres: its notification, once it arrives
+            await asyncio.sleep(0.01)
+        return "noted"
+
+    quiet = ScriptedModel([reply(tool_calls=[("idle", {})])] * 2 + [reply("Done.")])
+    talker = ScriptedModel([reply(tool_calls=[("note", {})]), reply("Noted.")])
+    agents = [Agent(quiet, [idle], name="quiet"), Agent(talker, [note], name="talker")]
+    async with Runtime(store, agents) as rt:
+        notices = rt.backend.opened.ledger.notices
+        while notices.mark(MAIL) is None:  # Postgres: until it listens
+            await asyncio.sleep(0.01)
+        await (await rt.start("quiet", "idle twice", run_id="hushed")).wait()
+        await (await rt.start("talker", "take a note", run_id="talked")).wait()
+    second = [m.text for m in talker.requests[1].messages if m.role == "user"]
+    print(json.dumps({"reads": reads, "second": second}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_run_reads_its_inbox_only_when_a_message_was_sent(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A durable run looks at its inbox before a model call only when a message was sent since
+    its last look (`durable/notices.py`: a notification on Postgres, a stamp file on SQLite):
+    a run never sent one looks once, at its first call (three model calls and the look after
+    its answer were four queries). A message `tether send` puts in from another process while
+    a tool runs goes with the next model call."""
+    store = f"sqlite:///{tmp_path}/runs.sqlite"
+    if kind == "postgres":
+        store = request.getfixturevalue("postgres")
+    seen = program_output(MAIL, store)
+    assert seen["second"] == ["take a note", "and add milk"]
+    assert seen["reads"] == {"hushed": 1, "talked": 2}

@@ -17,6 +17,7 @@ from helpers import FIXTURES, TETHER, cli_env, store_runs, tether, wait_until
 from tether import Agent, ConfigError, Runtime
 from tether.durable import rates as stored_rates
 from tether.durable.ledger import Ledger
+from tether.durable.notices import RATES
 from tether.durable.rates import StoredRates
 from tether.events import Event
 from tether.providers.openai_chat import OpenAIChatModel
@@ -220,7 +221,7 @@ def test_a_change_of_the_rates_is_heeded_at_once_by_every_process(
     processes have), both having read the rates table: a pause one of them records for an
     endpoint with no rate, and a rate one of them sets, hold in the other from its next
     attempt. The table is never read again by the clock here (`REFRESH_S` an hour): the
-    change is said (`durable/rates.py`: a notification on Postgres, heard once it arrives;
+    change is said (`durable/notices.py`: a notification on Postgres, heard once it arrives;
     the stamp beside the file on SQLite, at once)."""
     monkeypatch.setattr(stored_rates, "REFRESH_S", 3600.0)
     store = f"sqlite:///{tmp_path / 'runs.db'}"
@@ -231,11 +232,12 @@ def test_a_change_of_the_rates_is_heeded_at_once_by_every_process(
 
     async def heard(told: int) -> None:
         """On Postgres, until `there` has heard of `told` changes (and of its LISTEN)."""
-        while kind == "postgres" and there.told < told:
+        while kind == "postgres" and there.ledger.notices.heard[RATES] < told:
             await asyncio.sleep(0.01)
 
     async def go() -> None:
-        listening = asyncio.create_task(there.listen(store)) if kind == "postgres" else None
+        notices = there.ledger.notices
+        listening = asyncio.create_task(notices.listen(store)) if kind == "postgres" else None
         await asyncio.wait_for(heard(1), 10)
         assert await there.try_admit(endpoint, 10) == (0.0, "")  # the table read: empty
         await here.pause(endpoint, 2.0)
@@ -245,8 +247,9 @@ def test_a_change_of_the_rates_is_heeded_at_once_by_every_process(
         assert 1.0 < wait <= 2.0 and "the server asked for no requests until" in why
         other = endpoint.replace("abc", "def")
         assert await there.try_admit(other, 10) == (0.0, "")
-        if here.stamp is not None:  # removed by hand: looked for in vain, made again
-            here.stamp.unlink()
+        stamp = here.ledger.notices.stamps.get(RATES)
+        if stamp is not None:  # removed by hand: looked for in vain, made again
+            stamp.unlink()
             assert await there.try_admit(other, 10) == (0.0, "")
         await here.set_rate(other, Rate(requests=1, per=60))
         await asyncio.wait_for(heard(3), 10)

@@ -49,6 +49,7 @@ from ..messages import (
 )
 from ..paying import Sampling, model_call, summarized
 from ..tools.tool import RunContext
+from . import notices
 from .accounts import StoredAccounts
 from .formats import RunRecord
 from .ledger import CallState, Ledger
@@ -83,6 +84,7 @@ class RecordedEffects:
         self.ledger: Ledger = run.host.ledger
         self.clock = 0.0  # until the first model call (its recorded start), no time has passed
         self.seen = 0  # the last inbox message delivered
+        self.mail: int | None = None  # what was said of mail when the inbox was last read
         self.n = 0  # the number of the next step
         self.recorded: dict[int, tuple[str, bytes]] = {}  # what a replay has yet to go through
         self.origin = record.origin  # a fork's
@@ -255,8 +257,8 @@ class RecordedEffects:
         """One model call, with the user messages that arrived since message `seen`: the
         recorded output says which went in, so a replay delivers the same ones. The call is
         reserved against the run's account as `key` (`agent.paid`)."""
-        emitter, ledger, run_id, seen = self.run.emitter, self.ledger, self.run.id, self.seen
-        arrived = await ledger.call(ledger.messages_after, run_id, seen)
+        emitter, seen = self.run.emitter, self.seen
+        arrived = await self.unread(seen)
         if arrived:
             extra = tuple(Message.user(text) for _, text in arrived)
             request = dataclasses.replace(request, messages=request.messages + extra)
@@ -276,10 +278,22 @@ class RecordedEffects:
         late: list[tuple[int, str]] = []
         if not response.message.tool_calls:  # an answer: a message sent meanwhile reopens it
             last = max([seen, *(n for n, _ in arrived)])
-            late = await ledger.call(ledger.messages_after, run_id, last)
+            late = await self.unread(last)
             for _, text in late:
                 emitter.user_message(text=text)
         return ModelStep(response, began, time.time(), arrived, late)
+
+    async def unread(self, seen: int) -> list[tuple[int, str]]:
+        """The messages in the run's inbox past message `seen`: none without a look when no
+        message was sent to any run of the store since this run last looked (`notices.py`; a
+        query a model call, for runs that are almost never sent one)."""
+        ledger = self.ledger
+        mark = ledger.notices.mark(notices.MAIL)  # first: one sent during the read: next time
+        if mark is not None and mark == self.mail:
+            return []
+        found = await ledger.call(ledger.messages_after, self.run.id, seen)
+        self.mail = mark
+        return found
 
     async def context_step(self, messages: list[Message], force: bool, key: str) -> ContextStep:
         """Fit the conversation to the model's window (`context.fit`): the new messages, the

@@ -21,6 +21,8 @@ steps, the journal, DBOS's) carry them without their bytes, however often they n
 The inbox holds `tether send` messages, numbered per run. A model step reads the messages past
 the last one the run has seen and returns them with the reply, so its record says which messages
 went into which call; a replay delivers the same ones, and nothing needs marking as consumed.
+A message sent is said to every process on the store (`notices.py`), and a run reads its inbox
+only when one was said since its last look (`effects.RecordedEffects.unread`).
 
 For a SQLite store these tables live in a file beside it (`PATH-effects`): sharing DBOS's file
 would make every write here wait for its write lock. One connection serves the process, used on
@@ -43,6 +45,7 @@ import orjson
 from ..journal import private_file
 from ..messages import ImagePart, ToolResult, Usage
 from ..questions import Answer, Question
+from .notices import MAIL, Notices
 from .outage import POSTGRES_CONNECT_ARGS
 from .sqlite import sqlite_dbapi, tuned
 
@@ -161,6 +164,7 @@ class Ledger:
                 connect_args=dict(POSTGRES_CONNECT_ARGS),
             )
         self.writer = Writer(self)
+        self.notices = Notices(self.file)  # what the store's processes say (its mail, rates)
         self.autocommit: Any = None  # Postgres: the same pool, each statement committed alone
         if self.engine is not None:
             self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -398,6 +402,9 @@ class Ledger:
                         "INSERT INTO tether_inbox VALUES (:r, :s, :x, :t)",
                         {"r": run_id, "s": seq, "x": message, "t": time.time()},
                     )
+                    if self.engine is not None:  # heard as it commits
+                        run("SELECT pg_notify(:c, :r)", {"c": MAIL, "r": run_id})
+                self.notices.said(MAIL)
                 return int(seq)
             except Exception as e:  # a concurrent sender took that number: try the next
                 # (Postgres only: SQLite's BEGIN IMMEDIATE makes a second sender wait for the

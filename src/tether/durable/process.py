@@ -171,8 +171,8 @@ class DurableRuns:
             self.rates = StoredRates(self._ledger)
             self.launch()
             self.view = StoreView(self.url, self._ledger)
-            if self._ledger.engine is not None:  # changes of the rates, said as they commit
-                self.spawn(self.rates.listen(self.url))
+            if self._ledger.engine is not None:  # the rates' changes and mail, as they commit
+                self.spawn(self._ledger.notices.listen(self.url))
         except TetherError:
             raise
         except Exception as e:

@@ -16,39 +16,28 @@ Most endpoints have no rate, and asking the store before each of their attempts 
 round trip a model call (about 0.35 ms of CPU on Postgres, `bench/accounts.py`) for nothing.
 So each process keeps the table's rows (`known`) and reads them again only when told the table
 changed: a pause a server asked for, or a rate set or cleared (`tether limits rate`), is said
-to every process as it is written, and heeded from their next attempt.
-- On Postgres by a notification (`CHANNEL`), which a process hears on a connection of its own
-  (`listen`, a task of the process's).
-- On SQLite, whose processes share one machine, by a byte added to a file beside the store
-  (`stamp`): a process looks at the file's size before each attempt (a `stat`, about 3 µs).
-Either way the table is read again at least every `REFRESH_S` too, should a notification be
-missed (a process not listening while its connection is down). An endpoint absent from the
-table goes at once; one that a server paused waits out the pause here; a rated one asks the
-store for each attempt.
+to every process as it is written (`notices.py`: a Postgres notification, a SQLite stamp
+file), and heeded from their next attempt. The table is read again at least every `REFRESH_S`
+too, should a notification be missed (a process not listening while its connection is down).
+An endpoint absent from the table goes at once; one that a server paused waits out the pause
+here; a rated one asks the store for each attempt.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import orjson
 
-from ..errors import known
-from ..journal import private_file
 from ..rates import SLACK, Rate, RateStanding, wait_for, why_waiting
 from .ledger import SCHEMA_LOCK, Ledger, Run
-from .outage import POSTGRES_CONNECT_ARGS
+from .notices import RATES
 
 REFRESH_S = 1.0
 """How old this process's copy of the rates table may grow before it is read again, though no
 process said it changed."""
-
-CHANNEL = "tether_rates"
-"""The Postgres notification channel on which a change of the rates table is said."""
 
 ADMIT_FUNCTION = """
 CREATE OR REPLACE FUNCTION tether_admit(e TEXT, t BIGINT) RETURNS TABLE (
@@ -113,15 +102,10 @@ class StoredRates:
         """Each endpoint in the table: its rate, and until when (this process's clock,
         `time.monotonic`) a server's pause holds."""
         self.read_at = -REFRESH_S  # when `known` was read (monotonic)
-        self.told = 0  # Postgres: how many changes this process heard of (`listen`) ...
-        self.heard = -1  # ... when `known` was read
-        self.stamp: Path | None = None  # SQLite: the file a change of the table is said by
-        self.stamped = -1  # its size when `known` was read
+        self.marked: int | None = None  # what was said of the table when `known` was read
         self.paused_here: dict[str, float] = {}
         """The pauses this process's own attempts were told of (monotonic), heeded at once:
         a read of the table begun before one was recorded does not know it."""
-        if ledger.file is not None:
-            self.stamp = private_file(ledger.file.with_name(ledger.file.name + "-rates"))
         if postgres:  # one process at a time (see `ledger.SCHEMA_LOCK`)
             with ledger.transaction() as run:
                 run("SELECT pg_advisory_xact_lock(:k)", {"k": SCHEMA_LOCK})
@@ -136,20 +120,10 @@ class StoredRates:
     def stale(self) -> bool:
         """Whether `known` is to be read again: a process said the table changed, or it is
         older than `REFRESH_S`."""
-        if self.told != self.heard:
-            return True
-        if self.stamp is not None and self.stamp_size() != self.stamped:
+        mark = self.ledger.notices.mark(RATES)
+        if mark is not None and mark != self.marked:
             return True
         return time.monotonic() - self.read_at >= REFRESH_S
-
-    def stamp_size(self) -> int:
-        """The stamp's size, or -2 while it is gone (removed by hand): the next change
-        makes it again, and the size then differs."""
-        stamp = known(self.stamp, "the rates' stamp file (a store that has one)")
-        try:
-            return stamp.stat().st_size
-        except OSError:
-            return -2
 
     @contextmanager
     def changing(self, endpoint: str) -> Iterator[Run]:
@@ -158,22 +132,19 @@ class StoredRates:
         with self.ledger.transaction() as run:
             yield run
             if self.ledger.engine is not None:
-                run("SELECT pg_notify(:c, :e)", {"c": CHANNEL, "e": endpoint})
-        if self.stamp is not None:
-            with self.stamp.open("ab") as f:
-                f.write(b".")
+                run("SELECT pg_notify(:c, :e)", {"c": RATES, "e": endpoint})
+        self.ledger.notices.said(RATES)
 
     def refresh_now(self) -> None:
         sql = f"SELECT endpoint, rate, paused_until - {self.now_sql} FROM tether_rates"
         mono = time.monotonic()
-        heard = self.told  # looked at first: a change said during the read is read next time
-        if self.stamp is not None:
-            self.stamped = self.stamp_size()
+        marked = self.ledger.notices.mark(RATES)  # first: a change said during the read is
+        # read next time
         self.known = {
             str(endpoint): (rate_of(rate), mono + float(left))
             for endpoint, rate, left in self.ledger.read(sql, self.params())
         }
-        self.read_at, self.heard = mono, heard
+        self.read_at, self.marked = mono, marked
 
     def admit_now(self, endpoint: str, tokens: int) -> tuple[float, str]:
         """The rule for an endpoint with a rate, in one transaction (see the module docstring)."""
@@ -252,25 +223,6 @@ class StoredRates:
         return found
 
     # -- `rates.Rates` ------------------------------------------------------------------------
-
-    async def listen(self, url: str) -> None:
-        """Postgres: hear of every change of the rates table as it commits (`CHANNEL`), on a
-        connection of this task's own, so that the next attempt reads the table again. The
-        task lives as long as the process's store is open; while its connection is down the
-        table is read every `REFRESH_S`, and once again as it connects."""
-        import psycopg
-        from psycopg.conninfo import make_conninfo
-
-        while True:
-            try:
-                conninfo = make_conninfo(url, **POSTGRES_CONNECT_ARGS)
-                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    self.told += 1  # what was said while nobody listened
-                    async for _ in conn.notifies():
-                        self.told += 1
-            except psycopg.Error:
-                await asyncio.sleep(REFRESH_S)
 
     def free(self, endpoint: str) -> bool:
         if self.stale() or endpoint in self.known:
