@@ -119,7 +119,6 @@ VARIANTS = [
         store="sqlite",
         counts=DBOS_COUNTS,
         memory_twin="pydantic-ai",
-        stream=0,
     ),
     Variant(
         "pydantic-ai dbos postgres",
@@ -127,7 +126,22 @@ VARIANTS = [
         store="postgres",
         counts=DBOS_COUNTS,
         memory_twin="pydantic-ai",
-        stream=0,
+    ),
+    Variant(
+        "pydantic-ai dbos sqlite tool steps",
+        PAI_DBOS,
+        {"tool_steps": "1"},
+        store="sqlite",
+        counts=DBOS_COUNTS,
+        memory_twin="pydantic-ai",
+    ),
+    Variant(
+        "pydantic-ai dbos postgres tool steps",
+        PAI_DBOS,
+        {"tool_steps": "1"},
+        store="postgres",
+        counts=DBOS_COUNTS,
+        memory_twin="pydantic-ai",
     ),
     Variant("openai-agents", RIG / "drivers" / "openai_agents_driver.py"),
     Variant("langgraph", LANGGRAPH, {"saver": "none"}),
@@ -171,8 +185,8 @@ next step; the `sync` rows wait, as Tether's and DBOS's durable runs do."""
 BARE = "bare aiohttp loop"
 TOOLS_NOT_RECORDED = {"pydantic-ai dbos sqlite", "pydantic-ai dbos postgres"}
 """DBOSAgent runs function tools inline in its workflow: a tool call is not a recorded step.
-It also runs unstreamed here (stream=0): its stream handler, a local function, cannot be
-pickled into a DBOS step."""
+The `tool steps` rows make the tool a `@DBOS.step`, as pydantic-ai's docs advise for a tool
+that does I/O: each call recorded, as Tether records each."""
 
 
 def rig() -> Any:
