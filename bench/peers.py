@@ -473,10 +473,70 @@ agent = create_react_agent(ChatOpenAI(model="m", base_url="{base}", api_key="x")
 print(agent.invoke({{"messages": [("user", "hi")]}})["messages"][-1].content)
 """,
     ],
+    # durable: one run recorded in a SQLite store that exists (made by the first start)
+    "tether sqlite (CLI)": [
+        *("{bin}/tether", "run", "hi", "--base-url", "{base}", "--model", "m"),
+        *("--store", "sqlite:///{scratch}/cli.sqlite", "--no-sandbox"),
+    ],
+    "tether sqlite": [
+        "{bin}/python",
+        "-c",
+        """
+import asyncio
+from tether import Agent, OpenAIChatModel, Runtime
+async def main():
+    async with OpenAIChatModel("m", base_url="{base}", api_key="x") as model:
+        async with Runtime("sqlite:///{scratch}/lib.sqlite", [Agent(model, [], name="a")]) as rt:
+            print((await (await rt.start("a", "hi")).wait()).answer)
+asyncio.run(main())
+""",
+    ],
+    "pydantic-ai dbos sqlite": [
+        "{bin}/python",
+        "-c",
+        """
+import sys, warnings
+try:
+    import sqlite3
+    if sqlite3.sqlite_version_info < (3, 42):  # as the rig's driver: DBOS needs 3.42
+        raise ImportError
+except ImportError:
+    import pysqlite3, pysqlite3.dbapi2
+    sys.modules["sqlite3"], sys.modules["sqlite3.dbapi2"] = pysqlite3, pysqlite3.dbapi2
+from dbos import DBOS
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+warnings.simplefilter("ignore")
+from pydantic_ai.durable_exec.dbos import DBOSAgent
+url = "sqlite:///{scratch}/dbos.sqlite"
+DBOS(config={{"name": "startup", "system_database_url": url, "log_level": "WARNING"}})
+model = OpenAIChatModel("m", provider=OpenAIProvider(base_url="{base}", api_key="x"))
+agent = DBOSAgent(Agent(model, name="startup"))
+DBOS.launch()
+print(agent.run_sync("hi").output)
+""",
+    ],
+    "langgraph sqlite": [
+        "{bin}/python",
+        "-c",
+        """
+import sqlite3, uuid
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.prebuilt import create_react_agent
+saver = SqliteSaver(sqlite3.connect("{scratch}/lg.sqlite", check_same_thread=False))
+model = ChatOpenAI(model="m", base_url="{base}", api_key="x")
+agent = create_react_agent(model, [], checkpointer=saver)
+thread = {{"configurable": {{"thread_id": str(uuid.uuid4())}}}}
+print(agent.invoke({{"messages": [("user", "hi")]}}, thread)["messages"][-1].content)
+""",
+    ],
 }
 """How each runtime is started for one run, from nothing: its command-line tool where it has
 one (pydantic-ai's `clai` and mini-swe-agent's `mini`, each in a venv of its own: `clai` pins
-an older pydantic-ai, `mini` brings litellm), else the smallest script its docs show."""
+an older pydantic-ai, `mini` brings litellm), else the smallest script its docs show; and
+durable, in memory's stead, one run recorded in a SQLite store that exists."""
 
 TOOL_VENVS = {
     "{clai}": HERE / ".venv-clai" / "bin" / "clai",
@@ -564,7 +624,7 @@ def versions() -> dict[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scenarios", default="a,c100,c1000")
+    ap.add_argument("--scenarios", default="a,c100,c1000", help='"" for start-up alone')
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", help="variants by name, comma-separated")
     ap.add_argument(
@@ -581,7 +641,8 @@ def main() -> None:
     stores = Stores(args.postgres)
     results: list[dict[str, Any]] = []
     began = time.monotonic()
-    for scenario in args.scenarios.split(","):
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    for scenario in scenarios:
         sc = SCENARIOS[scenario]
         port = r.free_port()
         mock = r.start_mock(port, sc["mock"])
@@ -606,13 +667,13 @@ def main() -> None:
         "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
         "versions": versions(),
         "took_s": round(took),
-        "scenarios": {k: SCENARIOS[k] for k in args.scenarios.split(",")},
+        "scenarios": {k: SCENARIOS[k] for k in scenarios},
     }
-    rows = {s: summary(results, s) for s in args.scenarios.split(",")}
+    rows = {s: summary(results, s) for s in scenarios}
     everything = {"meta": meta, "rows": rows, "startup_s": started, "results": results}
     out.write_text(json.dumps(everything, indent=1))
     print(f"\n{json.dumps(meta['versions'])}; {meta['machine']}; {took:.0f} s; {out.name}\n")
-    for s in args.scenarios.split(","):
+    for s in scenarios:
         print(table(rows[s], s), "\n")
     if started:
         print(f"start-up: process start to the first request at the mock, median of {args.startup}")
