@@ -151,6 +151,20 @@ BREAKAGES = (
         (f"{ACCOUNTS}::test_a_run_killed_mid_call_is_resumed_and_its_account_counts_the_cut_call",),
     ),
     Breakage(
+        "65.2 Postgres's reservation forgets the row a crash left",
+        "src/tether/durable/accounts.py",
+        "    IF FOUND THEN  -- an attempt a crash cut short: counted at its estimate",
+        "    IF FALSE THEN  -- an attempt a crash cut short: counted at its estimate",
+        (f"{ACCOUNTS}::test_a_run_killed_mid_call_is_resumed_and_its_account_counts_the_cut_call",),
+    ),
+    Breakage(
+        "65.3 a run in memory of an account whose limit says queue is refused",
+        "src/tether/runtime.py",
+        "        refused = standing.refusal_of_new_runs()",
+        "        refused = standing.refusal()",
+        (f"{ACCOUNTS}::test_a_new_run_of_an_account_that_queues_waits_for_room_and_then_goes_on",),
+    ),
+    Breakage(
         "65.3 the queue refuses an account whose limit says queue",
         "src/tether/backends.py",
         "    refused = standing.refusal_of_new_runs()",
