@@ -220,6 +220,16 @@ class Ledger:
 
             yield run
 
+    @contextmanager
+    def saying(self, channel: str, key: str) -> Iterator[Run]:
+        """A transaction whose change is said to every process on the store (`notices.py`): on
+        Postgres by a notification that goes as it commits, on SQLite once it has."""
+        with self.transaction() as run:
+            yield run
+            if self.engine is not None:
+                run("SELECT pg_notify(:c, :k)", {"c": channel, "k": key})
+        self.notices.said(channel)
+
     def read(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """The rows of one query (on SQLite outside any transaction: a reader in another
         thread must not begin one while the event loop's is open on the same connection)."""
@@ -393,7 +403,7 @@ class Ledger:
         """Append a user message to the run's inbox; its number."""
         for _ in range(20):
             try:
-                with self.transaction() as run:
+                with self.saying(MAIL, run_id) as run:  # heard by the run wherever it runs
                     seq = run(
                         "SELECT COALESCE(MAX(seq), 0) + 1 FROM tether_inbox WHERE run_id = :r",
                         {"r": run_id},
@@ -402,9 +412,6 @@ class Ledger:
                         "INSERT INTO tether_inbox VALUES (:r, :s, :x, :t)",
                         {"r": run_id, "s": seq, "x": message, "t": time.time()},
                     )
-                    if self.engine is not None:  # heard as it commits
-                        run("SELECT pg_notify(:c, :r)", {"c": MAIL, "r": run_id})
-                self.notices.said(MAIL)
                 return int(seq)
             except Exception as e:  # a concurrent sender took that number: try the next
                 # (Postgres only: SQLite's BEGIN IMMEDIATE makes a second sender wait for the

@@ -8,9 +8,10 @@ sent a message, yet asking the store before each model call cost a query each (o
 round trip and a hop to a thread, about 0.35 ms of the client's CPU and some of the server's).
 
 - On Postgres a change is said by a notification on its channel, sent in the transaction
-  that makes it (so it is heard once it commits), and heard on one connection of this
-  process's own (`Notices.listen`, a task the process runs while its store is open). While
-  that connection is down nothing can be known: every reader reads the store as before.
+  that makes it (`Ledger.saying`: so it is heard once it commits), and heard on one
+  connection of this process's own (`Notices.listen`, a task the process runs while its store
+  is open). While that connection is down nothing can be known: every reader reads the store
+  as before.
 - On SQLite, whose processes share one machine, by a byte added to a file beside the store
   (`stamp`), once the change has committed; a reader compares the file's size (a `stat`,
   about 3 µs) with the size when it last read.

@@ -26,8 +26,6 @@ here; a rated one asks the store for each attempt.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import orjson
 
@@ -125,21 +123,10 @@ class StoredRates:
             return True
         return time.monotonic() - self.read_at >= REFRESH_S
 
-    @contextmanager
-    def changing(self, endpoint: str) -> Iterator[Run]:
-        """A transaction that changes the table, said to every process (see the module
-        docstring): on Postgres as it commits, on SQLite once it has."""
-        with self.ledger.transaction() as run:
-            yield run
-            if self.ledger.engine is not None:
-                run("SELECT pg_notify(:c, :e)", {"c": RATES, "e": endpoint})
-        self.ledger.notices.said(RATES)
-
     def refresh_now(self) -> None:
         sql = f"SELECT endpoint, rate, paused_until - {self.now_sql} FROM tether_rates"
         mono = time.monotonic()
-        marked = self.ledger.notices.mark(RATES)  # first: a change said during the read is
-        # read next time
+        marked = self.ledger.notices.mark(RATES)  # first: one said during the read: next time
         self.known = {
             str(endpoint): (rate_of(rate), mono + float(left))
             for endpoint, rate, left in self.ledger.read(sql, self.params())
@@ -182,7 +169,7 @@ class StoredRates:
 
     def pause_now(self, endpoint: str, seconds: float) -> None:
         until = f"{self.now_sql} + :s"
-        with self.changing(endpoint) as run:
+        with self.ledger.saying(RATES, endpoint) as run:
             run(
                 f"INSERT INTO tether_rates VALUES (:e, NULL, {until}, {self.now_sql}) "
                 f"ON CONFLICT (endpoint) DO UPDATE SET paused_until = "
@@ -191,7 +178,7 @@ class StoredRates:
             )
 
     def set_now(self, endpoint: str, rate: Rate | None) -> None:
-        with self.changing(endpoint) as run:
+        with self.ledger.saying(RATES, endpoint) as run:
             if rate is None:
                 run("DELETE FROM tether_rates WHERE endpoint = :e", {"e": endpoint})
                 run("DELETE FROM tether_rate_log WHERE endpoint = :e", {"e": endpoint})
