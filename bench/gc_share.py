@@ -30,23 +30,23 @@ RIG = Path(os.environ.get("BENCH_RIG", HERE / "rig"))
 
 PROBE = """
 import atexit, collections, gc, json, runpy, sys, time
-took, started, counts, kinds, seen = [0.0], [0.0], [0, 0, 0], collections.Counter(), [0]
+took, started, counts, kinds, seen = [0.0, 0.0, 0.0], [0.0], [0, 0, 0], collections.Counter(), [0]
 
 def watch(phase, info):
     if phase == "start":
-        started[0] = time.process_time()
         if info["generation"] == 0:
             seen[0] += 1
-            if seen[0] % 10 == 0:
+            if seen[0] % 10 == 0:  # sampled before the clock starts: not counted as the GC's
                 for o in gc.get_objects(0):
                     kinds[type(o).__module__ + "." + type(o).__qualname__] += 1
+        started[0] = time.process_time()
     else:
-        took[0] += time.process_time() - started[0]
+        took[info["generation"]] += time.process_time() - started[0]
         counts[info["generation"]] += 1
 
 gc.callbacks.append(watch)
-atexit.register(lambda: print("GC " + json.dumps(
-    {"gc_s": took[0], "collections": counts, "young": kinds.most_common(12)}), file=sys.stderr))
+atexit.register(lambda: print("GC " + json.dumps({"gc_s": sum(took), "by_generation_s": took,
+    "collections": counts, "young": kinds.most_common(12)}), file=sys.stderr))
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -102,7 +102,9 @@ def main() -> None:
         for name, (driver, extra) in VARIANTS.items():
             m = measure(driver, extra, port, a.n, a.repeat)
             share = m["gc_s"] / m["cpu_s"]
-            gc_line = f"GC {m['gc_s']:.2f} s of {m['cpu_s']:.2f} s CPU ({share:.0%})"
+            by = "/".join(f"{t:.2f}" for t in m["by_generation_s"])
+            gc_line = f"GC {m['gc_s']:.2f} s ({by} s by generation)"
+            gc_line += f" of {m['cpu_s']:.2f} s CPU ({share:.0%})"
             print(f"{name:26} {m['ms_per_turn']:.3f} ms/turn  {gc_line}  {m['collections']}")
             young = ", ".join(f"{k.split('.')[-1]} {v}" for k, v in m["young"])
             print(f"    youngest generation, most: {young}")

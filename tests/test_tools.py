@@ -139,6 +139,81 @@ async def test_timeout_becomes_error_result() -> None:
     assert time.monotonic() - t0 < 1
 
 
+async def test_each_call_of_a_reply_has_its_own_time_limit() -> None:
+    """Calls of one reply share one timer: the slow tool's call is stopped at its 0.3 s, the
+    others keep going to their answers."""
+    calls = [call("slow", {"seconds": 5}), call("pause", {"seconds": 0.6}), call("add", {"a": 2})]
+    t0 = time.monotonic()
+    slow_r, pause_r, add_r = await box().run_all(calls, RunContext(), Emitter("r"))
+    assert slow_r.is_error and "timed out after 0.3 s" in slow_r.output
+    assert pause_r.output == "paused" and add_r.output == "2"
+    assert 0.55 < time.monotonic() - t0 < 2
+
+
+async def test_a_cancel_from_outside_is_not_taken_for_a_timeout() -> None:
+    """A run cancelled while its call is in flight is cancelled, even when the cancel comes in
+    the same instant as the call's time limit: the limit takes back only its own."""
+    toolbox = box()
+
+    @tool(timeout=0.2)
+    async def cut(seconds: float) -> str:
+        """Sleep; the run is cancelled when the limit fires."""
+        task = asyncio.current_task()
+        assert task is not None and toolbox.limits is not None
+        deadline = max(limit.when() or 0.0 for _, _, limit in toolbox.limits.heap)
+        asyncio.get_running_loop().call_at(deadline, task.cancel)  # after the limit's timer
+        await asyncio.sleep(seconds)
+        return "woke"
+
+    toolbox.add(cut)
+    with pytest.raises(asyncio.CancelledError):
+        await toolbox.run(call("cut", {"seconds": 5}), RunContext())
+    outer = asyncio.ensure_future(toolbox.run(call("pause", {"seconds": 5}), RunContext()))
+    await asyncio.sleep(0.05)
+    outer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+
+
+async def test_a_call_that_outlives_its_cancel_leaves_its_task_clean() -> None:
+    """A tool that catches the cancel of its time limit and answers anyway gives its answer,
+    and the limit's cancel does not reach the next thing the run awaits."""
+
+    @tool(timeout=0.1)
+    async def stubborn() -> str:
+        """Ignore one cancel."""
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            return "kept going"
+        return "woke"
+
+    toolbox = box()
+    toolbox.add(stubborn)
+    r = await toolbox.run(call("stubborn", {}), RunContext())
+    assert r.output == "kept going" and not r.is_error
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0.01)  # no CancelledError left pending
+
+
+async def test_ended_calls_do_not_pile_up_and_later_limits_still_fire() -> None:
+    toolbox = box()
+    for _ in range(20):
+        await toolbox.run_all([call("add", {"a": 1})] * 50, RunContext(), Emitter("r"))
+    assert toolbox.limits is not None and len(toolbox.limits.heap) <= 130
+    r = await toolbox.run(call("slow", {"seconds": 5}), RunContext())
+    assert r.is_error and "timed out after 0.3 s" in r.output
+
+
+def test_a_toolbox_keeps_its_limits_on_a_second_event_loop() -> None:
+    """An agent's toolbox outlives `asyncio.run`: a second loop's calls are limited too."""
+    toolbox = box()
+    for _ in range(2):
+        r = asyncio.run(toolbox.run(call("slow", {"seconds": 5}), RunContext()))
+        assert r.is_error and "timed out after 0.3 s" in r.output
+
+
 async def test_context_reaches_tools_and_cannot_be_set_by_the_model(tmp_path: Path) -> None:
     ctx = RunContext(run_id="r1", workspace=tmp_path, account_id="acct-7")
     ok = await box().run(call("whoami", {"greeting": "hello"}), ctx)

@@ -38,6 +38,7 @@ from ..events import Emitter, Sink
 from ..messages import ImagePart, ToolSpec, Usage
 from ..rates import Rates
 from ..tree import Allowance
+from .deadlines import Limit
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -51,7 +52,7 @@ class CallTime:
     toolbox for each call of a tool that takes its run's context."""
 
     def __init__(self) -> None:
-        self.limit: asyncio.Timeout | None = None
+        self.limit: Limit | None = None
         self.waiting = 0
         self.left = 0.0
 

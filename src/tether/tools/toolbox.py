@@ -17,6 +17,7 @@ from ..events import Emitter, call_dict, tool_result_data
 from ..messages import ToolCall, ToolResult, ToolSpec, Usage
 from ..redact import scrub
 from ..tree import child_run_id
+from .deadlines import Deadlines
 from .tool import CallTime, RunContext, Tool, ToolArgumentsError, tool_from_function, tool_output
 
 
@@ -27,6 +28,8 @@ class Toolbox:
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self.tools: dict[str, Tool] = {}
+        self.limits: Deadlines | None = None
+        """The time limits of the calls in flight, on the loop they run on."""
         for t in tools:
             self.add(t)
 
@@ -83,26 +86,35 @@ class Toolbox:
                 ctx = dataclasses.replace(
                     ctx, call_id=call.id, emitter=emitter or ctx.emitter, spent=[], time=CallTime()
                 )
+            limit = self.deadlines().start(t.timeout)
+            if ctx.time is not None:
+                ctx.time.limit = limit
             try:
-                async with asyncio.timeout(t.timeout) as limit:
-                    if ctx.time is not None:
-                        ctx.time.limit = limit
-                    output, images = tool_output(await t.start(kwargs, ctx))
-            except TimeoutError:
+                output, images = tool_output(await t.start(kwargs, ctx))
+            except asyncio.CancelledError:
+                if not limit.timed_out():
+                    raise
                 result = error(
                     call, f"Tool {call.name!r} timed out after {t.timeout:g} s and was stopped."
                 )
-            except asyncio.CancelledError:
-                raise
             except BaseException as e:  # SystemExit from a tool must not end the process
                 result = error(call, f"Tool {call.name!r} failed: {type(e).__name__}: {e}")
             else:
                 result = ToolResult(call.id, call.name, scrub(output), images=images)
+            finally:
+                limit.close()
             if ctx.spent:  # what the call asked of the run's model is the run's, whatever came
                 result = dataclasses.replace(result, usage=sum(ctx.spent, Usage()))
         if done is not None:
             done(result)
         return result
+
+    def deadlines(self) -> Deadlines:
+        """The limits of this toolbox's calls on the running loop (a new loop, new limits)."""
+        loop = asyncio.get_running_loop()
+        if self.limits is None or self.limits.loop is not loop:
+            self.limits = Deadlines(loop)
+        return self.limits
 
     def checked(self, call: ToolCall) -> tuple[Tool | None, dict[str, Any], str | None]:
         """The call's tool and validated arguments, or why it cannot run (an unknown tool,

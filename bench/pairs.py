@@ -1,0 +1,160 @@
+"""Pinned pairs: Tether's CPU per model turn over the bare aiohttp loop's, the bar of #61.
+
+    bench/.venv-bench/bin/python bench/pairs.py                  # 6 pairs, 1,000 runs x 3
+    bench/.venv-bench/bin/python bench/pairs.py --src /tmp/old/src --pairs 4   # an older tree
+
+One mock model (the rig's `mock_llm.py`, scenario b's script: 3 steps of 3 parallel tool calls,
+50 ms model latency, 50 ms tools, 8 streamed deltas) runs pinned to core 0; each harness process
+(the rig's `harness.py`, one driver, 1,000 concurrent runs, 3 batches) runs pinned to core 1, so
+the two never share a core and neither tunes the garbage collector. A pair is one Tether run and
+one bare run back to back, the order alternating pair by pair; the ratio of their CPU per model
+turn is the pair's figure. We report the median with min and max, because one run of 3,000 runs
+on a 2-core machine moves by 10-20% from minute to minute, and a pair is measured inside one such
+minute. Written because the single rows of `bench/peers` at c1000 said 1.0x where six pairs said
+1.41x.
+
+`--src` puts another tree's `src` first on the path of Tether's harness (a before/after of a
+change, both sides measured in the same minutes as the bare loop). Results go to
+`bench/pairs-<date>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RIG = HERE / "rig"
+MOCK = ["--steps", "3", "--tools", "3", "--latency-ms", "50", "--tool-ms", "50", "--deltas", "8"]
+TETHER = str(HERE / "tether_driver.py")
+BARE = str(RIG / "drivers" / "baseline_aiohttp.py")
+
+
+def pinned(core: int) -> list[str]:
+    """`taskset -c CORE` when the machine has that core and taskset, else nothing."""
+    if (os.cpu_count() or 1) > core and subprocess.run(
+        ["which", "taskset"], capture_output=True
+    ).returncode == 0:
+        return ["taskset", "-c", str(core)]
+    return []
+
+
+def start_mock() -> tuple[subprocess.Popen[bytes], int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cmd = [*pinned(0), sys.executable, str(RIG / "mock_llm.py"), "--port", str(port), *MOCK]
+    mock = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+            return mock, port
+        except OSError:
+            time.sleep(0.1)
+    mock.kill()
+    raise SystemExit("pairs: the mock model did not start")
+
+
+def harness(port: int, driver: str, n: int, repeat: int, src: str | None) -> dict[str, Any]:
+    """One harness process, pinned to core 1; its RESULT line as a dict."""
+    cmd = [
+        *pinned(1),
+        sys.executable,
+        str(RIG / "harness.py"),
+        driver,
+        "--port",
+        str(port),
+        "--protocol",
+        "chat",
+        "--stream",
+        "1",
+        "--n",
+        str(n),
+        "--repeat",
+        str(repeat),
+        "--warmup",
+        "1",
+        "--timeout",
+        "240",
+    ]
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900).stdout
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[7:])
+            return result
+    raise SystemExit(f"pairs: {Path(driver).name} gave no RESULT line")
+
+
+def per_turn(result: dict[str, Any]) -> float:
+    ok, want = result.get("completed_ok", 0), result["n"] * result.get("repeat", 1)
+    if ok != want:
+        raise SystemExit(
+            f"pairs: {result['driver']} finished {ok} of {want} runs: {result.get('errors')}"
+        )
+    return float(result["cpu_ms_per_model_turn"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--n", type=int, default=1000, help="concurrent runs a batch")
+    ap.add_argument("--repeat", type=int, default=3, help="batches a harness process")
+    ap.add_argument("--src", help="a Tether tree's src to measure instead of the installed one")
+    a = ap.parse_args()
+    mock, port = start_mock()
+    rows = []
+    try:
+        for i in range(a.pairs):
+            order = ["tether", "bare"] if i % 2 == 0 else ["bare", "tether"]
+            got = {}
+            for side in order:
+                driver = TETHER if side == "tether" else BARE
+                got[side] = per_turn(
+                    harness(port, driver, a.n, a.repeat, a.src if side == "tether" else None)
+                )
+            ratio = got["tether"] / got["bare"]
+            rows.append(
+                {"tether_ms": got["tether"], "bare_ms": got["bare"], "ratio": round(ratio, 3)}
+            )
+            print(
+                f"pair {i + 1}: tether {got['tether']:.3f} ms/turn, bare {got['bare']:.3f},",
+                f"{ratio:.2f}x",
+                flush=True,
+            )
+    finally:
+        mock.kill()
+    ratios = [r["ratio"] for r in rows]
+    summary = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+    print(
+        f"tether / bare: median {summary['median']:.2f}x",
+        f"(min {summary['min']:.2f}, max {summary['max']:.2f})",
+    )
+    out = HERE / f"pairs-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "n": a.n,
+        "repeat": a.repeat,
+        "src": a.src,
+        "mock": MOCK,
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
+        ).stdout.strip(),
+    }
+    out.write_text(json.dumps({"meta": meta, "pairs": rows, "ratio": summary}, indent=1) + "\n")
+    print(f"pairs: wrote {out.relative_to(HERE.parent)}")
+
+
+if __name__ == "__main__":
+    main()
