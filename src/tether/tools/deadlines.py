@@ -54,7 +54,7 @@ class Limit:
             self.owner.forget(self)
         self.deadline = when
         if when is not None:
-            self.owner.push(self)
+            self.owner.push(self, when)
 
     def timed_out(self) -> bool:
         """Whether the CancelledError the call got is this limit's (and no one else's): then
@@ -90,13 +90,13 @@ class Deadlines:
         task = asyncio.current_task(self.loop)
         if task is None:
             raise RuntimeError("a tool call's time limit needs a running task")
-        limit = Limit(self, task, self.loop.time() + seconds)
-        self.push(limit)
+        deadline = self.loop.time() + seconds
+        limit = Limit(self, task, deadline)
+        self.push(limit, deadline)
         return limit
 
-    def push(self, limit: Limit) -> None:
-        deadline = limit.deadline
-        assert deadline is not None
+    def push(self, limit: Limit, deadline: float) -> None:
+        """Put `limit` on the heap to end at `deadline`, which is its `deadline` now."""
         limit.number = next(self.numbers)
         heapq.heappush(self.heap, (deadline, limit.number, limit))
         if self.timer is None:
