@@ -411,6 +411,38 @@ async def test_cancel_closes_the_stream_at_once(wire: WireServer, protocol: str)
     assert wire.closed_at[0] - cancelled_at < 0.5  # the server saw the socket close
 
 
+@every
+async def test_a_streamed_reply_leaves_no_stream_for_the_loop_to_close(
+    wire: WireServer, protocol: str
+) -> None:
+    """A reply read to its end, or given up on at an error, closes its stream reader there and
+    then. One left open is closed later by the event loop's finalizer hook, a cross-thread
+    wake-up and a task for every model call (measured: 4,000 extra tasks in 1,000 runs)."""
+    import sys
+
+    wire.add(text="done at once").add(calls=[("add", {"a": 1})])
+    wire.add(text="x", fault="garbage")
+    firstiter, finalizer = sys.get_asyncgen_hooks()
+    left_open: list[object] = []
+
+    def counting(agen: object) -> None:
+        left_open.append(agen)
+        if finalizer is not None:
+            finalizer(agen)
+
+    sys.set_asyncgen_hooks(firstiter, counting)
+    model = client(wire, protocol, True, HTTPSettings(max_retries=0))
+    try:
+        assert (await model.respond(request())).message.text == "done at once"
+        assert (await model.respond(request())).message.tool_calls
+        with pytest.raises(ProviderProtocolError, match="unreadable"):
+            await model.respond(request())
+    finally:
+        sys.set_asyncgen_hooks(firstiter, finalizer)
+        await model.aclose()
+    assert left_open == []
+
+
 def test_sse_parser_handles_split_lines_crlf_comments_and_multiline_data() -> None:
     from tether.providers.http import SSEParser
 

@@ -20,7 +20,7 @@ import email.utils
 import os
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
@@ -456,7 +456,7 @@ class SSEParser:
 
 async def sse_batches(
     resp: aiohttp.ClientResponse, progress: Progress | None = None
-) -> AsyncIterator[list[SSEEvent]]:
+) -> AsyncGenerator[list[SSEEvent]]:
     """The events of a reply stream, a batch per network read: one await per read, not per line,
     which is most of the cost of reading a stream. Bounded as the module docstring says."""
     if resp.content_type not in ("text/event-stream", "application/octet-stream"):

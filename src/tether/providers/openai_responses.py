@@ -11,6 +11,7 @@ Quirks handled here, each pinned by a test:
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -235,29 +236,30 @@ def parse_response(data: Any) -> ModelResponse:
 
 async def parse_stream(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
     done_items: dict[int, dict[str, Any]] = {}
-    async for batch in sse_batches(resp, progress):
-        for event_name, data in batch:
-            event = loads_event(data)
-            if not isinstance(event, dict):
-                raise ProviderProtocolError("stream event is not an object", retryable=True)
-            kind = event.get("type") or event_name
-            if kind == "response.output_text.delta":
-                delta = event.get("delta") or ""
-                if delta:
-                    progress.said(delta)
-            elif kind == "response.output_item.done":
-                done_items[int(event.get("output_index", len(done_items)))] = (
-                    event.get("item") or {}
-                )
-            elif kind in ("response.completed", "response.incomplete"):
-                final = dict(event.get("response") or {})
-                if not final.get("output"):  # some servers leave it empty: use what streamed
-                    final["output"] = [done_items[i] for i in sorted(done_items)]
-                return parse_response(final)
-            elif kind == "response.failed":
-                raise failure(event.get("response") or {}, progress.emitted)
-            elif kind == "error":
-                raise failure(event, progress.emitted)
+    async with contextlib.aclosing(sse_batches(resp, progress)) as batches:
+        async for batch in batches:
+            for event_name, data in batch:
+                event = loads_event(data)
+                if not isinstance(event, dict):
+                    raise ProviderProtocolError("stream event is not an object", retryable=True)
+                kind = event.get("type") or event_name
+                if kind == "response.output_text.delta":
+                    delta = event.get("delta") or ""
+                    if delta:
+                        progress.said(delta)
+                elif kind == "response.output_item.done":
+                    done_items[int(event.get("output_index", len(done_items)))] = (
+                        event.get("item") or {}
+                    )
+                elif kind in ("response.completed", "response.incomplete"):
+                    final = dict(event.get("response") or {})
+                    if not final.get("output"):  # some servers leave it empty: use what streamed
+                        final["output"] = [done_items[i] for i in sorted(done_items)]
+                    return parse_response(final)
+                elif kind == "response.failed":
+                    raise failure(event.get("response") or {}, progress.emitted)
+                elif kind == "error":
+                    raise failure(event, progress.emitted)
     raise ProviderProtocolError(
         "the reply stream ended before it was complete", retryable=not progress.emitted
     )
