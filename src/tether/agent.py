@@ -55,7 +55,7 @@ from .loop import (
 )
 from .messages import ImagePart, Message, ModelRequest, ModelResponse, ToolCall, ToolResult, Usage
 from .output import OUTPUT_TRIES, Output, retry_message
-from .paying import Sampling, model_call, summarized
+from .paying import lend_model, model_call, summarized
 from .pricing import Price, price_for
 from .providers.base import Model
 from .rates import GATE, Gate, Rates
@@ -570,5 +570,5 @@ class LocalEffects:
         ctx = self.tools_ctx
         if ctx is None:  # the run's context, with the run's model for its tools to ask
             ctx = self.tools_ctx = dataclasses.replace(self.ctx)
-            ctx.model = Sampling(self.agent, ctx, self.emitter)
+            lend_model(self.agent, ctx, self.emitter)
         return self.agent.toolbox.run_all(calls, ctx, self.emitter, self.approver, state.finished)

@@ -47,7 +47,7 @@ from ..messages import (
     hollow,
     hollow_result,
 )
-from ..paying import Sampling, model_call, summarized
+from ..paying import lend_model, model_call, summarized
 from ..tools.tool import RunContext
 from . import notices
 from .accounts import StoredAccounts
@@ -366,7 +366,7 @@ class RecordedEffects:
         ctx = dataclasses.replace(known(self.run.context, "the context of a run that executes"))
         ctx.idempotency_key = f"{self.run.id}:{call.id}"
         ctx.emitter = self.run.emitter  # the call's progress and questions are the run's events
-        ctx.model = Sampling(self.agent, ctx, self.run.emitter)  # the run's, on its budget
+        lend_model(self.agent, ctx, self.run.emitter)  # the run's, on its budget
         approver = None
         if decision is not None:
 
