@@ -61,7 +61,11 @@ class EventLog:
         return [self.at(i) for i in range(len(self.ends))]
 
     def append(self, event: Event) -> None:
-        self.text += orjson.dumps((event.type, event.seq, event.ts, event.data), default=str)
+        self.add(event.type, event.seq, event.ts, event.data)
+
+    def add(self, type: str, seq: int, ts: float, data: dict[str, Any]) -> None:
+        """An event by its parts (`events.Record`: a run's emitter writes its log so)."""
+        self.text += orjson.dumps((type, seq, ts, data), default=str)
         self.ends.append(len(self.text))
         for w in self.waiters:
             w.set()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Unpack, cast, get_type_hints
+from typing import Any, Protocol, Unpack, cast, get_type_hints
 
 import orjson
 
@@ -98,6 +98,12 @@ ENVELOPE = frozenset({"type", "run_id", "seq", "ts"})
 Sink = Callable[[Event], None]
 
 
+class Record(Protocol):
+    """A run's own log of events (`bus.EventLog`), which takes an event's parts as they are."""
+
+    def add(self, type: str, seq: int, ts: float, data: dict[str, Any]) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class EventType:
     """One event type of the schema: what it means and what each of its fields holds."""
@@ -129,14 +135,21 @@ SCHEMA: dict[str, EventType] = {name: event_type(fields) for name, fields in TYP
 
 
 class Emitter:
-    """Numbers a run's events and hands them to its sinks, in order, synchronously."""
+    """Numbers a run's events and hands them to its log and its sinks, in order, synchronously.
 
-    __slots__ = ("lineage", "run_id", "seq", "sinks")
+    The run's own log takes an event's parts (`Record.add`): an `Event` is made only for sinks,
+    so a run watched by no one makes none (0.5 µs and a tracked object an event, seven events
+    a turn)."""
 
-    def __init__(self, run_id: str, sinks: list[Sink] | None = None) -> None:
+    __slots__ = ("lineage", "log", "run_id", "seq", "sinks")
+
+    def __init__(
+        self, run_id: str, sinks: list[Sink] | None = None, log: Record | None = None
+    ) -> None:
         self.run_id = run_id
         self.seq = 0
         self.sinks: list[Sink] = sinks or []
+        self.log = log
         self.lineage: dict[str, str] | None = None
         """A child run's `parent_run_id` and `root_run_id`, added to each of its events."""
 
@@ -146,22 +159,26 @@ class Emitter:
 
     @property
     def active(self) -> bool:
-        return bool(self.sinks)
+        return self.log is not None or bool(self.sinks)
 
     def send(self, type: str, fields: Mapping[str, Any]) -> None:
-        """Number the event and hand it to the sinks (the typed methods below call it: one
-        per event type, named as the type, taking its fields). `fields` is kept as it is:
-        each method's keywords are a dict of its own."""
-        if not self.sinks:
-            self.seq += 1
+        """Number the event and hand it to the log, then the sinks (the typed methods below
+        call it: one per event type, named as the type, taking its fields). `fields` is kept
+        as it is: each method's keywords are a dict of its own."""
+        seq = self.seq
+        self.seq = seq + 1
+        if self.log is None and not self.sinks:
             return
         data = cast(dict[str, Any], fields)
         if self.lineage is not None:
             data.update(self.lineage)
-        event = Event(type, self.run_id, self.seq, data, self.now())
-        self.seq += 1
-        for sink in self.sinks:
-            sink(event)
+        ts = self.now()
+        if self.log is not None:
+            self.log.add(type, seq, ts, data)
+        if self.sinks:
+            event = Event(type, self.run_id, seq, data, ts)
+            for sink in self.sinks:
+                sink(event)
 
     def run_started(self, **data: Unpack[RunStartedFields]) -> None:
         self.send("run_started", data)

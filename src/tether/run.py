@@ -194,7 +194,7 @@ class Run:
         self.log = log
         self.context = context or RunContext(run_id=run_id)
         self.context.run_id = run_id
-        self.emitter = Emitter(run_id, [log.append])
+        self.emitter = Emitter(run_id, log=log)
         self.emitter.seq = len(log)  # an id reused after its run ended: one stream
         self.desk = ApprovalDesk(approval_ttl)
         self.approver: Approver = approver or self.desk

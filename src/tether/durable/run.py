@@ -155,7 +155,7 @@ class DurableRun:
         self.log = self.host.bus.logs[self.id] = EventLog(self.id)
         self.log.extend(before or ())
         lineage = self.emitter.lineage
-        self.emitter = Emitter(self.id, [self.log.append, self.track, *sinks])
+        self.emitter = Emitter(self.id, [self.track, *sinks], log=self.log)
         self.emitter.seq = len(self.log)
         self.emitter.lineage = lineage
         self.sinks = list(sinks)
