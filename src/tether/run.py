@@ -45,6 +45,9 @@ class RestartPolicy:
     within: float = 60.0
 
 
+TEMPORARY = RestartPolicy()
+"""The default: one policy for every run given none (it is frozen), not one object a run."""
+
 After = Literal["end", "idle", "restart", "give_up"]
 
 
@@ -198,7 +201,7 @@ class Run:
         self.emitter.seq = len(log)  # an id reused after its run ended: one stream
         self.desk = ApprovalDesk(approval_ttl)
         self.approver: Approver = approver or self.desk
-        self.restart = restart or RestartPolicy()
+        self.restart = restart or TEMPORARY
         self.transcript: list[Message] = transcript if transcript is not None else []
         self.inbox: list[str] = []
         self.mail = asyncio.Event()

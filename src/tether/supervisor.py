@@ -164,4 +164,5 @@ class Supervisor:
         finally:
             if not run.alive:
                 run.log.close()
+                run.task_handle = None  # done: its coroutine and context are garbage now
                 self.forget_old(run.id)
