@@ -673,3 +673,41 @@ async def test_an_ended_run_leaves_no_reference_cycle_for_the_collector() -> Non
             gc.garbage.clear()
     assert result.outcome == "done" and result.answer == "seen"
     assert left == []
+
+
+async def test_a_cancelled_waiter_leaves_the_run_and_its_other_waiters_alone() -> None:
+    """`wait` from many places at once: one waiter given up on (a page closed, a timeout)
+    neither cancels the run nor wakes the others early; each gets the run's result."""
+    gate = asyncio.Event()
+
+    async def held(request: ModelRequest) -> ModelResponse:
+        await gate.wait()
+        return reply("finished")
+
+    run = Supervisor().start(Agent(ScriptedModel([held])), "wait for the gate")
+    impatient = asyncio.create_task(run.wait())
+    patient = asyncio.create_task(run.wait())
+    await until(lambda: events(run, "model_request"), "the model call")
+    impatient.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await impatient
+    assert run.alive and not patient.done()
+    gate.set()
+    result = await patient
+    assert (result.outcome, result.answer) == ("done", "finished")
+    assert (await run.wait()).answer == "finished"  # after the end, at once
+    assert run.cancel() is False
+
+
+async def test_a_run_cancelled_before_its_task_began_ends_cancelled() -> None:
+    """Cancelled at once after `start`, before the event loop ran its task: it stayed
+    `queued` and alive for good, with no `run_finished`, and `wait` raised CancelledError."""
+    sup = Supervisor(keep_finished=0)
+    run = sup.start(Agent(ScriptedModel([reply("never said")])), "too late")
+    assert run.cancel()  # before the event loop ever ran the run's task
+    result = await asyncio.wait_for(run.wait(), 5)
+    assert result.outcome == "cancelled" and result.answer == ""
+    assert run.status == "cancelled" and not run.alive and run.log.closed
+    assert [e.type for e in events(run)] == ["run_finished"]
+    assert events(run)[-1].data["outcome"] == "cancelled"
+    assert run.id not in sup.runs  # forgotten as every ended run is, past `keep_finished`

@@ -13,6 +13,7 @@ transcript the caller passed in.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import time
@@ -64,6 +65,10 @@ from .tools.session import close_kept
 from .tools.tool import RunContext, Tool, tool_from_function
 from .tools.toolbox import Toolbox
 from .tree import Allowance
+
+NO_LIMIT = contextlib.nullcontext()
+"""A run with no time limit runs in this, not in `asyncio.timeout(None)`: a `Timeout` a run,
+held for its whole life, is an object more for every collection while it runs."""
 
 CHILD_TIMEOUT = 3600.0
 """How long an agent used as a tool may take by default (its own budget and its parent's time
@@ -476,7 +481,7 @@ async def execute(
     gate = GATE.set(Gate(effects.rates, emitter) if effects.rates is not None else None)
     try:
         try:
-            async with asyncio.timeout(limit):
+            async with asyncio.timeout(limit) if limit is not None else NO_LIMIT:
                 if agent.input_guards and task is not None:
                     inputs = asyncio.ensure_future(first_trip(effects, task))
                     if not effects.guard_beside_model:

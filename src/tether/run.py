@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -126,14 +126,18 @@ async def supervise(
                 raise
 
 
-@contextlib.asynccontextmanager
-async def admitted(slots: Limiter | None, run: Attempts) -> AsyncIterator[None]:
-    """Hold one of `slots` (if any) for the run's life; a run that waits for one says so
-    (`queued`, then `admitted`)."""
-    if slots is None:
-        yield
-        return
+NO_SLOTS = contextlib.nullcontext()
 
+
+def admitted(slots: Limiter | None, run: Attempts) -> contextlib.AbstractAsyncContextManager[None]:
+    """Hold one of `slots` (if any) for the run's life; a run that waits for one says so
+    (`queued`, then `admitted`). With no bound, nothing: a generator-based context manager a
+    run was three objects more held while it ran."""
+    return NO_SLOTS if slots is None else slot_of(slots, run)
+
+
+@contextlib.asynccontextmanager
+async def slot_of(slots: Limiter, run: Attempts) -> AsyncIterator[None]:
     def queued(position: int) -> None:
         run.emitter.queued(what="run", position=position)
 
@@ -209,6 +213,10 @@ class Run:
         self.result: RunResult | None = None
         self.attempts = 0
         self.task_handle: asyncio.Task[None] | None = None
+        self.watchers: list[asyncio.Future[None]] | None = None
+        """Who waits for the run to end (`wait`), each on a future of its own."""
+        self.forget: Callable[[str], None] | None = None
+        """Told the run's id when it has ended (its supervisor keeps the latest ended runs)."""
         self.limiter: Limiter | None = None  # the bound on its model's calls (the supervisor's)
 
     @property
@@ -252,12 +260,39 @@ class Run:
         cancelled before it got to run). Always a result: `RunResult | None` made every
         caller's `result.outcome` an error under `mypy --strict`, the README's own."""
         if self.task_handle is not None:
-            await asyncio.shield(self.task_handle)
+            ended = asyncio.get_running_loop().create_future()
+            watchers = self.watchers = self.watchers or []
+            watchers.append(ended)
+            try:
+                await ended  # a waiter cancelled cancels its own future, never the run
+            except asyncio.CancelledError:
+                if ended in watchers:
+                    watchers.remove(ended)
+                raise
         if self.result is None:
             return RunResult(
                 self.id, "cancelled", "", "cancelled", Usage(), 0.0, 0, list(self.transcript)
             )
         return self.result
+
+    def task_ended(self, task: asyncio.Task[None]) -> None:
+        """The run's task is done, however it ended: its log closes, its waiters go on, and
+        the task (its finished coroutine and context) is let go. A future a waiter, where
+        `asyncio.shield` of the task made ten objects held while the run ran. A task
+        cancelled before it began ran nothing that said so: the run ends `cancelled` here
+        (it stayed `queued`, its log open, its waiters cancelled)."""
+        if self.alive:
+            self.status = "cancelled"
+            self.emitter.run_finished(**cancelled_summary(self.result, self.id))
+        self.log.close()
+        if self.forget is not None:
+            self.forget(self.id)
+            self.forget = None
+        self.task_handle = None
+        watchers, self.watchers = self.watchers or [], None
+        for ended in watchers:
+            if not ended.done():
+                ended.set_result(None)
 
     async def attempt(self, task: str | None) -> RunResult:
         """One go of the agent loop on this run's transcript."""

@@ -133,6 +133,7 @@ class Runtime:
         self.background = Background()  # the runtime's own tasks (MCP servers' holders)
         self.questions = Questions()  # what runs' tools asked, waiting for `answer`
         self.entered = False
+        self.default_spawn: Spawn | None = None  # `spawner`'s, once made
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -379,7 +380,16 @@ class Runtime:
         runtime, found by its id, its events also seen by its root's sinks. The children
         decide approvals as their root does: `approve_all` and `deny_all` pass down; by
         default each child waits for `approve(child_id, ...)`. On a store the child is a
-        durable run of its own, and a repeat of the call (after a crash) finds it again."""
+        durable run of its own, and a repeat of the call (after a crash) finds it again.
+        The default's (no approver) is made once: a closure a run was four objects each of
+        the 10,000 ended runs kept held."""
+        if approver is None:
+            if self.default_spawn is None:
+                self.default_spawn = self.make_spawner(None)
+            return self.default_spawn
+        return self.make_spawner(approver)
+
+    def make_spawner(self, approver: Approver | None) -> Spawn:
 
         async def start_child(
             agent: Agent, task: str, context: RunContext, run_id: str

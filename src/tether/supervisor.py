@@ -108,6 +108,8 @@ class Supervisor:
         run.emitter.sinks.extend(sinks or ())
         self.runs[run_id] = run
         run.task_handle = asyncio.create_task(self._supervise(run), name=f"run:{run_id}")
+        run.forget = self.forget_old
+        run.task_handle.add_done_callback(run.task_ended)
         return run
 
     def get(self, run_id: str) -> Run:
@@ -161,8 +163,3 @@ class Supervisor:
         except Exception as e:  # a bug in the runtime itself: this run fails, no other
             run.status = "failed"
             run.emitter.run_crashed(error=f"{type(e).__name__}: {e}")
-        finally:
-            if not run.alive:
-                run.log.close()
-                run.task_handle = None  # done: its coroutine and context are garbage now
-                self.forget_old(run.id)
