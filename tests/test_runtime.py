@@ -464,6 +464,34 @@ async def test_model_calls_per_endpoint_are_bounded() -> None:
     assert sum(1 for r in runs if events(r, "queued")) == 4
 
 
+async def test_a_run_cancelled_in_the_model_call_queue_gives_up_its_place() -> None:
+    """A model call waiting for its endpoint's slot, cancelled: it leaves the queue, no slot
+    is lost or made, and the calls behind it go on."""
+    sup = Supervisor(max_model_calls=1)
+    gate = asyncio.Event()
+
+    async def held(request: ModelRequest) -> ModelResponse:
+        await gate.wait()
+        return reply("first")
+
+    model = Counting(ScriptedModel([held]))
+    first = sup.start(Agent(model), "holds the slot")
+    await until(lambda: model.in_flight == 1, "the first call to hold the slot")
+    waiting = sup.start(Agent(model), "waits")
+    behind = sup.start(Agent(ScriptedModel([reply("third")]), name="b"), "waits too")
+    await until(lambda: events(waiting, "queued") and events(behind, "queued"), "two queued")
+    assert [e.data["position"] for e in events(waiting, "queued")] == [1]
+    waiting.cancel()
+    assert (await waiting.wait()).outcome == "cancelled"
+    assert not events(waiting, "admitted")
+    gate.set()
+    assert (await first.wait()).answer == "first"
+    assert (await behind.wait()).answer == "third"
+    assert events(behind, "admitted") and model.peak == 1
+    limiter = sup.limiter_for(first.agent)
+    assert limiter is not None and (limiter.active, limiter.queued) == (0, 0)
+
+
 async def test_ended_runs_past_the_limit_are_forgotten() -> None:
     sup = Supervisor(keep_finished=2)
     runs = [sup.start(Agent(ScriptedModel([reply(f"answer {i}")])), f"q{i}") for i in range(5)]

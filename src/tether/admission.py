@@ -40,19 +40,35 @@ class Limiter:
         """Take a slot; returns True if it had to wait in the queue for it."""
         if self.take():
             return False
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(future)
+        turn = self.queue()
         if on_queued is not None:
             on_queued(len(self.waiters))
-        try:
-            await future  # release() hands its slot over: `active` is unchanged
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self.release()  # the slot was handed to us as we were cancelled
-            else:
-                self.waiters.remove(future)
-            raise
+        await self.wait(turn)
         return True
+
+    def queue(self) -> asyncio.Future[None]:
+        """A place at the end of the queue: the future `release` hands a slot over by (no
+        coroutine, for a caller that awaits it itself, as a model call does)."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(turn)
+        return turn
+
+    async def wait(self, turn: asyncio.Future[None]) -> None:
+        """Wait for `turn` (`queue`'s): the slot is then held (`release` handed it over,
+        `active` unchanged). Cancelled, the place is given up, or the slot if it came."""
+        try:
+            await turn
+        except asyncio.CancelledError:
+            self.leave(turn)
+            raise
+
+    def leave(self, turn: asyncio.Future[None]) -> None:
+        """Give up a place in the queue whose wait was cancelled: the slot too, if it was
+        handed over as the wait was cancelled."""
+        if turn.done() and not turn.cancelled():
+            self.release()
+        else:
+            self.waiters.remove(turn)
 
     def release(self) -> None:
         while self.waiters:

@@ -4,7 +4,8 @@ memory and a durable run's model step."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable
 
 from .admission import Limiter
 from .errors import ProviderError
@@ -30,22 +31,19 @@ async def respond(
     thousands of runs make them thousands of objects for the garbage collector.)"""
     if limiter is None:
         return with_usage(request, await call(model, request, emitter, on_text, on_retry))
-    waited = not limiter.take() and await limiter.acquire(queued_by(emitter))
+    if not limiter.take():  # in the queue: its place said, then its admission
+        turn = limiter.queue()
+        emitter.queued(what="model_call", position=limiter.queued)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            limiter.leave(turn)
+            raise
+        emitter.admitted(what="model_call")
     try:
-        if waited:
-            emitter.admitted(what="model_call")
         return with_usage(request, await call(model, request, emitter, on_text, on_retry))
     finally:
         limiter.release()
-
-
-def queued_by(emitter: Emitter) -> Callable[[int], None]:
-    """What says a model call's place in its limiter's queue, as `queued`."""
-
-    def on_queued(position: int) -> None:
-        emitter.queued(what="model_call", position=position)
-
-    return on_queued
 
 
 def call(
