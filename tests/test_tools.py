@@ -307,3 +307,18 @@ def test_sphinx_docstring() -> None:
 
     assert f.parameters["properties"]["x"]["description"] == "the text to echo"
     assert f.description == "Echo."
+
+
+def test_a_context_copy_is_what_dataclasses_replace_made() -> None:
+    """`RunContext.copy` stands in for `dataclasses.replace` on the hot path: the same
+    fields, the changes applied, the original untouched, and shallow (a run's calls share
+    its `kept` dict and its allowance)."""
+    import dataclasses
+
+    ctx = RunContext(run_id="r1", workspace=Path("/tmp/w"), config={"a": 1})
+    ctx.kept["shell"] = object()
+    copied = ctx.copy(call_id="c1")
+    replaced = dataclasses.replace(ctx, call_id="c1")
+    assert copied == replaced and type(copied) is RunContext
+    assert ctx.call_id is None and copied.call_id == "c1"
+    assert copied.kept is ctx.kept and copied.config is ctx.config

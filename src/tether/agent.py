@@ -574,6 +574,6 @@ class LocalEffects:
     def run_tools(self, state: LoopState, calls: list[ToolCall]) -> Awaitable[list[ToolResult]]:
         ctx = self.tools_ctx
         if ctx is None:  # the run's context, with the run's model for its tools to ask
-            ctx = self.tools_ctx = dataclasses.replace(self.ctx)
+            ctx = self.tools_ctx = self.ctx.copy()
             lend_model(self.agent, ctx, self.emitter)
         return self.agent.toolbox.run_all(calls, ctx, self.emitter, self.approver, state.finished)

@@ -8,7 +8,6 @@ and the durable one (`durable.effects`) both pay through here: one rule for both
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import uuid
 from collections.abc import Awaitable, Callable
@@ -176,7 +175,7 @@ def lend_model(agent: Payer, ctx: RunContext, emitter: Emitter) -> None:
     held the context, was a reference cycle, so every ended run's context, allowance, spawner,
     emitter and event log waited for the collector's full pass (17 objects a run in the rig's
     scenario, where the bare loop leaves none)."""
-    ctx.model = Sampling(agent, dataclasses.replace(ctx, model=None), emitter)
+    ctx.model = Sampling(agent, ctx.copy(model=None), emitter)
 
 
 async def summarized(

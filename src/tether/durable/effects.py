@@ -363,7 +363,7 @@ class RecordedEffects:
         return hollow_result(result)
 
     async def call_tool(self, call: ToolCall, decision: Decision | None) -> ToolResult:
-        ctx = dataclasses.replace(known(self.run.context, "the context of a run that executes"))
+        ctx = known(self.run.context, "the context of a run that executes").copy()
         ctx.idempotency_key = f"{self.run.id}:{call.id}"
         ctx.emitter = self.run.emitter  # the call's progress and questions are the run's events
         lend_model(self.agent, ctx, self.run.emitter)  # the run's, on its budget

@@ -125,6 +125,15 @@ class RunContext:
     """A fork's origin, `forked_from` (the run) and `at` (its step), recorded with the run and
     carried by its `run_started`; empty for a run that is no fork."""
 
+    def copy(self, **changes: Any) -> RunContext:
+        """A shallow copy with `changes`: what `dataclasses.replace` makes, without its work
+        for each of the fields (3.1 µs against 0.5; a run makes two, and each call of a tool
+        that takes its context one)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
+
     def lineage(self) -> dict[str, str]:
         """A child run's `parent_run_id` and `root_run_id` (none for a root), as its events
         and its record carry them."""

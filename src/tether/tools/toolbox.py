@@ -83,8 +83,8 @@ class Toolbox:
             result = error(call, refused or "")
         else:
             if t.context_param:  # a context of the call's own: it may start a child run by it
-                ctx = dataclasses.replace(
-                    ctx, call_id=call.id, emitter=emitter or ctx.emitter, spent=[], time=CallTime()
+                ctx = ctx.copy(
+                    call_id=call.id, emitter=emitter or ctx.emitter, spent=[], time=CallTime()
                 )
             limit = self.deadlines().start(t.timeout)
             if ctx.time is not None:
