@@ -446,16 +446,24 @@ def typed(agent: Agent, state: LoopState, finish: Finish) -> bool:
         return False
 
 
-async def model_turn(agent: Agent, state: LoopState, effects: Effects) -> ModelResponse:
+def model_turn(agent: Agent, state: LoopState, effects: Effects) -> Awaitable[ModelResponse]:
+    """A model call, with the context kept inside the window if the agent has a context
+    policy (`fitted_turn`); without one, the call itself, not a coroutine more around it."""
+    if agent.context is None:
+        return effects.call_model(state)
+    return fitted_turn(agent, state, effects)
+
+
+async def fitted_turn(agent: Agent, state: LoopState, effects: Effects) -> ModelResponse:
     """A model call with the context kept inside the window: fitted first when the estimate is
     over the limit, and shrunk and retried once when the server still says it is too long."""
-    policy = agent.context
-    if policy is not None and estimate(state.messages, state.system) > policy.limit:
+    policy = known(agent.context, "the context policy of an agent that fits its context")
+    if estimate(state.messages, state.system) > policy.limit:
         await effects.fit(state, False)
     try:
         return await effects.call_model(state)
     except ProviderError as e:
-        if policy is None or not is_context_error(e):
+        if not is_context_error(e):
             raise
         await effects.fit(state, True)
         return await effects.call_model(state)

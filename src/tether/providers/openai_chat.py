@@ -14,6 +14,7 @@ Quirks handled here, each pinned by a test:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -56,18 +57,19 @@ class OpenAIChatModel(OpenAIModel):
     sampling: dict[str, Any] = {}  # noqa: RUF012 - read only: a subclass sets its own
     """Sampling fields sent with every request (the local model is greedy: `temperature` 0)."""
 
-    async def respond(
+    def respond(
         self,
         request: ModelRequest,
         on_text: TextHook | None = None,
         on_retry: RetryHook | None = None,
-    ) -> ModelResponse:
+    ) -> Coroutine[Any, Any, ModelResponse]:
+        """Answer `request` (awaited as `Model.respond` is): the HTTP call's own coroutine,
+        not one more around it, which a run in flight would hold for the whole call."""
         data = orjson.dumps(request_body(self.name, request, self.stream) | self.sampling)
         parse = parse_stream if self.stream else parse_json
-        response: ModelResponse = await self.http.post(
+        return self.http.post(
             "/chat/completions", data, parse, on_retry, request.max_output_tokens, on_text
         )
-        return response
 
 
 def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, Any]:

@@ -12,6 +12,7 @@ Quirks handled here, each pinned by a test:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -47,18 +48,19 @@ class OpenAIResponsesModel(OpenAIModel):
 
     provider = PROVIDER
 
-    async def respond(
+    def respond(
         self,
         request: ModelRequest,
         on_text: TextHook | None = None,
         on_retry: RetryHook | None = None,
-    ) -> ModelResponse:
+    ) -> Coroutine[Any, Any, ModelResponse]:
+        """Answer `request` (awaited as `Model.respond` is): the HTTP call's own coroutine,
+        not one more around it, which a run in flight would hold for the whole call."""
         data = orjson.dumps(request_body(self.name, request, self.stream))
         parse = parse_stream if self.stream else parse_json
-        response: ModelResponse = await self.http.post(
+        return self.http.post(
             "/responses", data, parse, on_retry, request.max_output_tokens, on_text
         )
-        return response
 
 
 async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
