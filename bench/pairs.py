@@ -97,6 +97,13 @@ def harness(port: int, driver: str, n: int, repeat: int, src: str | None) -> dic
     raise SystemExit(f"pairs: {Path(driver).name} gave no RESULT line")
 
 
+def commit_of(where: Path) -> str:
+    """The commit of the checkout `where` is in ("" outside one): a figure names its tree."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True
+    ).stdout.strip()
+
+
 def per_turn(result: dict[str, Any]) -> float:
     ok, want = result.get("completed_ok", 0), result["n"] * result.get("repeat", 1)
     if ok != want:
@@ -148,9 +155,8 @@ def main() -> None:
         "repeat": a.repeat,
         "src": a.src,
         "mock": MOCK,
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
-        ).stdout.strip(),
+        "commit": commit_of(HERE),
+        "src_commit": commit_of(Path(a.src)) if a.src else None,
     }
     out.write_text(json.dumps({"meta": meta, "pairs": rows, "ratio": summary}, indent=1) + "\n")
     print(f"pairs: wrote {out.relative_to(HERE.parent)}")
