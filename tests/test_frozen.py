@@ -63,3 +63,47 @@ def test_the_values_a_run_makes_are_their_dataclasses(made: object) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(made, next(iter(values)), None)
     assert ModelResponse(Message("assistant", ()), "end_turn").usage == Usage()
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+
+
+def test_a_compact_transcript_gives_every_kind_of_part_back_equal() -> None:
+    """`compact` is lossless for every part a transcript holds, and what it makes of plain
+    text, calls and results is tuples of plain values the collector stops walking."""
+    import gc
+
+    from tether.messages import ImagePart, ReasoningPart, compact, expand
+
+    image = ImagePart.of(PNG)
+    transcript = [
+        Message.user("look", (image,)),
+        Message(
+            "assistant",
+            (
+                ReasoningPart("think", signature="sig", provider="anthropic"),
+                TextPart("calling"),
+                ToolCall("c1", "f", {"a": [1, 2], "b": None}, '{"a": [1, 2], "b": null}'),
+                ToolCall("c2", "g", None, "not json"),
+            ),
+        ),
+        Message(
+            "tool",
+            (
+                ToolResult("c1", "f", "out", images=(image,), usage=Usage(3, 1, 2)),
+                ToolResult("c2", "g", "bad arguments", is_error=True),
+            ),
+        ),
+        Message("assistant", (TextPart("done"),)),
+    ]
+    back = expand(compact(transcript))
+    assert back == transcript
+    assert [type(p) for m in back for p in m.parts] == [
+        type(p) for m in transcript for p in m.parts
+    ]
+    assert back[2].parts[0].images[0].data == PNG  # type: ignore[union-attr]
+    call = ToolCall("c3", "h", {"path": "a", "n": 2, "all": True}, '{"path": "a"}')
+    plain = compact([Message("assistant", (call,)), Message("tool", (transcript[2].parts[1],))])
+    assert expand(plain)[0].parts == (call,)
+    gc.collect()
+    assert not gc.is_tracked(plain)
