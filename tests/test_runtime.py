@@ -703,39 +703,6 @@ async def test_an_ended_run_leaves_no_reference_cycle_for_the_collector() -> Non
     assert left == []
 
 
-async def test_an_ended_run_is_kept_as_values_the_collector_does_not_walk() -> None:
-    """An ended run the runtime keeps (10,000 by default) still answers with its transcript
-    and result, equal to what `wait` returned, while it holds them as tuples of plain values
-    the host's collector stops walking: as message objects they were most of what every full
-    collection walked in the 1,000-run benchmark."""
-    import gc
-
-    from tether import Runtime
-
-    @tool
-    async def look(path: str) -> str:
-        """Look at a path."""
-        return f"{path}: a file"
-
-    calls = [("look", {"path": "a"}), ("look", {"path": "b"})]
-    model = ScriptedModel([reply(tool_calls=calls), reply("seen")])
-    async with Runtime(agents=[Agent(model, [look], name="looker")]) as rt:
-        run = await rt.start("looker", "look")
-        result = await run.wait()
-        await asyncio.sleep(0)
-        kept = rt.get(run.id)
-        assert kept.result == result and kept.result is not result
-        assert kept.transcript == result.messages
-        assert [m.role for m in kept.transcript] == ["user", "assistant", "tool", "assistant"]
-        assert kept.transcript[2].tool_results[1].output == "b: a file"
-        assert await kept.wait() == result
-        kept.transcript.clear()  # a reader's list is its own
-        assert kept.transcript == result.messages
-        gc.collect()
-        assert isinstance(run, Run) and run.kept is not None and run.kept_result is not None
-        assert not gc.is_tracked(run.kept) and not gc.is_tracked(run.kept_result)
-
-
 async def test_a_cancelled_waiter_leaves_the_run_and_its_other_waiters_alone() -> None:
     """`wait` from many places at once: one waiter given up on (a page closed, a timeout)
     neither cancels the run nor wakes the others early; each gets the run's result."""

@@ -11,11 +11,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from .frozen import quick_init
 
@@ -360,97 +359,3 @@ def message_chars(m: Message) -> int:
         else:
             n += len(p.text)
     return n + 4
-
-
-# -- a transcript kept compact ---------------------------------------------------------------
-
-KINDS: tuple[type, ...] = (TextPart, ToolCall, ToolResult, ReasoningPart, ImagePart)
-"""The parts a compact transcript names by their index here."""
-TAGS = {kind: tag for tag, kind in enumerate(KINDS)}
-CALL = TAGS[ToolCall]
-FIELDS = tuple(tuple(f.name for f in dataclasses.fields(k)) for k in KINDS)
-READ = tuple(operator.attrgetter(*names) for names in FIELDS)
-"""Each kind's fields in order, read at once (TextPart's and ToolCall's are not read so)."""
-PLAIN = {str, int, float, bool, type(None)}
-
-Compact = tuple[Any, ...]
-
-
-def compact(messages: Iterable[Message]) -> Compact:
-    """A transcript as one flat tuple of plain values: what an ended run holds (`Run.keep`).
-
-    The host's garbage collector stops walking a tuple of strings and numbers after one look,
-    where each message, call and result object stayed tracked as long as the run was kept: a
-    process keeps 10,000 ended runs by default, and theirs were most of what each full
-    collection walked in the benchmark's 1,000-run scenario. (Flat: the collector lets go of
-    a tuple of tuples one level a collection; and a dict inside keeps a tuple tracked, so a
-    call's arguments of plain values are laid out flat too.)
-
-    Each message is its role and its number of parts, then each part: a text as its string,
-    any other of `KINDS` as its index and its fields, a part of no kind here as itself.
-    Lossless: `expand` gives equal messages back (a result's images and arguments that hold
-    lists or objects are the same objects again; nothing changes them)."""
-    flat: list[Any] = []
-    for m in messages:
-        flat += (m.role, len(m.parts))
-        for p in m.parts:
-            kind = type(p)
-            if kind is TextPart:
-                flat.append(cast(TextPart, p).text)
-            elif kind is ToolCall:
-                call = cast(ToolCall, p)
-                flat += (CALL, call.id, call.name, call.raw_arguments)
-                compact_arguments(flat, call.arguments)
-            elif (tag := TAGS.get(kind)) is not None:
-                flat.append(tag)
-                flat += READ[tag](p)
-            else:
-                flat.append(p)
-    return tuple(flat)
-
-
-def compact_arguments(flat: list[Any], arguments: dict[str, Any] | None) -> None:
-    """A call's arguments: their number, then each name and value, when every value is
-    plain; else the dict itself (or None)."""
-    if arguments is not None:
-        for value in arguments.values():
-            if type(value) not in PLAIN:
-                break
-        else:
-            flat.append(len(arguments))
-            for item in arguments.items():
-                flat += item
-            return
-    flat.append(arguments)
-
-
-def expand(kept: Compact) -> list[Message]:
-    """The messages `compact` was given, made again."""
-    messages = []
-    i, end = 0, len(kept)
-    while i < end:
-        role, n = kept[i], kept[i + 1]
-        i += 2
-        parts: list[Part] = []
-        for _ in range(n):
-            item = kept[i]
-            i += 1
-            if type(item) is str:
-                parts.append(TextPart(item))
-            elif item == CALL and type(item) is int:
-                call_id, name, raw, given = kept[i : i + 4]
-                i += 4
-                arguments = given
-                if type(given) is int:
-                    pairs = kept[i : i + 2 * given]
-                    arguments = dict(zip(pairs[::2], pairs[1::2], strict=True))
-                    i += 2 * given
-                parts.append(ToolCall(call_id, name, arguments, raw))
-            elif type(item) is int:
-                width = len(FIELDS[item])
-                parts.append(KINDS[item](*kept[i : i + width]))
-                i += width
-            else:
-                parts.append(item)
-        messages.append(Message(role, tuple(parts)))
-    return messages

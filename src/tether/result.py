@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any
 
 from .events import Emitter, tool_result_data
 from .loop import Finish, LoopState, Outcome, close_open_calls
-from .messages import Compact, Message, Usage, expand
+from .messages import Message, Usage
 from .output import jsonable
 
 
@@ -110,27 +109,3 @@ def finish_run(
     )
     emitter.run_finished(**result.summary())
     return result
-
-
-USAGE = operator.attrgetter(
-    "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "estimated"
-)
-
-
-def compact_result(result: RunResult, messages: Compact | None) -> Compact:
-    """`result` as one flat tuple of plain values (see `messages.compact`); `messages`: its
-    transcript compacted by the caller, None when it is the caller's own transcript (a run's
-    result and its transcript are most often one list)."""
-    r = result
-    head = (r.run_id, r.outcome, r.answer, r.reason, r.cost_usd, r.steps, r.error, r.output)
-    return (*head, *USAGE(r.usage), messages)
-
-
-def expand_result(kept: Compact, transcript: Compact) -> RunResult:
-    """The result `compact_result` was given, made again: its transcript the compact
-    `transcript` unless it kept one of its own."""
-    run_id, outcome, answer, reason, cost, steps, error, output, *usage, messages = kept
-    own = expand(transcript if messages is None else messages)
-    return RunResult(
-        run_id, outcome, answer, reason, Usage(*usage), cost, steps, own, error, output
-    )

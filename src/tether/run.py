@@ -24,8 +24,8 @@ from .approvals import ApprovalDesk, ApprovalRequest, Approver
 from .bus import EventLog
 from .errors import RunEnded
 from .events import Emitter
-from .messages import Compact, ImagePart, Message, Usage, compact, expand
-from .result import RunResult, compact_result, expand_result
+from .messages import ImagePart, Message, Usage
+from .result import RunResult
 from .tools.tool import RunContext
 
 Status = Literal["queued", "running", "idle", "done", "halted", "cancelled", "failed"]
@@ -165,11 +165,11 @@ def forget_old(
     runs: dict[str, Any],
     logs: dict[str, EventLog],
     run_id: str,
-) -> bool:
+) -> None:
     """Remember `run_id` as ended, and forget the oldest ended runs past `keep` (their handles
-    and event logs); None keeps them all. Whether the run is kept (not at once forgotten)."""
+    and event logs); None keeps them all."""
     if keep is None:
-        return True
+        return
     finished.append(run_id)
     while len(finished) > keep:
         old = finished.popleft()
@@ -177,7 +177,6 @@ def forget_old(
         if run is not None and not run.alive:  # the id may have been reused since
             del runs[old]
             logs.pop(old, None)
-    return run_id in runs
 
 
 class Run:
@@ -207,24 +206,17 @@ class Run:
         self.desk = ApprovalDesk(approval_ttl)
         self.approver: Approver = approver or self.desk
         self.restart = restart or TEMPORARY
-        self.history: list[Message] = transcript if transcript is not None else []
-        """The conversation, extended in place while the run runs (`transcript` reads it)."""
+        self.transcript: list[Message] = transcript if transcript is not None else []
         self.inbox: list[str] = []
         self.mail = asyncio.Event()
         self.status: Status = "queued"
-        self.last: RunResult | None = None
-        """The last attempt's result (`result` reads it)."""
-        self.kept: Compact | None = None
-        """An ended run's transcript, compact (`keep`); None while it runs."""
-        self.kept_result: Compact | None = None
-        """An ended run's result, compact (`keep`); None before one."""
+        self.result: RunResult | None = None
         self.attempts = 0
         self.task_handle: asyncio.Task[None] | None = None
-        self.watchers: list[asyncio.Future[RunResult | None]] | None = None
+        self.watchers: list[asyncio.Future[None]] | None = None
         """Who waits for the run to end (`wait`), each on a future of its own."""
-        self.forget: Callable[[str], bool] | None = None
-        """Told the run's id when it has ended (its supervisor keeps the latest ended runs);
-        says whether it keeps this one."""
+        self.forget: Callable[[str], None] | None = None
+        """Told the run's id when it has ended (its supervisor keeps the latest ended runs)."""
         self.limiter: Limiter | None = None  # the bound on its model's calls (the supervisor's)
 
     @property
@@ -235,35 +227,6 @@ class Run:
     @property
     def alive(self) -> bool:
         return self.status in ("queued", "running", "idle")
-
-    @property
-    def transcript(self) -> list[Message]:
-        """The conversation so far: while the run runs, the list it extends; once it has
-        ended, a list of its own for each caller."""
-        return self.history if self.kept is None else expand(self.kept)
-
-    @property
-    def result(self) -> RunResult | None:
-        """The last attempt's result (None before one has ended)."""
-        if self.kept is None or self.kept_result is None:
-            return self.last
-        return expand_result(self.kept_result, self.kept)
-
-    @result.setter
-    def result(self, value: RunResult | None) -> None:
-        self.last = value
-
-    def keep(self) -> None:
-        """Hold the ended run's transcript and result compact (`messages.compact`): a process
-        keeps thousands of ended runs for whoever asks, and as message objects each held some
-        forty that every full collection walked again (6% of the CPU a turn of the 1,000-run
-        benchmark). Read back as equal values."""
-        last = self.last
-        if last is not None:
-            own = None if last.messages is self.history else compact(last.messages)
-            self.kept_result = compact_result(last, own)
-        self.kept = compact(self.history)
-        self.history, self.last = [], None
 
     def send(self, text: str) -> None:
         """A user message: delivered before the next model call, together with any others."""
@@ -296,22 +259,21 @@ class Run:
         """Wait for the run to end; its last result (cancelled, with nothing done, for one
         cancelled before it got to run). Always a result: `RunResult | None` made every
         caller's `result.outcome` an error under `mypy --strict`, the README's own."""
-        result = self.result
         if self.task_handle is not None:
-            ended: asyncio.Future[RunResult | None] = asyncio.get_running_loop().create_future()
+            ended = asyncio.get_running_loop().create_future()
             watchers = self.watchers = self.watchers or []
             watchers.append(ended)
             try:
-                result = await ended  # a waiter cancelled cancels its own future, never the run
+                await ended  # a waiter cancelled cancels its own future, never the run
             except asyncio.CancelledError:
                 if ended in watchers:
                     watchers.remove(ended)
                 raise
-        if result is None:
+        if self.result is None:
             return RunResult(
                 self.id, "cancelled", "", "cancelled", Usage(), 0.0, 0, list(self.transcript)
             )
-        return result
+        return self.result
 
     def task_ended(self, task: asyncio.Task[None]) -> None:
         """The run's task is done, however it ended: its log closes, its waiters go on, and
@@ -323,15 +285,14 @@ class Run:
             self.status = "cancelled"
             self.emitter.run_finished(**cancelled_summary(self.result, self.id))
         self.log.close()
+        if self.forget is not None:
+            self.forget(self.id)
+            self.forget = None
         self.task_handle = None
-        last = self.last
         watchers, self.watchers = self.watchers or [], None
         for ended in watchers:
             if not ended.done():
-                ended.set_result(last)  # the result itself, not one made again from `kept`
-        if self.forget is not None and self.forget(self.id):
-            self.keep()
-        self.forget = None
+                ended.set_result(None)
 
     async def attempt(self, task: str | None) -> RunResult:
         """One go of the agent loop on this run's transcript."""
@@ -341,7 +302,7 @@ class Run:
         result = await self.agent.run(
             task,
             images=self.images if task is not None else (),
-            transcript=self.history,
+            transcript=self.transcript,
             context=self.context,
             run_id=self.id,
             emitter=self.emitter,
