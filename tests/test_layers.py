@@ -14,6 +14,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         {
             "frozen",
             "messages",
+            "compact",
             "events",
             "event_types",
             "errors",

@@ -703,6 +703,33 @@ async def test_an_ended_run_leaves_no_reference_cycle_for_the_collector() -> Non
     assert left == []
 
 
+async def test_an_ended_run_kept_compact_answers_as_it_did() -> None:
+    """An ended run the runtime keeps (10,000 by default) still answers with its transcript
+    and result, equal to what `wait` returned, while it holds them compact (`compact.py`)."""
+    from tether import Runtime
+
+    @tool
+    async def look(path: str) -> str:
+        """Look at a path."""
+        return f"{path}: a file"
+
+    calls = [("look", {"path": "a"}), ("look", {"path": "b"})]
+    model = ScriptedModel([reply(tool_calls=calls), reply("seen")])
+    async with Runtime(agents=[Agent(model, [look], name="looker")]) as rt:
+        run = await rt.start("looker", "look")
+        result = await run.wait()
+        await asyncio.sleep(0)
+        kept = rt.get(run.id)
+        assert kept.result == result and kept.result is not result
+        assert kept.transcript == result.messages
+        assert [m.role for m in kept.transcript] == ["user", "assistant", "tool", "assistant"]
+        assert kept.transcript[2].tool_results[1].output == "b: a file"
+        assert await kept.wait() == result
+        kept.transcript.clear()  # a reader's list is its own
+        assert kept.transcript == result.messages
+        assert isinstance(run, Run) and isinstance(run.kept, bytes)  # no message objects
+
+
 async def test_a_cancelled_waiter_leaves_the_run_and_its_other_waiters_alone() -> None:
     """`wait` from many places at once: one waiter given up on (a page closed, a timeout)
     neither cancels the run nor wakes the others early; each gets the run's result."""

@@ -39,7 +39,8 @@ class EventLog:
         """Each event's JSON array, one after another."""
         self.ends = array("q")
         """Where each event's JSON ends in `text`."""
-        self.waiters: set[asyncio.Event] = set()
+        self.waiters: set[asyncio.Event] | None = None
+        """Who follows the log (made when the first one joins; most logs are never followed)."""
         self.closed = False
         self.memo: Any = None
         """What a reader derived from the events, kept with them (`memory_view.fold`)."""
@@ -67,8 +68,9 @@ class EventLog:
         """An event by its parts (`events.Record`: a run's emitter writes its log so)."""
         self.text += orjson.dumps((type, seq, ts, data), default=str)
         self.ends.append(len(self.text))
-        for w in self.waiters:
-            w.set()
+        if self.waiters:
+            for w in self.waiters:
+                w.set()
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -77,13 +79,14 @@ class EventLog:
     def close(self) -> None:
         """No more events will come (the run ended for good)."""
         self.closed = True
-        for w in self.waiters:
+        for w in self.waiters or ():
             w.set()
 
     async def follow(self, offset: int = 0, max_lag: int = DEFAULT_MAX_LAG) -> AsyncIterator[Event]:
         """Events from `offset` on, then live ones as they come, until the log is closed."""
         wake = asyncio.Event()
-        self.waiters.add(wake)
+        waiters = self.waiters = self.waiters or set()
+        waiters.add(wake)
         position = max(0, offset)
         joined = len(self.ends)  # the backlog at joining is catch-up, not lag
         behind = False
@@ -108,7 +111,7 @@ class EventLog:
                 wake.clear()
                 await wake.wait()
         finally:
-            self.waiters.discard(wake)
+            waiters.discard(wake)
 
 
 class Bus:

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
+from .compact import Compact, expand, pack, unpack
 from .events import Emitter, tool_result_data
 from .loop import Finish, LoopState, Outcome, close_open_calls
 from .messages import Message, Usage
@@ -109,3 +111,27 @@ def finish_run(
     )
     emitter.run_finished(**result.summary())
     return result
+
+
+USAGE = operator.attrgetter(
+    "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "estimated"
+)
+
+
+def compact_result(result: RunResult, own: Compact | None) -> Compact:
+    """`result` compact (`compact.pack`); `own`: its transcript compacted by the caller, None
+    when it is the run's transcript, kept beside it (a run's result and its transcript are
+    most often one list)."""
+    r = result
+    head = [r.run_id, r.outcome, r.answer, r.reason, r.cost_usd, r.steps, r.error, r.output]
+    return pack([*head, *USAGE(r.usage), own])
+
+
+def expand_result(kept: Compact, transcript: Compact) -> RunResult:
+    """The result `compact_result` was given, made again: its transcript the compact
+    `transcript` unless it kept one of its own."""
+    run_id, outcome, answer, reason, cost, steps, error, output, *usage, own = unpack(kept)
+    messages = expand(transcript if own is None else own)
+    return RunResult(
+        run_id, outcome, answer, reason, Usage(*usage), cost, steps, messages, error, output
+    )

@@ -22,10 +22,11 @@ from .admission import SLOT, Limiter, Slot
 from .agent import Agent
 from .approvals import ApprovalDesk, ApprovalRequest, Approver
 from .bus import EventLog
+from .compact import Compact, compact, expand
 from .errors import RunEnded
 from .events import Emitter
 from .messages import ImagePart, Message, Usage
-from .result import RunResult
+from .result import RunResult, compact_result, expand_result
 from .tools.tool import RunContext
 
 Status = Literal["queued", "running", "idle", "done", "halted", "cancelled", "failed"]
@@ -165,11 +166,11 @@ def forget_old(
     runs: dict[str, Any],
     logs: dict[str, EventLog],
     run_id: str,
-) -> None:
+) -> bool:
     """Remember `run_id` as ended, and forget the oldest ended runs past `keep` (their handles
-    and event logs); None keeps them all."""
+    and event logs); None keeps them all. Whether the run is kept (not at once forgotten)."""
     if keep is None:
-        return
+        return True
     finished.append(run_id)
     while len(finished) > keep:
         old = finished.popleft()
@@ -177,6 +178,7 @@ def forget_old(
         if run is not None and not run.alive:  # the id may have been reused since
             del runs[old]
             logs.pop(old, None)
+    return run_id in runs
 
 
 class Run:
@@ -206,17 +208,25 @@ class Run:
         self.desk = ApprovalDesk(approval_ttl)
         self.approver: Approver = approver or self.desk
         self.restart = restart or TEMPORARY
-        self.transcript: list[Message] = transcript if transcript is not None else []
+        self.history: list[Message] = transcript if transcript is not None else []
+        """The conversation, extended in place while the run runs (`transcript` reads it)."""
         self.inbox: list[str] = []
-        self.mail = asyncio.Event()
+        self.mail: asyncio.Event | None = None
+        """Set when a message arrives; made when the run first idles (most runs never do)."""
         self.status: Status = "queued"
-        self.result: RunResult | None = None
+        self.last: RunResult | None = None
+        """The last attempt's result (`result` reads it)."""
+        self.kept: Compact | None = None
+        """An ended run's transcript, compact (`keep`); None while it runs."""
+        self.kept_result: Compact | None = None
+        """An ended run's result, compact (`keep`); None before one."""
         self.attempts = 0
         self.task_handle: asyncio.Task[None] | None = None
-        self.watchers: list[asyncio.Future[None]] | None = None
+        self.watchers: list[asyncio.Future[RunResult | None]] | None = None
         """Who waits for the run to end (`wait`), each on a future of its own."""
-        self.forget: Callable[[str], None] | None = None
-        """Told the run's id when it has ended (its supervisor keeps the latest ended runs)."""
+        self.forget: Callable[[str], bool] | None = None
+        """Told the run's id when it has ended (its supervisor keeps the latest ended runs);
+        says whether it keeps this one."""
         self.limiter: Limiter | None = None  # the bound on its model's calls (the supervisor's)
 
     @property
@@ -228,13 +238,45 @@ class Run:
     def alive(self) -> bool:
         return self.status in ("queued", "running", "idle")
 
+    @property
+    def transcript(self) -> list[Message]:
+        """The conversation so far: while the run runs, the list it extends; once it has
+        ended, a list of its own for each caller."""
+        return self.history if self.kept is None else expand(self.kept)
+
+    @property
+    def result(self) -> RunResult | None:
+        """The last attempt's result (None before one has ended)."""
+        if self.kept is None or self.kept_result is None:
+            return self.last
+        return expand_result(self.kept_result, self.kept)
+
+    @result.setter
+    def result(self, value: RunResult | None) -> None:
+        self.last = value
+
+    def keep(self) -> None:
+        """Hold what the ended run is still asked for, and little else: its transcript and
+        result compact (`compact.py`, read back as equal values), not the budget its
+        children drew on. A process keeps
+        thousands of ended runs for whoever asks (10,000 by default), and as message objects
+        each held some fifty that every full collection walked again."""
+        last = self.last
+        if last is not None:
+            own = None if last.messages is self.history else compact(last.messages)
+            self.kept_result = compact_result(last, own)
+        self.kept = compact(self.history)
+        self.history, self.last = [], None
+        self.context.allowance = None
+
     def send(self, text: str) -> None:
         """A user message: delivered before the next model call, together with any others."""
         if not self.alive:
             raise RunEnded(f"run {self.id} has ended ({self.status}); start a new one")
         self.inbox.append(text)
         self.emitter.user_message(text=text)
-        self.mail.set()
+        if self.mail is not None:
+            self.mail.set()
 
     def cancel(self) -> bool:
         """Stop the run now. Returns False if it had already ended."""
@@ -259,21 +301,22 @@ class Run:
         """Wait for the run to end; its last result (cancelled, with nothing done, for one
         cancelled before it got to run). Always a result: `RunResult | None` made every
         caller's `result.outcome` an error under `mypy --strict`, the README's own."""
+        result = self.result
         if self.task_handle is not None:
-            ended = asyncio.get_running_loop().create_future()
+            ended: asyncio.Future[RunResult | None] = asyncio.get_running_loop().create_future()
             watchers = self.watchers = self.watchers or []
             watchers.append(ended)
             try:
-                await ended  # a waiter cancelled cancels its own future, never the run
+                result = await ended  # a waiter cancelled cancels its own future, never the run
             except asyncio.CancelledError:
                 if ended in watchers:
                     watchers.remove(ended)
                 raise
-        if self.result is None:
+        if result is None:
             return RunResult(
                 self.id, "cancelled", "", "cancelled", Usage(), 0.0, 0, list(self.transcript)
             )
-        return self.result
+        return result
 
     def task_ended(self, task: asyncio.Task[None]) -> None:
         """The run's task is done, however it ended: its log closes, its waiters go on, and
@@ -285,24 +328,26 @@ class Run:
             self.status = "cancelled"
             self.emitter.run_finished(**cancelled_summary(self.result, self.id))
         self.log.close()
-        if self.forget is not None:
-            self.forget(self.id)
-            self.forget = None
         self.task_handle = None
+        last = self.last
         watchers, self.watchers = self.watchers or [], None
         for ended in watchers:
             if not ended.done():
-                ended.set_result(None)
+                ended.set_result(last)  # the result itself, not one made again from `kept`
+        if self.forget is not None and self.forget(self.id):
+            self.keep()
+        self.forget = None
 
     async def attempt(self, task: str | None) -> RunResult:
         """One go of the agent loop on this run's transcript."""
         self.status = "running"
         self.attempts += 1
-        self.mail.clear()
+        if self.mail is not None:
+            self.mail.clear()
         result = await self.agent.run(
             task,
             images=self.images if task is not None else (),
-            transcript=self.transcript,
+            transcript=self.history,
             context=self.context,
             run_id=self.id,
             emitter=self.emitter,
@@ -319,9 +364,10 @@ class Run:
         """Idle until a message arrives (permanent runs, between answers)."""
         self.status = "idle"
         self.emitter.idle()
+        mail = self.mail = self.mail or asyncio.Event()
         while not self.inbox:
-            self.mail.clear()
-            await self.mail.wait()
+            mail.clear()
+            await mail.wait()
 
     def cancelled_idle(self, last: RunResult) -> None:
         self.status = "cancelled"

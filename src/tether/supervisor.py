@@ -124,9 +124,10 @@ class Supervisor:
     def live(self) -> list[Run]:
         return [r for r in self.runs.values() if r.alive]
 
-    def forget_old(self, run_id: str) -> None:
-        """Remember `run_id` as ended, and forget the oldest ended runs past the limit."""
-        forget_old(self.finished, self.keep_finished, self.runs, self.bus.logs, run_id)
+    def forget_old(self, run_id: str) -> bool:
+        """Remember `run_id` as ended, and forget the oldest ended runs past the limit; whether
+        this one is kept."""
+        return forget_old(self.finished, self.keep_finished, self.runs, self.bus.logs, run_id)
 
     def limiter_for(self, agent: Agent) -> Limiter | None:
         if not self.max_model_calls:

@@ -1,0 +1,133 @@
+"""An ended run's transcript kept compact: what a process holds of the runs it keeps after they
+end (a `Runtime` keeps the last 10,000 for `get` and the page), read back when someone asks.
+
+As message objects, an ended run held some fifty objects the host's garbage collector walked at
+every full collection, and their strings and small objects stayed scattered among the pages new
+ones are made in. Measured in the benchmark rig's 1,000-run scenario (3,000 runs kept, pinned,
+alternating runs of each tree; CPU a model turn): forgetting ended runs at once was 6.5-8% less
+than keeping them as they were; keeping them as tuples of plain values 2% less; as one bytes
+object each (this module), most of the way to forgetting them.
+
+A transcript is laid out flat: each message is its role and its number of parts, then each
+part, a text as its string, any other part of `KINDS` as its index and its fields (a call's
+arguments of plain values flat too: their number, then each name and value). When every value
+is one JSON keeps exactly (a string, a finite float, an int of 64 bits, a bool, None) the flat
+list is kept as JSON bytes; otherwise (images, a tool's model usage, nested arguments) as a
+tuple holding those values themselves. Either way `expand` gives equal messages back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+import orjson
+
+from .messages import Message, Part, ReasoningPart, TextPart, ToolCall, ToolResult
+
+KINDS: tuple[type, ...] = (TextPart, ToolCall, ToolResult, ReasoningPart)
+"""The parts a compact transcript names by their index here (an image is kept as itself)."""
+TAGS = {kind: tag for tag, kind in enumerate(KINDS)}
+CALL, RESULT = TAGS[ToolCall], TAGS[ToolResult]
+WIDTH = tuple(len(dataclasses.fields(k)) for k in KINDS)
+READ = tuple(operator.attrgetter(*(f.name for f in dataclasses.fields(k))) for k in KINDS)
+"""Each kind's fields in order, read at once (text, calls and results are read apart)."""
+PLAIN = frozenset({str, int, float, bool, type(None)})
+
+Compact = bytes | tuple[Any, ...]
+
+
+def compact(messages: Iterable[Message]) -> Compact:
+    """The transcript, compact (see the module docstring)."""
+    flat: list[Any] = []
+    for m in messages:
+        flat += (m.role, len(m.parts))
+        for p in m.parts:
+            kind = type(p)
+            if kind is TextPart:
+                flat.append(cast(TextPart, p).text)
+            elif kind is ToolCall:
+                call = cast(ToolCall, p)
+                flat += (CALL, call.id, call.name, call.raw_arguments)
+                arguments(flat, call.arguments)
+            elif kind is ToolResult:
+                r = cast(ToolResult, p)
+                flat += (RESULT, r.call_id, r.name, r.output, r.is_error)
+                flat.append(0 if not r.images and r.usage is None else (r.images, r.usage))
+            elif kind is ReasoningPart:
+                flat.append(TAGS[kind])
+                flat += READ[TAGS[kind]](p)
+            else:
+                flat.append(p)  # an image, or a part of no kind here: as it is
+    return pack(flat)
+
+
+def arguments(flat: list[Any], given: dict[str, Any] | None) -> None:
+    """A call's arguments: their number, then each name and value, when every value is
+    plain; else the dict itself (or None)."""
+    if given is not None and all(type(v) in PLAIN for v in given.values()):
+        flat.append(len(given))
+        for item in given.items():
+            flat += item
+    else:
+        flat.append(given)
+
+
+def pack(flat: list[Any]) -> Compact:
+    """`flat` as JSON bytes when JSON gives back every value exactly; else as a tuple."""
+    for v in flat:
+        kind = type(v)
+        if kind not in PLAIN or (kind is float and not math.isfinite(v)):
+            return tuple(flat)
+    try:
+        written = orjson.dumps(flat)
+    except orjson.JSONEncodeError:  # an int past 64 bits, a string that is no valid UTF-8
+        return tuple(flat)
+    return bytes(memoryview(written))  # a copy of its size: orjson's held the buffer it grew
+
+
+def unpack(kept: Compact) -> Sequence[Any]:
+    return cast(list[Any], orjson.loads(kept)) if type(kept) is bytes else cast(tuple[Any], kept)
+
+
+def expand(kept: Compact) -> list[Message]:
+    """The messages `compact` was given, made again."""
+    flat = unpack(kept)
+    messages = []
+    i, end = 0, len(flat)
+    while i < end:
+        role, n = flat[i], flat[i + 1]
+        i += 2
+        parts: list[Part] = []
+        for _ in range(n):
+            part, i = expand_part(flat, i)
+            parts.append(part)
+        messages.append(Message(role, tuple(parts)))
+    return messages
+
+
+def expand_part(flat: Sequence[Any], i: int) -> tuple[Part, int]:
+    """The part that starts at `flat[i]`, and where the next one starts."""
+    item = flat[i]
+    kind = type(item)
+    if kind is str:
+        return TextPart(item), i + 1
+    if kind is not int:
+        return cast(Part, item), i + 1
+    if item == CALL:
+        call_id, name, raw, given = flat[i + 1 : i + 5]
+        i += 5
+        if type(given) is int:
+            pairs = flat[i : i + 2 * given]
+            i += 2 * given
+            given = dict(zip(pairs[::2], pairs[1::2], strict=True))
+        return ToolCall(call_id, name, given, raw), i
+    if item == RESULT:
+        call_id, name, output, is_error, extra = flat[i + 1 : i + 6]
+        images, usage = ((), None) if extra == 0 else extra
+        return ToolResult(call_id, name, output, is_error, images, usage), i + 6
+    width = WIDTH[item]
+    return cast(Part, KINDS[item](*flat[i + 1 : i + 1 + width])), i + 1 + width
