@@ -461,6 +461,7 @@ def test_sse_parser_handles_split_lines_crlf_comments_and_multiline_data() -> No
         b'data: {"a": 1}\n\ndata:{"b": 2}\n\ndata: [DONE]\n\n',
         b"data: one\n\nevent: named\ndata: two\n\n: ping\n\ndata: x\ndata: y\n\ndata: end\n\n",
         b"data: one\n\n\n\ndata: two\r\n\r\ndata: three\n\n",
+        b"data:\n\ndata:  two spaces\n\nretry: 10\ndata: x\n\nid: 1\n\ndata: end\n\n",
     ],
 )
 def test_sse_events_are_the_same_however_the_stream_is_cut(stream: bytes) -> None:
@@ -477,6 +478,8 @@ def test_sse_events_are_the_same_however_the_stream_is_cut(stream: bytes) -> Non
     assert whole == read([stream[i : i + 1] for i in range(len(stream))])
     assert all(read([stream[:cut], stream[cut:]]) == whole for cut in range(1, len(stream)))
     assert len(whole) >= 3 and whole[-1][1] in (b"[DONE]", b"end", b"three")
+    if stream.startswith(b"data:\n"):  # an empty value, and one space only is taken off
+        assert whole[:3] == [(None, b""), (None, b" two spaces"), (None, b"x")]
 
 
 @every

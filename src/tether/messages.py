@@ -189,7 +189,7 @@ class Message:
 
     @property
     def text(self) -> str:
-        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+        return "".join([p.text for p in self.parts if isinstance(p, TextPart)])  # no generator
 
     @property
     def tool_calls(self) -> list[ToolCall]:

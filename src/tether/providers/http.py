@@ -19,6 +19,7 @@ import contextlib
 import email.utils
 import os
 import random
+import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
@@ -380,6 +381,10 @@ def unexpected(resp: aiohttp.ClientResponse, raw: bytes, wanted: str) -> Provide
 
 SSEEvent = tuple[str | None, bytes]
 
+WHOLE_EVENTS = re.compile(rb"(?:data: ?[^\n]*\n\n)*")
+"""The longest start of a chunk that is whole `data:` events, each one line and a blank one."""
+DATA = re.compile(rb"data: ?([^\n]*)\n\n")
+
 
 class SSEParser:
     """Server-Sent Events from bytes as they arrive: (event name, data) pairs. Comments and
@@ -396,24 +401,20 @@ class SSEParser:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """The events completed by `chunk`."""
         if not (self.pending_size or self.data or self.event) and b"\r" not in chunk:
-            found = self.whole_events(chunk)
-            if found is not None:
-                return found
+            return self.whole_events(chunk)
         return self.lines(chunk)
 
-    def whole_events(self, chunk: bytes) -> list[SSEEvent] | None:
-        """The events of a chunk of whole `data:` events (what servers send: one line, then a
-        blank one), a block at a time; None for anything else, which is read line by line.
-        (Line by line, four checks a line, was most of the cost of parsing a streamed reply.)"""
-        *blocks, rest = chunk.split(b"\n\n")
-        out: list[SSEEvent] = []
-        for block in blocks:
-            if not block.startswith(b"data:") or b"\n" in block:
-                return None
-            value = block[5:]
-            out.append((None, value[1:] if value.startswith(b" ") else value))
-        if rest:
-            out += self.lines(rest)
+    def whole_events(self, chunk: bytes) -> list[SSEEvent]:
+        """The events of a chunk read from a clean state: its start of whole `data:` events
+        (what servers send: one line, then a blank one) by two regular expressions, the rest
+        line by line. (Line by line, four checks a line, was most of the cost of parsing a
+        streamed reply; block by block in Python, 0.8 µs an event, the regular expressions
+        0.3.)"""
+        whole = WHOLE_EVENTS.match(chunk)
+        end = whole.end() if whole is not None else 0  # (it matches "" at least)
+        out: list[SSEEvent] = [(None, data) for data in DATA.findall(chunk, 0, end)]
+        if end < len(chunk):
+            out += self.lines(chunk[end:])
         return out
 
     def lines(self, chunk: bytes) -> list[SSEEvent]:
