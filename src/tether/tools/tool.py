@@ -34,7 +34,6 @@ import pydantic_core
 
 from ..accounts import Accounts
 from ..approvals import Policy
-from ..errors import known
 from ..events import Emitter, Sink
 from ..messages import ImagePart, ToolSpec, Usage
 from ..rates import Rates
@@ -244,17 +243,11 @@ class Tool:
         args_model = self.model()
         if args_model is None:
             return dict(arguments)
-        try:
-            model = args_model.model_validate(arguments)
+        try:  # the model's own validator, without `model_validate`'s layer (0.4 µs a call)
+            model = args_model.__pydantic_validator__.validate_python(arguments)
         except pydantic.ValidationError as e:
             raise ToolArgumentsError(describe_validation_error(self.name, e)) from None
-        return {k: getattr(model, k) for k in self.fields}
-
-    @functools.cached_property
-    def fields(self) -> tuple[str, ...]:
-        """The arguments' names, once (pydantic's `model_fields` is a property that builds its
-        answer at each read)."""
-        return tuple(known(self.model(), "the arguments' model of a tool").model_fields)
+        return dict(model.__dict__)  # its fields, by name (extra ones are refused)
 
     async def invoke(self, arguments: dict[str, Any], ctx: RunContext) -> ToolOutput:
         """Validate `arguments`, run the function and return its output (see `tool_output`)."""
