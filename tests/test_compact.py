@@ -118,3 +118,13 @@ def test_a_result_comes_back_with_its_transcript_or_its_own() -> None:
     own = messages[:1]
     other = RunResult("r1", "failed", "", "boom", Usage(), 0.0, 0, own, {"kind": "internal"})
     assert expand_result(compact_result(other, compact(own)), kept) == other
+
+
+def test_a_subclass_of_str_keeps_its_type() -> None:
+    class Name(str):
+        pass
+
+    messages = [Message("assistant", (TextPart(Name("a name")),))]
+    kept = compact(messages)
+    assert not isinstance(kept, bytes)
+    assert type(expand(kept)[0].parts[0].text) is Name  # type: ignore[union-attr]

@@ -116,6 +116,7 @@ async def test_tool_round_trip_request_shape(wire: WireServer, protocol: str) ->
     wire.add(calls=[("add", {"a": 1, "b": 2})]).add(text="3")
     model = client(wire, protocol, False)
     first = await model.respond(request(Message.user("add")))
+    assert wire.headers[0]["Content-Type"] == "application/json"  # what every API requires
     call = first.message.tool_calls[0]
     results = Message(
         "tool", (ToolResult(call.id, "add", "3"), ToolResult("x", "add", "bad", True))

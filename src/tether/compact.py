@@ -43,6 +43,7 @@ Compact = bytes | tuple[Any, ...]
 def compact(messages: Iterable[Message]) -> Compact:
     """The transcript, compact (see the module docstring)."""
     flat: list[Any] = []
+    exact = True  # every value one JSON gives back as it is (checked as it is laid out)
     for m in messages:
         flat += (m.role, len(m.parts))
         for p in m.parts:
@@ -52,28 +53,41 @@ def compact(messages: Iterable[Message]) -> Compact:
             elif kind is ToolCall:
                 call = cast(ToolCall, p)
                 flat += (CALL, call.id, call.name, call.raw_arguments)
-                arguments(flat, call.arguments)
+                exact = arguments(flat, call.arguments) and exact
             elif kind is ToolResult:
                 r = cast(ToolResult, p)
                 flat += (RESULT, r.call_id, r.name, r.output, r.is_error)
-                flat.append(0 if not r.images and r.usage is None else (r.images, r.usage))
+                if r.images or r.usage is not None:
+                    flat.append((r.images, r.usage))
+                    exact = False
+                else:
+                    flat.append(0)
             elif kind is ReasoningPart:
+                fields = READ[TAGS[kind]](p)
                 flat.append(TAGS[kind])
-                flat += READ[TAGS[kind]](p)
+                flat += fields
+                exact = exact and all(type(f) in PLAIN for f in fields)
             else:
                 flat.append(p)  # an image, or a part of no kind here: as it is
-    return pack(flat)
+                exact = False
+    return written(flat) if exact else tuple(flat)
 
 
-def arguments(flat: list[Any], given: dict[str, Any] | None) -> None:
+def arguments(flat: list[Any], given: dict[str, Any] | None) -> bool:
     """A call's arguments: their number, then each name and value, when every value is
-    plain; else the dict itself (or None)."""
-    if given is not None and all(type(v) in PLAIN for v in given.values()):
-        flat.append(len(given))
-        for item in given.items():
-            flat += item
-    else:
-        flat.append(given)
+    plain; else the dict itself (or None). Whether JSON gives them back as they are."""
+    if given is None:
+        flat.append(None)
+        return True
+    for value in given.values():
+        kind = type(value)
+        if kind not in PLAIN or (kind is float and not math.isfinite(value)):
+            flat.append(given)
+            return False
+    flat.append(len(given))
+    for item in given.items():
+        flat += item
+    return True
 
 
 def pack(flat: list[Any]) -> Compact:
@@ -82,11 +96,17 @@ def pack(flat: list[Any]) -> Compact:
         kind = type(v)
         if kind not in PLAIN or (kind is float and not math.isfinite(v)):
             return tuple(flat)
+    return written(flat)
+
+
+def written(flat: list[Any]) -> Compact:
+    """`flat`, each value plain, as JSON bytes; as a tuple where JSON would change one (a
+    subclass of str or int, an int past 64 bits, a string that is no valid UTF-8)."""
     try:
-        written = orjson.dumps(flat)
-    except orjson.JSONEncodeError:  # an int past 64 bits, a string that is no valid UTF-8
+        text = orjson.dumps(flat, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+    except orjson.JSONEncodeError:
         return tuple(flat)
-    return bytes(memoryview(written))  # a copy of its size: orjson's held the buffer it grew
+    return bytes(memoryview(text))  # a copy of its size: orjson's held the buffer it grew
 
 
 def unpack(kept: Compact) -> Sequence[Any]:
@@ -112,10 +132,9 @@ def expand(kept: Compact) -> list[Message]:
 def expand_part(flat: Sequence[Any], i: int) -> tuple[Part, int]:
     """The part that starts at `flat[i]`, and where the next one starts."""
     item = flat[i]
-    kind = type(item)
-    if kind is str:
+    if isinstance(item, str):  # (a subclass of str too, kept in a tuple)
         return TextPart(item), i + 1
-    if kind is not int:
+    if type(item) is not int:
         return cast(Part, item), i + 1
     if item == CALL:
         call_id, name, raw, given = flat[i + 1 : i + 5]

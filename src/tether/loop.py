@@ -290,8 +290,11 @@ def unique_calls(response: ModelResponse, messages: Sequence[Message]) -> ModelR
     calls = response.message.tool_calls
     if not calls:
         return response
-    seen = {c.id for m in messages if m.role == "assistant" for c in m.tool_calls}
-    if all(c.id and c.id not in seen for c in calls) and len({c.id for c in calls}) == len(calls):
+    seen = {
+        p.id for m in messages if m.role == "assistant" for p in m.parts if isinstance(p, ToolCall)
+    }
+    ids = [c.id for c in calls]
+    if "" not in ids and len(set(ids)) == len(ids) and seen.isdisjoint(ids):
         return response
     parts: list[Part] = []
     for p in response.message.parts:

@@ -145,8 +145,8 @@ class HTTPClient:
 
         if self._session is None or self._session.closed:
             s = self.settings
-            self._session = aiohttp.ClientSession(
-                headers=self.headers,
+            self._session = aiohttp.ClientSession(  # every request a JSON POST: said once
+                headers={**self.headers, "Content-Type": "application/json"},
                 connector=aiohttp.TCPConnector(limit=s.max_connections),
                 timeout=aiohttp.ClientTimeout(
                     total=None, sock_connect=s.connect_timeout, sock_read=s.read_timeout
@@ -243,8 +243,7 @@ class HTTPClient:
 
         try:
             async with self.session().post(
-                url, data=data, headers={"Content-Type": "application/json"},
-                allow_redirects=False,  # a call and its key go only where they are sent
+                url, data=data, allow_redirects=False,  # a call and its key go where sent
             ) as resp:  # fmt: skip
                 if 300 <= resp.status < 400:
                     raise self.redirected(resp)
