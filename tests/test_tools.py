@@ -322,3 +322,30 @@ def test_a_context_copy_is_what_dataclasses_replace_made() -> None:
     assert copied == replaced and type(copied) is RunContext
     assert ctx.call_id is None and copied.call_id == "c1"
     assert copied.kept is ctx.kept and copied.config is ctx.config
+
+
+async def test_a_finished_call_lets_go_of_its_task() -> None:
+    """A call that ended leaves its time limit on the toolbox's heap until a sweep; the limit
+    no longer holds the call's task (its coroutine and context) for that long: with thousands
+    of calls at once, those were thousands of objects for the collector to walk."""
+    import gc
+    import weakref
+
+    tasks: list[weakref.ref[asyncio.Task[object]]] = []
+
+    @tool
+    async def look(path: str) -> str:
+        """Look."""
+        task = asyncio.current_task()
+        if task is not None:
+            tasks.append(weakref.ref(task))
+        return path
+
+    box = Toolbox([look])
+    calls = [ToolCall(f"c{i}", "look", {"path": str(i)}, "") for i in range(2)]
+    results = await box.run_all(calls, RunContext(), Emitter("r"))
+    assert [r.output for r in results] == ["0", "1"] and len(tasks) == 2
+    assert box.limits is not None and len(box.limits.heap) == 2  # still there, unswept
+    await asyncio.sleep(0)  # the loop lets go of the gathered tasks' last callbacks
+    gc.collect()
+    assert [t() for t in tasks] == [None, None]

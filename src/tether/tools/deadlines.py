@@ -32,7 +32,10 @@ class Limit:
 
     def __init__(self, owner: Deadlines, task: asyncio.Task[object], deadline: float) -> None:
         self.owner = owner
-        self.task = task
+        self.task: asyncio.Task[object] | None = task
+        """The call's task, let go when the call ends: a limit that ended stays on the heap
+        until a sweep, and held its task (its coroutine, its context) as long: some 3,000
+        finished calls' tasks at once in the 1,000-run benchmark, for the collector to walk."""
         self.cancelling = task.cancelling()
         self.deadline: float | None = deadline
         self.number = 0
@@ -59,7 +62,7 @@ class Limit:
     def timed_out(self) -> bool:
         """Whether the CancelledError the call got is this limit's (and no one else's): then
         the cancellation is taken back and the call ends as timed out."""
-        return self.fired and self.task.uncancel() <= self.cancelling
+        return self.fired and self.task is not None and self.task.uncancel() <= self.cancelling
 
     def close(self) -> None:
         """The call ended. A limit that fired on a call that ended anyway takes its
@@ -67,9 +70,10 @@ class Limit:
         if self.done:
             return
         self.done = True
+        task, self.task = self.task, None
         if self.fired:
-            if self.task.cancelling() > self.cancelling:
-                self.task.uncancel()
+            if task is not None and task.cancelling() > self.cancelling:
+                task.uncancel()
         elif self.deadline is not None:
             self.owner.forget(self)
 
@@ -126,7 +130,8 @@ class Deadlines:
                 continue
             limit.number = 0
             limit.fired = True
-            limit.task.cancel()
+            if limit.task is not None:
+                limit.task.cancel()
         while heap and heap[0][1] != heap[0][2].number:  # stale entries first: not worth a wake
             heapq.heappop(heap)
             self.stale -= 1
