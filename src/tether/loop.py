@@ -102,6 +102,10 @@ class CallModel:
     pass
 
 
+CALL_MODEL = CallModel()
+"""The one `CallModel` (it holds nothing): not an object a turn, held across the call."""
+
+
 @quick_init
 @dataclass(frozen=True, slots=True)
 class RunTools:
@@ -152,7 +156,7 @@ def step(
     reason = over_budget(state, budget, price, now)
     if reason:
         return Finish("halted", answer=last_answer(state.messages), reason=reason)
-    return CallModel()
+    return CALL_MODEL
 
 
 def ask_to_check(
