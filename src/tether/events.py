@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Unpack, cast, get_type_hints
+from typing import Any, Protocol, Unpack, get_type_hints
 
 import orjson
 
@@ -169,7 +169,7 @@ class Emitter:
         self.seq = seq + 1
         if self.log is None and not self.sinks:
             return
-        data = cast(dict[str, Any], fields)
+        data: dict[str, Any] = fields  # type: ignore[assignment]  # (a cast costs 0.15 µs)
         if self.lineage is not None:
             data.update(self.lineage)
         ts = self.now()
