@@ -14,8 +14,10 @@ minute. Written because the single rows of `bench/peers` at c1000 said 1.0x wher
 1.41x.
 
 `--src` puts another tree's `src` first on the path of Tether's harness (a before/after of a
-change, both sides measured in the same minutes as the bare loop). Results go to
-`bench/pairs-<date>.json`.
+change, both sides measured in the same minutes as the bare loop). `--opt KEY=VALUE` goes to
+Tether's driver: `--opt max_model_calls=0 --opt keep_finished=0` prices what the Runtime's
+defaults (a bound of 256 model calls, 10,000 ended runs kept) cost in this scenario. Results go
+to `bench/pairs-<date>.json`.
 """
 
 from __future__ import annotations
@@ -64,8 +66,11 @@ def start_mock() -> tuple[subprocess.Popen[bytes], int]:
     raise SystemExit("pairs: the mock model did not start")
 
 
-def harness(port: int, driver: str, n: int, repeat: int, src: str | None) -> dict[str, Any]:
-    """One harness process, pinned to core 1; its RESULT line as a dict."""
+def harness(
+    port: int, driver: str, n: int, repeat: int, src: str | None, opts: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """One harness process, pinned to core 1; its RESULT line as a dict. `opts`: the
+    driver's `--opt KEY=VALUE`s."""
     cmd = [
         *pinned(1),
         sys.executable,
@@ -85,6 +90,7 @@ def harness(port: int, driver: str, n: int, repeat: int, src: str | None) -> dic
         "1",
         "--timeout",
         "240",
+        *(arg for opt in opts for arg in ("--opt", opt)),
     ]
     env = dict(os.environ)
     if src is not None:
@@ -119,6 +125,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000, help="concurrent runs a batch")
     ap.add_argument("--repeat", type=int, default=3, help="batches a harness process")
     ap.add_argument("--src", help="a Tether tree's src to measure instead of the installed one")
+    ap.add_argument(
+        "--opt",
+        action="append",
+        default=[],
+        help="KEY=VALUE for Tether's driver (max_model_calls=0, keep_finished=0: what a default "
+        "costs)",
+    )
     a = ap.parse_args()
     mock, port = start_mock()
     rows = []
@@ -129,7 +142,14 @@ def main() -> None:
             for side in order:
                 driver = TETHER if side == "tether" else BARE
                 got[side] = per_turn(
-                    harness(port, driver, a.n, a.repeat, a.src if side == "tether" else None)
+                    harness(
+                        port,
+                        driver,
+                        a.n,
+                        a.repeat,
+                        a.src if side == "tether" else None,
+                        tuple(a.opt) if side == "tether" else (),
+                    )
                 )
             ratio = got["tether"] / got["bare"]
             rows.append(
@@ -154,6 +174,7 @@ def main() -> None:
         "n": a.n,
         "repeat": a.repeat,
         "src": a.src,
+        "tether_opts": a.opt,
         "mock": MOCK,
         "commit": commit_of(HERE),
         "src_commit": commit_of(Path(a.src)) if a.src else None,

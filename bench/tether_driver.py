@@ -5,7 +5,8 @@
 Each run is a run of a `Runtime` in memory (its own task, mailbox and event log), as in
 production; `--opt runtime=0` calls the bare Agent loop instead; `--opt store=URL` makes the
 Runtime durable on that store (sqlite:///PATH or postgresql://...): each model reply and each
-tool call recorded as it completes.
+tool call recorded as it completes. `--opt max_model_calls=N` (0: no bound) and
+`--opt keep_finished=N` set the Runtime's bounds (its defaults otherwise: 256 and 10,000).
 """
 
 from __future__ import annotations
@@ -54,7 +55,16 @@ async def setup(ctx: Any) -> Any:
     store = ctx.opts.get("store")
     runtime = None
     if ctx.opts.get("runtime", "1") == "1":
-        runtime = Runtime(store, [agent], take_over=False) if store else Runtime(agents=[agent])
+        bounds: dict[str, Any] = {  # --opt max_model_calls=0: no bound; keep_finished=0
+            k: int(ctx.opts[k]) or None if k == "max_model_calls" else int(ctx.opts[k])
+            for k in ("max_model_calls", "keep_finished")
+            if k in ctx.opts
+        }
+        runtime = (
+            Runtime(store, [agent], take_over=False, **bounds)
+            if store
+            else Runtime(agents=[agent], **bounds)
+        )
     if runtime is not None:
         await runtime.open()
 
