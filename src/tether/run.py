@@ -257,10 +257,10 @@ class Run:
 
     def keep(self) -> None:
         """Hold what the ended run is still asked for, and little else: its transcript and
-        result compact (`compact.py`, read back as equal values), not the budget its
-        children drew on. A process keeps
-        thousands of ended runs for whoever asks (10,000 by default), and as message objects
-        each held some fifty that every full collection walked again."""
+        result compact (`compact.py`, read back as equal values), not the budget its children
+        drew on. A process keeps thousands of ended runs for whoever asks (10,000 by default);
+        as message objects each held some fifty objects for every full collection to walk,
+        and its small strings and objects stayed among the memory new runs are made in."""
         last = self.last
         if last is not None:
             own = None if last.messages is self.history else compact(last.messages)
