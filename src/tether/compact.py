@@ -9,11 +9,12 @@ than keeping them as they were; keeping them as tuples of plain values 2% less; 
 object each (this module), most of the way to forgetting them.
 
 A transcript is laid out flat: each message is its role and its number of parts, then each
-part, a text as its string, any other part of `KINDS` as its index and its fields (a call's
-arguments of plain values flat too: their number, then each name and value). When every value
-is one JSON keeps exactly (a string, a finite float, an int of 64 bits, a bool, None) the flat
-list is kept as JSON bytes; otherwise (images, a tool's model usage, nested arguments) as a
-tuple holding those values themselves. Either way `expand` gives equal messages back.
+part: a text as its string; a call, a result or reasoning as its number (`CALL`, `RESULT`,
+`REASONING`) and its fields (a call's arguments of plain values flat too: their number, then
+each name and value); an image as itself. When every value is one JSON keeps exactly (a
+string, a finite float, an int of 64 bits, a bool, None) the flat list is kept as JSON bytes;
+otherwise (images, a tool's model usage, nested arguments) as a tuple holding those values
+themselves. Either way `expand` gives equal messages back.
 """
 
 from __future__ import annotations
@@ -28,14 +29,20 @@ import orjson
 
 from .messages import Message, Part, ReasoningPart, TextPart, ToolCall, ToolResult
 
-KINDS: tuple[type, ...] = (TextPart, ToolCall, ToolResult, ReasoningPart)
-"""The parts a compact transcript names by their index here (an image is kept as itself)."""
-TAGS = {kind: tag for tag, kind in enumerate(KINDS)}
-CALL, RESULT = TAGS[ToolCall], TAGS[ToolResult]
-WIDTH = tuple(len(dataclasses.fields(k)) for k in KINDS)
-READ = tuple(operator.attrgetter(*(f.name for f in dataclasses.fields(k))) for k in KINDS)
-"""Each kind's fields in order, read at once (text, calls and results are read apart)."""
+CALL, RESULT, REASONING = 1, 2, 3
+"""How a compact transcript names a call, a result and a reasoning part (a text is its string;
+an image is kept as itself)."""
+REASONING_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(ReasoningPart)))
+REASONING_WIDTH = len(dataclasses.fields(ReasoningPart))
 PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def plain(value: Any) -> bool:
+    """Whether JSON gives `value` back as it is (but for what only `written` finds out: a
+    subclass, an int past 64 bits, a string that is no valid UTF-8)."""
+    kind = type(value)
+    return kind in PLAIN and (kind is not float or math.isfinite(value))
+
 
 Compact = bytes | tuple[Any, ...]
 
@@ -63,10 +70,10 @@ def compact(messages: Iterable[Message]) -> Compact:
                 else:
                     flat.append(0)
             elif kind is ReasoningPart:
-                fields = READ[TAGS[kind]](p)
-                flat.append(TAGS[kind])
+                fields = REASONING_FIELDS(p)
+                flat.append(REASONING)
                 flat += fields
-                exact = exact and all(type(f) in PLAIN for f in fields)
+                exact = exact and all(map(plain, fields))
             else:
                 flat.append(p)  # an image, or a part of no kind here: as it is
                 exact = False
@@ -79,11 +86,9 @@ def arguments(flat: list[Any], given: dict[str, Any] | None) -> bool:
     if given is None:
         flat.append(None)
         return True
-    for value in given.values():
-        kind = type(value)
-        if kind not in PLAIN or (kind is float and not math.isfinite(value)):
-            flat.append(given)
-            return False
+    if not all(map(plain, given.values())):
+        flat.append(given)
+        return False
     flat.append(len(given))
     for item in given.items():
         flat += item
@@ -92,11 +97,7 @@ def arguments(flat: list[Any], given: dict[str, Any] | None) -> bool:
 
 def pack(flat: list[Any]) -> Compact:
     """`flat` as JSON bytes when JSON gives back every value exactly; else as a tuple."""
-    for v in flat:
-        kind = type(v)
-        if kind not in PLAIN or (kind is float and not math.isfinite(v)):
-            return tuple(flat)
-    return written(flat)
+    return written(flat) if all(map(plain, flat)) else tuple(flat)
 
 
 def written(flat: list[Any]) -> Compact:
@@ -148,5 +149,5 @@ def expand_part(flat: Sequence[Any], i: int) -> tuple[Part, int]:
         call_id, name, output, is_error, extra = flat[i + 1 : i + 6]
         images, usage = ((), None) if extra == 0 else extra
         return ToolResult(call_id, name, output, is_error, images, usage), i + 6
-    width = WIDTH[item]
-    return cast(Part, KINDS[item](*flat[i + 1 : i + 1 + width])), i + 1 + width
+    end = i + 1 + REASONING_WIDTH  # item == REASONING
+    return ReasoningPart(*flat[i + 1 : end]), end

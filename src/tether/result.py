@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -113,9 +114,8 @@ def finish_run(
     return result
 
 
-USAGE = operator.attrgetter(
-    "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "estimated"
-)
+USAGE = operator.attrgetter(*(f.name for f in dataclasses.fields(Usage)))
+"""A usage's fields in the order `Usage(*fields)` takes them back."""
 
 
 def compact_result(result: RunResult, own: Compact | None) -> Compact:
