@@ -25,7 +25,8 @@ from tether import (
 )
 from tether.approvals import approve_all, arguments_hash, deny_all
 from tether.errors import ApprovalError, NoSuchRun, RunEnded, RunExists
-from tether.events import Event
+from tether.bus import EventLog
+from tether.events import Emitter, Event
 from tether.run import RestartPolicy, Run
 from tether.supervisor import Supervisor
 from tether.tools import BUILTINS
@@ -396,6 +397,24 @@ async def test_a_slow_subscriber_does_not_slow_the_run_and_is_told_it_fell_behin
     assert len(notices) == 1
     seqs = [first.seq] + [e.seq for e in rest if e.type != "fell_behind"]
     assert seqs == list(range(len(run.log.events)))  # and it lost nothing
+
+
+def test_watchers_added_to_a_run_see_its_events_from_then_on() -> None:
+    """A run watched by no one holds no list of sinks; one that gains watchers (a resumed
+    run a second caller follows) tells each of them every event after, in order, and its log
+    still gets them all."""
+    log = EventLog("r")
+    emitter = Emitter("r", log=log)
+    emitter.user_message(text="before")
+    first: list[Event] = []
+    second: list[Event] = []
+    emitter.watch([first.append])
+    emitter.user_message(text="one")
+    emitter.watch([second.append])
+    emitter.user_message(text="two")
+    assert [e.data["text"] for e in first] == ["one", "two"]
+    assert [(e.seq, e.data["text"]) for e in second] == [(2, "two")]
+    assert [e.data["text"] for e in log.events] == ["before", "one", "two"]
 
 
 async def test_a_log_keeps_events_as_json_and_reads_back_every_event() -> None:

@@ -39,6 +39,7 @@ from .events import Emitter, Sink, images_data
 from .guardrails import Guardrail, Kind, Verdict, tripped, verdicts
 from .loop import (
     CHOICES,
+    STARTED,
     Budget,
     CallModel,
     Finish,
@@ -46,7 +47,6 @@ from .loop import (
     LoopState,
     ModelReplied,
     RunTools,
-    Started,
     ToolsDone,
     ask_to_check,
     choice_for,
@@ -347,7 +347,7 @@ async def drive(
 ) -> Finish:
     """Perform what the step function decides until it says to finish. `inputs`: the input
     guardrails' first trip, awaited before any tool runs and before any answer."""
-    happened: Happening = Started()
+    happened: Happening = STARTED
     while True:
         spent = state.cost_usd
         action = step(state, happened, agent.budget, agent.price, effects.now())
@@ -363,11 +363,11 @@ async def drive(
                 state, agent.check, agent.budget, agent.price, effects.now()
             ):
                 effects.told(state.messages[-1].text)
-                happened = Started()  # the model checks its work, then answers again
+                happened = STARTED  # the model checks its work, then answers again
                 continue
             if action.outcome != "done" or agent.output is None or typed(agent, state, action):
                 return await checked(agent, state, effects, action)
-            happened = Started()  # told what does not match: the model answers again
+            happened = STARTED  # told what does not match: the model answers again
             continue
         if isinstance(action, CallModel):
             refused = state.allowance.reserve() if state.allowance is not None else ""

@@ -148,10 +148,16 @@ class Emitter:
     ) -> None:
         self.run_id = run_id
         self.seq = 0
-        self.sinks: list[Sink] = sinks or []
+        self.sinks: Sequence[Sink] = sinks or ()
+        """Who sees each event as an `Event` (none for most runs: then no list is made, one
+        tracked object less for each run a process holds)."""
         self.log = log
         self.lineage: dict[str, str] | None = None
         """A child run's `parent_run_id` and `root_run_id`, added to each of its events."""
+
+    def watch(self, sinks: Sequence[Sink]) -> None:
+        """Have `sinks` see this run's events too, from the next one."""
+        self.sinks = [*self.sinks, *sinks]
 
     def now(self) -> float:
         """When an event happens: now (a replay of a store's record says when it did)."""

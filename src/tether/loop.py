@@ -78,6 +78,10 @@ class Started:
     pass
 
 
+STARTED = Started()
+"""The one `Started` (it holds nothing): not an object a run, held for as long as it runs."""
+
+
 @quick_init
 @dataclass(frozen=True, slots=True)
 class ModelReplied:

@@ -105,7 +105,8 @@ class Supervisor:
             transcript=transcript,
             images=images,
         )
-        run.emitter.sinks.extend(sinks or ())
+        if sinks:
+            run.emitter.watch(sinks)
         self.runs[run_id] = run
         run.task_handle = asyncio.create_task(self._supervise(run), name=f"run:{run_id}")
         run.forget = self.forget_old

@@ -343,7 +343,7 @@ class DurableRuns:
 
         here = self.runs.get(run_id)
         if here is not None and here.alive:  # executed here already (taken over on entering)
-            here.emitter.sinks.extend(sinks)
+            here.emitter.watch(sinks)
             return here
         status = await asyncio.to_thread(status_of, self.reader, run_id)
         if status.app_version not in (None, WORKFLOW_VERSION) and status.status not in ENDED:

@@ -22,7 +22,7 @@ import inspect
 import os
 import re
 import typing
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -116,8 +116,9 @@ class RunContext:
     spawn: Spawn | None = None
     """How a tool starts a child run in the runtime that runs this one (set by `Runtime`);
     None: a child runs inside the call (`Agent.run` on its own)."""
-    tree_sinks: list[Sink] = field(default_factory=list)
-    """Sinks that see the events of this run's descendants too (the root's watchers)."""
+    tree_sinks: Sequence[Sink] = ()
+    """Sinks that see the events of this run's descendants too (the root's watchers); none
+    for most runs, so no list is made for them."""
     emitter: Emitter | None = None
     """Set for each call: the run's events, where a tool reports its progress
     (`tool_progress`) or a question it asks the person behind the run."""
