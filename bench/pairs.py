@@ -2,6 +2,8 @@
 
     bench/.venv-bench/bin/python bench/pairs.py                  # 6 pairs, 1,000 runs x 3
     bench/.venv-bench/bin/python bench/pairs.py --src /tmp/old/src --pairs 4   # an older tree
+    bench/.venv-bench/bin/python bench/pairs.py --pairs 12 --variant new=src \
+        --variant old=/tmp/old/src --variant keep0=keep_finished=0       # sides in one session
 
 One mock model (the rig's `mock_llm.py`, scenario b's script: 3 steps of 3 parallel tool calls,
 50 ms model latency, 50 ms tools, 8 streamed deltas) runs pinned to core 0; each harness process
@@ -16,8 +18,14 @@ minute. Written because the single rows of `bench/peers` at c1000 said 1.0x wher
 `--src` puts another tree's `src` first on the path of Tether's harness (a before/after of a
 change, both sides measured in the same minutes as the bare loop). `--opt KEY=VALUE` goes to
 Tether's driver: `--opt max_model_calls=0 --opt keep_finished=0` prices what the Runtime's
-defaults (a bound of 256 model calls, 10,000 ended runs kept) cost in this scenario. Results go
-to `bench/pairs-<date>.json`.
+defaults (a bound of 256 model calls, 10,000 ended runs kept) cost in this scenario.
+
+`--variant NAME=SPEC` (repeated) measures several Tether sides in the same rounds: each round
+runs the bare loop and every side once, the first of them changing round by round, and each
+side's figure is its ratio to that round's bare run. Compare sides only so: on 2026-12-06 the
+bare loop's own CPU a turn moved from 0.31 to 0.56 ms within the hour, and two sessions of
+pairs run ten minutes apart disagreed by more than the change they were to price. Results go to
+`bench/pairs-<date>.json`.
 """
 
 from __future__ import annotations
@@ -119,9 +127,26 @@ def per_turn(result: dict[str, Any]) -> float:
     return float(result["cpu_ms_per_model_turn"])
 
 
+def variant_of(spec: str) -> tuple[str, str | None, tuple[str, ...]]:
+    """`--variant NAME=SPEC`: SPEC is a tree's src (a path) and/or the driver's KEY=VALUEs,
+    comma-separated (`old=/tmp/old/src`, `keep0=keep_finished=0`, `x=/tmp/x,keep_finished=0`)."""
+    name, eq, rest = spec.partition("=")
+    if not eq or not name:
+        raise SystemExit(f"pairs: --variant {spec!r}: write NAME=SRC and/or NAME=KEY=VALUE,...")
+    src, opts = None, []
+    for part in filter(None, rest.split(",")):
+        if "=" in part:
+            opts.append(part)
+        elif Path(part, "tether").is_dir():
+            src = part
+        else:
+            raise SystemExit(f"pairs: --variant {name}: {part!r} holds no tether/ package")
+    return name, src, tuple(opts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--pairs", type=int, default=6, help="rounds (a pair: one of each side)")
     ap.add_argument("--n", type=int, default=1000, help="concurrent runs a batch")
     ap.add_argument("--repeat", type=int, default=3, help="batches a harness process")
     ap.add_argument("--src", help="a Tether tree's src to measure instead of the installed one")
@@ -132,54 +157,62 @@ def main() -> None:
         help="KEY=VALUE for Tether's driver (max_model_calls=0, keep_finished=0: what a default "
         "costs)",
     )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME=SRC and/or NAME=KEY=VALUE,...: Tether sides measured in the same rounds "
+        "(instead of --src and --opt), each against the round's bare run",
+    )
     a = ap.parse_args()
+    if a.src is not None and not Path(a.src, "tether").is_dir():
+        raise SystemExit(f"pairs: --src {a.src}: no tether/ package there")
+    variants = [variant_of(v) for v in a.variant] or [("tether", a.src, tuple(a.opt))]
     mock, port = start_mock()
     rows = []
     try:
         for i in range(a.pairs):
-            order = ["tether", "bare"] if i % 2 == 0 else ["bare", "tether"]
+            sides = ["bare", *(name for name, _, _ in variants)]
+            order = sides[i % len(sides) :] + sides[: i % len(sides)]  # each goes first in turn
             got = {}
             for side in order:
-                driver = TETHER if side == "tether" else BARE
-                got[side] = per_turn(
-                    harness(
-                        port,
-                        driver,
-                        a.n,
-                        a.repeat,
-                        a.src if side == "tether" else None,
-                        tuple(a.opt) if side == "tether" else (),
-                    )
-                )
-            ratio = got["tether"] / got["bare"]
-            rows.append(
-                {"tether_ms": got["tether"], "bare_ms": got["bare"], "ratio": round(ratio, 3)}
-            )
-            print(
-                f"pair {i + 1}: tether {got['tether']:.3f} ms/turn, bare {got['bare']:.3f},",
-                f"{ratio:.2f}x",
-                flush=True,
-            )
+                if side == "bare":
+                    got[side] = per_turn(harness(port, BARE, a.n, a.repeat, None))
+                    continue
+                _, src, opts = next(v for v in variants if v[0] == side)
+                got[side] = per_turn(harness(port, TETHER, a.n, a.repeat, src, opts))
+            row = {f"{side}_ms": got[side] for side in sides}
+            row.update({name: round(got[name] / got["bare"], 3) for name, _, _ in variants})
+            rows.append(row)
+            said = ", ".join(f"{name} {row[name]:.2f}x" for name, _, _ in variants)
+            print(f"round {i + 1}: bare {got['bare']:.3f} ms/turn; {said}", flush=True)
     finally:
         mock.kill()
-    ratios = [r["ratio"] for r in rows]
-    summary = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
-    print(
-        f"tether / bare: median {summary['median']:.2f}x",
-        f"(min {summary['min']:.2f}, max {summary['max']:.2f})",
-    )
+    summary = {}
+    for name, _, _ in variants:
+        ratios = [r[name] for r in rows]
+        summary[name] = {
+            "median": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+        }
+        print(
+            f"{name} / bare: median {summary[name]['median']:.2f}x",
+            f"(min {summary[name]['min']:.2f}, max {summary[name]['max']:.2f})",
+        )
     out = HERE / f"pairs-{time.strftime('%Y%m%d-%H%M%S')}.json"
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "n": a.n,
         "repeat": a.repeat,
-        "src": a.src,
-        "tether_opts": a.opt,
+        "variants": {
+            name: {"src": src, "src_commit": commit_of(Path(src)) if src else None, "opts": opts}
+            for name, src, opts in variants
+        },
         "mock": MOCK,
         "commit": commit_of(HERE),
-        "src_commit": commit_of(Path(a.src)) if a.src else None,
     }
-    out.write_text(json.dumps({"meta": meta, "pairs": rows, "ratio": summary}, indent=1) + "\n")
+    out.write_text(json.dumps({"meta": meta, "rounds": rows, "ratio": summary}, indent=1) + "\n")
     print(f"pairs: wrote {out.relative_to(HERE.parent)}")
 
 
