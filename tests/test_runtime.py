@@ -24,8 +24,8 @@ from tether import (
     tool,
 )
 from tether.approvals import approve_all, arguments_hash, deny_all
-from tether.errors import ApprovalError, NoSuchRun, RunEnded, RunExists
 from tether.bus import EventLog
+from tether.errors import ApprovalError, NoSuchRun, RunEnded, RunExists
 from tether.events import Emitter, Event
 from tether.run import RestartPolicy, Run
 from tether.supervisor import Supervisor
@@ -415,6 +415,26 @@ def test_watchers_added_to_a_run_see_its_events_from_then_on() -> None:
     assert [e.data["text"] for e in first] == ["one", "two"]
     assert [(e.seq, e.data["text"]) for e in second] == [(2, "two")]
     assert [e.data["text"] for e in log.events] == ["before", "one", "two"]
+
+
+async def test_a_log_reads_the_same_before_and_after_it_closes_and_goes_on_after() -> None:
+    """A log read while it is written, followed across its close, and written again after it
+    (a run's id used again) gives every event back in order, the same each time."""
+    log = EventLog("r")
+    emitter = Emitter("r", log=log)
+    for i in range(3):
+        emitter.user_message(text=f"m{i}")
+    follower = log.follow()
+    first = [await anext(follower) for _ in range(3)]
+    assert log.at(-1).data["text"] == "m2" and len(log) == 3
+    emitter.user_message(text="m3")
+    log.close()
+    rest = [e async for e in follower]
+    assert [e.data["text"] for e in first + rest] == ["m0", "m1", "m2", "m3"]
+    assert [e.to_dict() for e in log.events] == [e.to_dict() for e in first + rest]
+    emitter.user_message(text="m4")  # used again after it closed
+    assert [(e.seq, e.data["text"]) for e in log.events] == [(i, f"m{i}") for i in range(5)]
+    assert log.at(3).data["text"] == "m3" and log.at(-1).data["text"] == "m4"
 
 
 async def test_a_log_keeps_events_as_json_and_reads_back_every_event() -> None:
