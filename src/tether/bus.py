@@ -11,14 +11,9 @@ walks. As `Event` objects, a run's events lived as long as the process kept the 
 ended runs by default), each with its data's dicts and lists: in the rig's 1,000-run scenario
 (K=3, T=3) 148,000 objects stayed after the runs ended, and the live runs' events were a tenth
 of what every young collection found. An array is half the cost of `Event.to_json`'s object
-(0.2 µs against 0.5 µs an event). Each array is copied out of orjson's own bytes (kept as
-orjson returned them, each held the 4 KB buffer it was written in: the 1,000-run scenario's
-peak RSS went from 94 MB to 247 MB) into a small bytes object of its own while the run runs,
-and those are joined into one when the log closes. Written into one growing `bytearray`, a log
-was reallocated every few events, a thousand logs growing at once among each other's memory:
-measured in the same rounds (`bench/pairs.py --variant`, 16 rounds, 2026-12-06), a turn
-cost 4% less CPU with the small objects (13 rounds of 16 lower; the same tree twice differed
-by a median of 5%, either way), with 12% fewer page faults.
+(0.2 µs against 0.5 µs an event). The arrays are copied one after another into one `bytearray`:
+kept as orjson returned them, each held the 4 KB buffer it was written in (the 1,000-run
+scenario's peak RSS went from 94 MB to 247 MB).
 """
 
 from __future__ import annotations
@@ -36,14 +31,12 @@ DEFAULT_MAX_LAG = 1000
 
 
 class EventLog:
-    __slots__ = ("closed", "ends", "lines", "memo", "run_id", "text", "waiters")
+    __slots__ = ("closed", "ends", "memo", "run_id", "text", "waiters")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.lines: list[bytes] = []
-        """Each event's JSON array, a bytes object of its own, since the log was last closed."""
-        self.text = b""
-        """The events' JSON before those, one after another (`lines` joined as the log closed)."""
+        self.text = bytearray()
+        """Each event's JSON array, one after another."""
         self.ends = array("q")
         """Where each event's JSON ends in `text`."""
         self.waiters: set[asyncio.Event] | None = None
@@ -53,33 +46,28 @@ class EventLog:
         """What a reader derived from the events, kept with them (`memory_view.fold`)."""
 
     def __len__(self) -> int:
-        return len(self.ends) + len(self.lines)
+        return len(self.ends)
 
     def at(self, position: int) -> Event:
         """The event at `position` (0 is the first; -1 the last)."""
         if position < 0:
-            position += len(self)
-        joined = len(self.ends)
-        if position >= joined:
-            line: bytes | memoryview = self.lines[position - joined]
-        else:
-            start = self.ends[position - 1] if position else 0
-            line = memoryview(self.text)[start : self.ends[position]]
-        type_, seq, ts, data = orjson.loads(line)
+            position += len(self.ends)
+        start = self.ends[position - 1] if position else 0
+        type_, seq, ts, data = orjson.loads(self.text[start : self.ends[position]])
         return Event(type_, self.run_id, seq, data, ts)
 
     @property
     def events(self) -> list[Event]:
         """Every event so far, read back: a list of the caller's own (`append` adds)."""
-        return [self.at(i) for i in range(len(self))]
+        return [self.at(i) for i in range(len(self.ends))]
 
     def append(self, event: Event) -> None:
         self.add(event.type, event.seq, event.ts, event.data)
 
     def add(self, type: str, seq: int, ts: float, data: dict[str, Any]) -> None:
         """An event by its parts (`events.Record`: a run's emitter writes its log so)."""
-        written = orjson.dumps((type, seq, ts, data), default=str)
-        self.lines.append(bytes(memoryview(written)))  # a copy of its size, not orjson's buffer
+        self.text += orjson.dumps((type, seq, ts, data), default=str)
+        self.ends.append(len(self.text))
         if self.waiters:
             for w in self.waiters:
                 w.set()
@@ -89,16 +77,8 @@ class EventLog:
             self.append(event)
 
     def close(self) -> None:
-        """No more events will come (the run ended for good): its lines are joined into
-        `text` (a run's id used again adds lines after them)."""
+        """No more events will come (the run ended for good)."""
         self.closed = True
-        if self.lines:
-            end = len(self.text)
-            for line in self.lines:
-                end += len(line)
-                self.ends.append(end)
-            self.text += b"".join(self.lines)
-            self.lines.clear()
         for w in self.waiters or ():
             w.set()
 
@@ -108,19 +88,19 @@ class EventLog:
         waiters = self.waiters = self.waiters or set()
         waiters.add(wake)
         position = max(0, offset)
-        joined = len(self)  # the backlog at joining is catch-up, not lag
+        joined = len(self.ends)  # the backlog at joining is catch-up, not lag
         behind = False
         try:
             while True:
-                while position < len(self):
-                    lag = len(self) - max(position, joined)
+                while position < len(self.ends):
+                    lag = len(self.ends) - max(position, joined)
                     if lag > max_lag and not behind:
                         behind = True
                         yield Event(
                             "fell_behind",
                             self.run_id,
                             -1,
-                            {"position": position, "head": len(self)},
+                            {"position": position, "head": len(self.ends)},
                         )
                     elif behind and lag <= max_lag // 2:
                         behind = False
