@@ -167,29 +167,29 @@ def main() -> None:
     a = ap.parse_args()
     if a.src is not None and not Path(a.src, "tether").is_dir():
         raise SystemExit(f"pairs: --src {a.src}: no tether/ package there")
-    variants = [variant_of(v) for v in a.variant] or [("tether", a.src, tuple(a.opt))]
+    named = [variant_of(v) for v in a.variant] or [("tether", a.src, tuple(a.opt))]
+    variants = {name: (src, opts) for name, src, opts in named}
     mock, port = start_mock()
     rows = []
     try:
         for i in range(a.pairs):
-            sides = ["bare", *(name for name, _, _ in variants)]
+            sides = ["bare", *variants]
             order = sides[i % len(sides) :] + sides[: i % len(sides)]  # each goes first in turn
             got = {}
             for side in order:
                 if side == "bare":
                     got[side] = per_turn(harness(port, BARE, a.n, a.repeat, None))
-                    continue
-                _, src, opts = next(v for v in variants if v[0] == side)
-                got[side] = per_turn(harness(port, TETHER, a.n, a.repeat, src, opts))
+                else:
+                    got[side] = per_turn(harness(port, TETHER, a.n, a.repeat, *variants[side]))
             row = {f"{side}_ms": got[side] for side in sides}
-            row.update({name: round(got[name] / got["bare"], 3) for name, _, _ in variants})
+            row.update({name: round(got[name] / got["bare"], 3) for name in variants})
             rows.append(row)
-            said = ", ".join(f"{name} {row[name]:.2f}x" for name, _, _ in variants)
+            said = ", ".join(f"{name} {row[name]:.2f}x" for name in variants)
             print(f"round {i + 1}: bare {got['bare']:.3f} ms/turn; {said}", flush=True)
     finally:
         mock.kill()
     summary = {}
-    for name, _, _ in variants:
+    for name in variants:
         ratios = [r[name] for r in rows]
         summary[name] = {
             "median": statistics.median(ratios),
@@ -207,7 +207,7 @@ def main() -> None:
         "repeat": a.repeat,
         "variants": {
             name: {"src": src, "src_commit": commit_of(Path(src)) if src else None, "opts": opts}
-            for name, src, opts in variants
+            for name, (src, opts) in variants.items()
         },
         "mock": MOCK,
         "commit": commit_of(HERE),

@@ -46,7 +46,7 @@ async def run_child(agent: Runnable, task: str, ctx: RunContext, name: str | Non
     run_id = child_run_id(ctx.run_id, key, name or uuid.uuid4().hex[:8])
     child = ctx.for_child(run_id)
     if ctx.spawn is None:
-        emitter = Emitter(run_id, list(ctx.tree_sinks) or None)
+        emitter = Emitter(run_id, ctx.tree_sinks)
         result: RunResult | None = await agent.run(
             task, context=child, run_id=run_id, emitter=emitter
         )

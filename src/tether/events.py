@@ -144,7 +144,7 @@ class Emitter:
     __slots__ = ("lineage", "log", "run_id", "seq", "sinks")
 
     def __init__(
-        self, run_id: str, sinks: list[Sink] | None = None, log: Record | None = None
+        self, run_id: str, sinks: Sequence[Sink] | None = None, log: Record | None = None
     ) -> None:
         self.run_id = run_id
         self.seq = 0
