@@ -156,7 +156,7 @@ def main() -> None:
     )
     ap.add_argument("--one", help="measure one store in this process (JSON)")
     ap.add_argument("--base-url", help="the mock's URL (with --one)")
-    ap.add_argument("--mock", default=str(BENCH.parent / "rig" / "mock_llm.py"))
+    ap.add_argument("--mock", default=str(BENCH / "rig" / "mock_llm.py"))
     a = ap.parse_args()
     if a.one:
         print(json.dumps(one(a.one, a.base_url, a.runs)))

@@ -241,7 +241,7 @@ def main() -> None:
         default=10_000,
         help="runs a worker takes at once (with --workers; the rest wait on the queue)",
     )
-    ap.add_argument("--mock", default=str(BENCH.parent / "rig" / "mock_llm.py"))
+    ap.add_argument("--mock", default=str(BENCH / "rig" / "mock_llm.py"))
     ap.add_argument("--be-worker", metavar="STORE", help=argparse.SUPPRESS)
     ap.add_argument("--be-process", metavar="STORE", help=argparse.SUPPRESS)
     ap.add_argument("--base-url", help=argparse.SUPPRESS)

@@ -551,6 +551,32 @@ def test_a_kill_while_one_call_has_finished_and_its_siblings_run(
     assert len(wire.requests) == 2  # the first reply was not asked for again
 
 
+def test_a_call_whose_result_was_shown_is_not_made_again_after_a_kill(
+    wire: WireServer, tmp_path: Path, store: str
+) -> None:
+    """A reply of one call: its result is journaled with the step's record, not before it, and
+    its `tool_result` event comes once that has committed. Killed at that event, the resumed run
+    takes the recorded result: the payment made once, not "outcome unknown", and the reply not
+    asked for again."""
+    wire.add(calls=[("charge", {"amount": 5}, "c-pay")]).add(text="Paid.")
+    env = tools_env(tmp_path)
+    shown = kill_at(
+        env,
+        "tool_result",
+        *("run", "pay", "--base-url", wire.url, "--store", store, "--run-id", "paid-1"),
+        *("--tools-from", str(FIXTURES / "durable_tools.py"), "--approve", "auto"),
+    )
+    assert shown["output"] == "charged 5"
+    resumed = tether("resume", "paid-1", "--store", store, "--json", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    events = json_lines(resumed.stdout)
+    assert events[-1]["answer"] == "Paid."
+    charges = (tmp_path / "charges").read_text().splitlines()
+    assert [c.split()[1] for c in charges] == ["5"]
+    assert len(wire.requests) == 2
+    assert "Outcome unknown" not in json.dumps(wire.requests[1])
+
+
 def test_a_kill_inside_a_model_stream_asks_for_that_reply_again(
     wire: WireServer, tmp_path: Path, store: str
 ) -> None:

@@ -249,7 +249,7 @@ def test_writers_waiting_when_the_loop_ends_are_cancelled_not_left_hanging(
 def test_an_error_of_the_request_is_raised_at_once_not_waited_out(postgres: str) -> None:
     """Only a lost connection is waited out (the store may come back); a statement the store
     refuses fails at once, on Postgres as on SQLite."""
-    from sqlalchemy import exc
+    import psycopg
 
     ledger = Ledger(postgres, connections=1)
     calls = [0]
@@ -259,7 +259,7 @@ def test_an_error_of_the_request_is_raised_at_once_not_waited_out(postgres: str)
         with ledger.transaction() as run:
             run("INSERT INTO no_such_table VALUES (1)", {})
 
-    with pytest.raises(exc.ProgrammingError):
+    with pytest.raises(psycopg.ProgrammingError, match="no_such_table"):
         asyncio.run(asyncio.wait_for(ledger.call(refused), 10))
     assert calls[0] == 1
     ledger.engine.dispose()

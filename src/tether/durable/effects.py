@@ -52,7 +52,7 @@ from ..tools.tool import RunContext
 from . import notices
 from .accounts import StoredAccounts
 from .formats import RunRecord
-from .ledger import CallState, Ledger
+from .ledger import CallState, Ledger, finished
 from .run import DurableRun
 from .steps import KIND_OF, ContextStep, GuardStep, InboxStep, ModelStep, Step, ToolsStep, kind_of
 from .steps import read as read_step
@@ -89,7 +89,10 @@ class RecordedEffects:
         self.recorded: dict[int, tuple[str, bytes]] = {}  # what a replay has yet to go through
         self.origin = record.origin  # a fork's
         self.riders: list[tuple[str, dict[str, Any]]] = []
-        """Writes that go with the next step's record: its model call's settlement."""
+        """Writes that go with the next step's record: its model call's settlement, or the
+        journal's result of the tool call that ended its step."""
+        self.calls_left = 0  # the calls of the running tool step yet to end
+        self.last: ToolResult | None = None  # the call whose result rides with its step
 
     guard_beside_model = False  # its steps must keep one order: the guardrails ask first
 
@@ -175,6 +178,9 @@ class RecordedEffects:
         # recorded before the next begins, so no earlier attempt can have started these calls
         fresh = self.run.stepped
         out = await self.step(ToolsStep, lambda: self.tools_step(calls, decisions, fresh))
+        if self.last is not None:  # its result is recorded now, with the step: say so
+            self.run.emitter.tool_result(**tool_result_data(self.last))
+            self.last = None
         results, self.clock = out.results, out.ended
         if not any(r.images for r in results):
             return list(results)
@@ -328,6 +334,7 @@ class RecordedEffects:
             started = {i: ("fresh", None) for i in ids}
         else:
             started = await ledger.call(ledger.start_calls, run_id, ids)
+        self.calls_left, self.last = len(calls), None
         results = await asyncio.gather(
             *(self.one_call(c, d, *started[c.id]) for c, d in zip(calls, decisions, strict=True))
         )
@@ -355,9 +362,14 @@ class RecordedEffects:
             result = ToolResult(call.id, call.name, UNKNOWN_OUTCOME, is_error=True)
         else:
             result = await self.call_tool(call, decision)
+        self.calls_left -= 1
         if recorded is None:
             if result.images:  # kept once; the records name them
                 await self.ledger.call(self.ledger.keep_images, list(result.images))
+            if not self.calls_left:  # the step's last: journaled in the step's transaction
+                self.riders.append(finished(self.run.id, result))
+                self.last = result  # its event once that commits (`run_tools`)
+                return hollow_result(result)
             await self.ledger.finish_call(self.run.id, result)
         self.run.emitter.tool_result(**tool_result_data(result))
         return hollow_result(result)

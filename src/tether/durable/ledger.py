@@ -13,7 +13,11 @@ together, one transaction for all that completed at the same moment (`Writer`, g
 The journal records each tool call's start before it runs and its result when it ends, so a
 call is never repeated once it has finished, even when the step that ran it (one step for all
 the calls of one reply) is made again after a crash: a finished call gives back its recorded
-result, a call that started but never finished is rerun only if its tool is idempotent.
+result, a call that started but never finished is rerun only if its tool is idempotent. The
+result of a step's last call to end goes in the transaction that records the step, not one of
+its own before it: a crash between the two could only leave the same call unfinished, and a
+reply of one call, the usual kind, costs two transactions, not three (on Postgres, one run at a
+time, a round trip and about 300 us of CPU each).
 
 Images (a task's, a tool result's) are kept once each, by their sha256: a run's records (its
 steps, the journal, DBOS's) carry them without their bytes, however often they name them.
@@ -33,6 +37,8 @@ For Postgres the tables share the database, reached through SQLAlchemy in a work
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -117,9 +123,10 @@ RETRY_MAX_S = 5.0
 def connection_lost(e: Exception) -> bool:
     """Whether a Postgres call failed for want of its connection (the server went away, the
     network dropped it, no connection came free in time), not for what it asked."""
+    import psycopg
     from sqlalchemy import exc
 
-    if isinstance(e, (exc.OperationalError, exc.TimeoutError)):
+    if isinstance(e, (exc.OperationalError, exc.TimeoutError, psycopg.OperationalError)):
         return True
     return isinstance(e, exc.DBAPIError) and e.connection_invalidated
 
@@ -131,6 +138,35 @@ Params = dict[str, Any] | list[dict[str, Any]]
 Run = Callable[[str, Params], list[tuple[Any, ...]]]
 """Executes one statement (`:name` parameters) in the open transaction; the rows it returned.
 With a list of parameters, the statement once for each (no rows)."""
+
+
+def running(cursor: Any, postgres: bool = False) -> Run:
+    """`Run` on a DB-API cursor (SQLite's connection is one too): `:name` parameters, which
+    psycopg spells `%(name)s` (`pyformat`)."""
+
+    def run(sql: str, params: Params) -> list[tuple[Any, ...]]:
+        if postgres:
+            sql = pyformat(sql)
+        if isinstance(params, list):
+            cursor.executemany(sql, params)
+            return []
+        found = cursor.execute(sql, params)
+        if postgres and cursor.description is None:
+            return []
+        rows: list[tuple[Any, ...]] = found.fetchall()
+        return rows
+
+    return run
+
+
+@functools.cache
+def pyformat(sql: str) -> str:
+    """A statement's `:name` parameters as psycopg's `%(name)s` (a `::` cast is left alone;
+    the ledger's statements have no `%` of their own)."""
+    return NAMED.sub(r"%(\1)s", sql)
+
+
+NAMED = re.compile(r"(?<![:\w]):(\w+)")
 
 
 def ledger_url(store: str) -> str:
@@ -165,9 +201,6 @@ class Ledger:
             )
         self.writer = Writer(self)
         self.notices = Notices(self.file)  # what the store's processes say (its mail, rates)
-        self.autocommit: Any = None  # Postgres: the same pool, each statement committed alone
-        if self.engine is not None:
-            self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         with self.transaction() as run:
             if self.engine is not None:  # one process at a time (see SCHEMA_LOCK)
                 run("SELECT pg_advisory_xact_lock(:k)", {"k": SCHEMA_LOCK})
@@ -195,30 +228,39 @@ class Ledger:
         if self.conn is not None:
             conn = self.conn
             conn.execute("BEGIN IMMEDIATE")
-
-            def run_here(sql: str, params: Params) -> list[tuple[Any, ...]]:
-                if isinstance(params, list):
-                    conn.executemany(sql, params)
-                    return []
-                rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
-                return rows
-
             try:
-                yield run_here
+                yield running(conn)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
             return
-        from sqlalchemy import text
+        with self.connection() as pg, pg.cursor() as cursor:
+            try:
+                yield running(cursor, postgres=True)
+            except BaseException:
+                pg.rollback()
+                raise
+            pg.commit()
 
-        with self.engine.begin() as c:
-
-            def run(sql: str, params: Params) -> list[tuple[Any, ...]]:
-                result = c.execute(text(sql), params)
-                return [tuple(r) for r in result] if result.returns_rows else []
-
-            yield run
+    @contextmanager
+    def connection(self, autocommit: bool = False) -> Iterator[Any]:
+        """A Postgres connection of the pool, psycopg's own (what SQLAlchemy's `Connection`
+        adds, 90-110 us of CPU a transaction here, buys the ledger nothing: its statements are
+        plain text); one it lost is dropped from the pool, not handed out again."""
+        fairy = self.engine.raw_connection()
+        pg = fairy.driver_connection
+        try:
+            pg.autocommit = autocommit
+            yield pg
+        except Exception as e:
+            if connection_lost(e):
+                fairy.invalidate(e)
+            raise
+        finally:
+            if not pg.closed and not pg.broken:
+                pg.autocommit = False
+            fairy.close()
 
     @contextmanager
     def saying(self, channel: str, key: str) -> Iterator[Run]:
@@ -241,18 +283,20 @@ class Ledger:
 
     def once(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """One statement, a transaction of its own: on Postgres in autocommit, one round trip
-        where a transaction takes three (begin, the statement, commit)."""
+        where a transaction takes three (begin, the statement, commit): 45 us of CPU where
+        they take 125 (bench/pg_writes.py)."""
         if self.conn is not None:
             with self.transaction() as run:
                 return run(sql, params)
-        from sqlalchemy import text
-
-        with self.autocommit.connect() as c:
-            result = c.execute(text(sql), params)
-            return [tuple(r) for r in result] if result.returns_rows else []
+        with self.connection(autocommit=True) as pg, pg.cursor() as cursor:
+            return running(cursor, postgres=True)(sql, params)
 
     def write_many(self, writes: list[tuple[str, dict[str, Any]]]) -> None:
-        """Make these writes in one transaction, each statement once for all its rows."""
+        """Make these writes in one transaction, each statement once for all its rows (a
+        single row, the usual write of one run at a time, as one statement on its own)."""
+        if len(writes) == 1:
+            self.once(*writes[0])
+            return
         by_sql: dict[str, list[dict[str, Any]]] = {}
         for sql, params in writes:
             by_sql.setdefault(sql, []).append(params)
@@ -365,17 +409,7 @@ class Ledger:
     async def finish_call(self, run_id: str, result: ToolResult) -> None:
         """Record a call's result (its images by name: `keep_images` has their bytes); returns
         once it is committed."""
-        data: dict[str, Any] = {
-            "name": result.name,
-            "output": result.output,
-            "is_error": result.is_error,
-        }
-        if result.images:
-            data["images"] = [i.ref for i in result.images]
-        if result.usage is not None:
-            data["usage"] = result.usage.to_dict()
-        row = {"x": orjson.dumps(data).decode(), "r": run_id, "c": result.call_id}
-        await self.writer.write([(FINISH_SQL, row)])
+        await self.writer.write([finished(run_id, result)])
 
     # -- images -----------------------------------------------------------------------------
 
@@ -415,9 +449,9 @@ class Ledger:
                 return int(seq)
             except Exception as e:  # a concurrent sender took that number: try the next
                 # (Postgres only: SQLite's BEGIN IMMEDIATE makes a second sender wait for the
-                # first's commit before it reads the number; the DB-API's and SQLAlchemy's
-                # unique violation are both named so)
-                if type(e).__name__ != "IntegrityError":
+                # first's commit before it reads the number; a unique violation is an
+                # IntegrityError in the DB-API, psycopg's and SQLAlchemy's alike)
+                if not any(c.__name__ == "IntegrityError" for c in type(e).__mro__):
                     raise
         raise RuntimeError(f"could not append to the inbox of {run_id}")
 
@@ -509,8 +543,23 @@ class Ledger:
         return {str(e): (list(orjson.loads(s)), bool(alive)) for e, s, alive in rows}
 
 
+def finished(run_id: str, result: ToolResult) -> tuple[str, dict[str, Any]]:
+    """The journal's write of a call's result (its images by name), which
+    `recorded_result` reads back."""
+    data: dict[str, Any] = {
+        "name": result.name,
+        "output": result.output,
+        "is_error": result.is_error,
+    }
+    if result.images:
+        data["images"] = [i.ref for i in result.images]
+    if result.usage is not None:
+        data["usage"] = result.usage.to_dict()
+    return FINISH_SQL, {"x": orjson.dumps(data).decode(), "r": run_id, "c": result.call_id}
+
+
 def recorded_result(call_id: str, d: dict[str, Any]) -> ToolResult:
-    """A result as `finish_call` recorded it; its images without their bytes."""
+    """A result as the journal recorded it (`finished`); its images without their bytes."""
     images = tuple(map(ImagePart.from_ref, d.get("images", ())))
     usage = Usage.from_dict(d["usage"]) if d.get("usage") else None
     return ToolResult(call_id, d["name"], d["output"], d["is_error"], images, usage)
