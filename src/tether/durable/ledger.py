@@ -245,9 +245,10 @@ class Ledger:
 
     @contextmanager
     def connection(self, autocommit: bool = False) -> Iterator[Any]:
-        """A Postgres connection of the pool, psycopg's own (what SQLAlchemy's `Connection`
-        adds, 90-110 us of CPU a transaction here, buys the ledger nothing: its statements are
-        plain text); one it lost is dropped from the pool, not handed out again."""
+        """A Postgres connection of the pool, psycopg's own: what SQLAlchemy's `Connection`
+        adds (about 65 us of CPU a transaction here: 183 us against 119, `bench/pg_writes.py`)
+        buys the ledger nothing, its statements being plain text. One it lost is dropped from
+        the pool, not handed out again."""
         fairy = self.engine.raw_connection()
         pg = fairy.driver_connection
         try:
@@ -283,8 +284,8 @@ class Ledger:
 
     def once(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """One statement, a transaction of its own: on Postgres in autocommit, one round trip
-        where a transaction takes three (begin, the statement, commit): 45 us of CPU where
-        they take 125 (bench/pg_writes.py)."""
+        where a transaction takes three (begin, the statement, commit): 65 us of CPU where
+        they take 119 (`bench/pg_writes.py`)."""
         if self.conn is not None:
             with self.transaction() as run:
                 return run(sql, params)
