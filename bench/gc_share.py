@@ -21,6 +21,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 VARIANTS = {
     "tether (Runtime)": (HERE / "tether_driver.py", []),
     "tether (bare Agent loop)": (HERE / "tether_driver.py", ["--opt", "runtime=0"]),
+    "tether (Runtime, SQLite)": (HERE / "tether_driver.py", ["--opt", "store=sqlite:///{tmp}"]),
     "baseline-aiohttp": (RIG / "drivers" / "baseline_aiohttp.py", []),
 }
 
@@ -68,7 +70,8 @@ def measure(driver: Path, extra: list[str], port: int, n: int, repeat: int) -> d
     done = subprocess.run(
         [sys.executable, "-c", PROBE, str(RIG / "harness.py"), str(driver), "--port", str(port),
          "--protocol", "chat", "--stream", "1", "--n", str(n), "--repeat", str(repeat),
-         "--warmup", "20", "--timeout", "240", *extra],
+         "--warmup", "20", "--timeout", "240",
+         *(x.format(tmp=f"{tempfile.mkdtemp()}/store.sqlite") for x in extra)],
         capture_output=True, text=True, cwd=RIG, timeout=600, check=False,
     )  # fmt: skip
     result = next(

@@ -4,6 +4,7 @@ objects (`gc.get_objects()`) a run holds while it runs and after it has ended, b
 
     bench/.venv-bench/bin/python bench/heap.py                 # a Runtime in memory, defaults
     bench/.venv-bench/bin/python bench/heap.py --n 1000 --top 12
+    bench/.venv-bench/bin/python bench/heap.py --store sqlite     # durable, on a new SQLite file
 
 The run is `loop_cost.py`'s (3 turns of 3 tool calls against a model that answers after 1 ms,
 no HTTP). "While it runs" counts the objects of 1,000 runs caught 3.5 ms in; "ended" counts what
@@ -20,6 +21,7 @@ import argparse
 import asyncio
 import collections
 import gc
+import tempfile
 
 from loop_cost import OneMillisecond, sleep_tool  # the same directory
 
@@ -31,10 +33,12 @@ def tracked() -> collections.Counter[str]:
     return collections.Counter(type(o).__name__ for o in gc.get_objects())
 
 
-async def count(n: int, caught_ms: float) -> tuple[collections.Counter[str], ...]:
+async def count(
+    n: int, caught_ms: float, store: str | None
+) -> tuple[collections.Counter[str], ...]:
     """The tracked objects `n` live runs hold `caught_ms` in, and what `n` ended runs leave."""
     agent = Agent(OneMillisecond(), [sleep_tool], system="s", name="bench")
-    runtime = Runtime(agents=[agent])
+    runtime = Runtime(store, [agent], take_over=False) if store else Runtime(agents=[agent])
     await runtime.open()
 
     async def one() -> None:  # holds nothing of the run: what is left is the runtime's
@@ -59,8 +63,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000, help="runs at once")
     ap.add_argument("--top", type=int, default=10, help="types shown")
     ap.add_argument("--at-ms", type=float, default=3.5, help="when the live runs are counted")
+    ap.add_argument("--store", choices=["memory", "sqlite"], default="memory")
     a = ap.parse_args()
-    live, ended = asyncio.run(count(a.n, a.at_ms))
+    store = f"sqlite:///{tempfile.mkdtemp()}/heap.sqlite" if a.store == "sqlite" else None
+    live, ended = asyncio.run(count(a.n, a.at_ms, store))
     for name, counts in (("while it runs", live), ("ended, kept", ended)):
         per_run = sum(counts.values()) / a.n
         most = ", ".join(f"{t} {c / a.n:.1f}" for t, c in counts.most_common(a.top))

@@ -314,3 +314,47 @@ def test_a_run_reads_its_inbox_only_when_a_message_was_sent(
     seen = program_output(MAIL, store)
     assert seen["second"] == ["take a note", "and add milk"]
     assert seen["reads"] == {"hushed": 1, "talked": 2}
+
+
+KEPT = """
+import asyncio, json, sys
+from tether import Agent, Runtime, ScriptedModel, reply, tool
+from tether.durable.run import DurableRun
+
+@tool
+async def look(path: str) -> str:
+    '''Look at a path.'''
+    return f"{path}: a file"
+
+async def main():
+    calls = [("look", {"path": "a"}), ("look", {"path": "b"})]
+    model = ScriptedModel([reply(tool_calls=calls), reply("seen")])
+    async with Runtime(sys.argv[1], [Agent(model, [look], name="looker")]) as rt:
+        run = await rt.start("looker", "look", run_id="kept-1")
+        result = await run.wait()
+        await asyncio.sleep(0)
+        kept = rt.get("kept-1")
+        assert isinstance(kept, DurableRun) and kept.last is None and kept.packed is not None
+        print(json.dumps({
+            "same": kept.result == result and kept.result is not result,
+            "again": await kept.wait() == result,
+            "roles": [m.role for m in kept.transcript],
+            "second": kept.transcript[2].tool_results[1].output,
+            "answer": kept.result.answer,
+        }))
+
+asyncio.run(main())
+"""
+
+
+def test_an_ended_durable_run_kept_compact_answers_as_it_did(tmp_path: Path) -> None:
+    """A durable run the process keeps after it ends (as a run in memory is kept) holds its
+    result and transcript compact, and still answers with values equal to what `wait` gave."""
+    seen = program_output(KEPT, f"sqlite:///{tmp_path}/runs.sqlite")
+    assert seen == {
+        "same": True,
+        "again": True,
+        "roles": ["user", "assistant", "tool", "assistant"],
+        "second": "b: a file",
+        "answer": "seen",
+    }

@@ -334,7 +334,8 @@ class DurableRuns:
         run.log.close()
         run.sinks = []
         run.ended.set()
-        forget_old(self.finished, self.keep_finished, self.runs, self.bus.logs, run.id)
+        if forget_old(self.finished, self.keep_finished, self.runs, self.bus.logs, run.id):
+            run.keep()
 
     async def resume(self, run_id: str, sinks: list[Sink], force: bool = False) -> DurableRun:
         """Continue a run here: one whose process died (still PENDING in the store) is

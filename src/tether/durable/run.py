@@ -23,10 +23,11 @@ from typing import Any, Protocol
 from ..agent import Agent
 from ..approvals import ApprovalRequest, Decision, arguments_hash, check_answer
 from ..bus import Bus, EventLog
+from ..compact import Compact, compact
 from ..errors import ConfigError, NoSuchRun, RunEnded, StoreUnavailable, known
 from ..events import Emitter, Event, Sink
 from ..messages import Message, ToolCall, hollow
-from ..result import RunResult
+from ..result import RunResult, compact_result, expand_result
 from ..run import RestartPolicy
 from ..tally import Tally
 from ..tools.tool import RunContext
@@ -125,7 +126,8 @@ class DurableRun:
         self.id = run_id
         self.followed = sinks is not None
         self.status = "queued"
-        self.result: RunResult | None = None
+        self.last: RunResult | None = None  # its result, until it is kept compact (`keep`)
+        self.packed: tuple[Compact, Compact] | None = None  # its result and transcript, kept
         self.pending: dict[str, ApprovalRequest] = {}
         self.ended = asyncio.Event()
         self.summary: dict[str, Any] | None = None  # its run_finished, once seen here
@@ -173,9 +175,31 @@ class DurableRun:
         return list(self.pending.values())
 
     @property
+    def result(self) -> RunResult | None:
+        """Its result (None before it ends): read back from what `keep` kept, if it did."""
+        if self.packed is None:
+            return self.last
+        return expand_result(*self.packed)
+
+    @result.setter
+    def result(self, value: RunResult | None) -> None:
+        self.last, self.packed = value, None
+
+    def keep(self) -> None:
+        """Hold its result compact once it has ended (`compact.py`), as a run in memory does: a
+        process keeps thousands of ended runs, and as message objects an ended durable run held
+        55 objects for every full collection to walk (14 kept compact: `bench/heap.py
+        --store sqlite`)."""
+        last = self.last
+        if last is not None:
+            self.packed = compact_result(last, None), compact(last.messages)
+        self.last, self.kept = None, []
+
+    @property
     def transcript(self) -> list[Message]:
-        if self.result is not None and self.result.messages:
-            return list(self.result.messages)
+        result = self.result
+        if result is not None and result.messages:
+            return list(result.messages)
         try:
             return messages_of(self.host.reader, self.id)
         except NoSuchRun:
