@@ -52,7 +52,7 @@ from ..tools.tool import RunContext
 from . import notices
 from .accounts import StoredAccounts
 from .formats import RunRecord
-from .ledger import CallState, Ledger, finished
+from .ledger import CallState, Ledger
 from .run import DurableRun
 from .steps import KIND_OF, ContextStep, GuardStep, InboxStep, ModelStep, Step, ToolsStep, kind_of
 from .steps import read as read_step
@@ -89,8 +89,7 @@ class RecordedEffects:
         self.recorded: dict[int, tuple[str, bytes]] = {}  # what a replay has yet to go through
         self.origin = record.origin  # a fork's
         self.riders: list[tuple[str, dict[str, Any]]] = []
-        """Writes that go with the next step's record: its model call's settlement, or the
-        journal's result of the tool call that ended its step."""
+        """Writes that go with the next step's record: its model call's settlement."""
         self.calls_left = 0  # the calls of the running tool step yet to end
         self.last: ToolResult | None = None  # the call whose result rides with its step
 
@@ -366,8 +365,7 @@ class RecordedEffects:
         if recorded is None:
             if result.images:  # kept once; the records name them
                 await self.ledger.call(self.ledger.keep_images, list(result.images))
-            if not self.calls_left:  # the step's last: journaled in the step's transaction
-                self.riders.append(finished(self.run.id, result))
+            if not self.calls_left:  # the step's last: its record is the step's (ledger.py)
                 self.last = result  # its event once that commits (`run_tools`)
                 return hollow_result(result)
             await self.ledger.finish_call(self.run.id, result)
