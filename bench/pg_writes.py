@@ -27,7 +27,8 @@ from typing import Any
 
 from durable_bench import cpu, drop, fresh_store  # the same directory
 
-from tether.durable.ledger import STEP_SQL, Ledger, pyformat
+from tether.durable.ledger import STEP_SQL, Ledger
+from tether.durable.statements import pyformat
 
 
 def row(i: int, run_id: str) -> dict[str, Any]:

@@ -28,7 +28,8 @@ from typing import Any
 import orjson
 
 from ..accounts import PERIODS, Cost, Limits, Period, Standing, periods_at
-from .ledger import SCHEMA_LOCK, Ledger, Params, Run, Writes
+from .ledger import SCHEMA_LOCK, Ledger, Writes
+from .statements import Params, Run
 
 ADDED = (
     " ON CONFLICT (account, period) DO UPDATE SET usd = tether_account_spend.usd + excluded.usd, "

@@ -84,7 +84,9 @@ class RecordedEffects:
         self.ledger: Ledger = run.host.ledger
         self.clock = 0.0  # until the first model call (its recorded start), no time has passed
         self.seen = 0  # the last inbox message delivered
-        self.mail: int | None = None  # what was said of mail when the inbox was last read
+        self.mail = run.mail_before if run.fresh else None
+        """What was said of mail when the inbox was last read (for a run begun here, before it
+        was recorded: until something is said, its inbox is empty and not read)."""
         self.n = 0  # the number of the next step
         self.recorded: dict[int, tuple[str, bytes]] = {}  # what a replay has yet to go through
         self.origin = record.origin  # a fork's

@@ -39,8 +39,6 @@ For Postgres the tables share the database, reached through SQLAlchemy in a work
 from __future__ import annotations
 
 import asyncio
-import functools
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -56,6 +54,7 @@ from ..questions import Answer, Question
 from .notices import MAIL, Notices
 from .outage import POSTGRES_CONNECT_ARGS
 from .sqlite import sqlite_dbapi, tuned
+from .statements import Run, connection_lost, running
 
 TABLES = (
     # a run's recorded steps: n counts from 0 in the order the run takes them (effects.py)
@@ -122,53 +121,9 @@ RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 5.0
 
 
-def connection_lost(e: Exception) -> bool:
-    """Whether a Postgres call failed for want of its connection (the server went away, the
-    network dropped it, no connection came free in time), not for what it asked."""
-    import psycopg
-    from sqlalchemy import exc
-
-    if isinstance(e, (exc.OperationalError, exc.TimeoutError, psycopg.OperationalError)):
-        return True
-    return isinstance(e, exc.DBAPIError) and e.connection_invalidated
-
-
 T = TypeVar("T")
 Writes = Sequence[tuple[str, dict[str, Any]]]
 """Statements with `:name` parameters, to make in one transaction."""
-Params = dict[str, Any] | list[dict[str, Any]]
-Run = Callable[[str, Params], list[tuple[Any, ...]]]
-"""Executes one statement (`:name` parameters) in the open transaction; the rows it returned.
-With a list of parameters, the statement once for each (no rows)."""
-
-
-def running(cursor: Any, postgres: bool = False) -> Run:
-    """`Run` on a DB-API cursor (SQLite's connection is one too): `:name` parameters, which
-    psycopg spells `%(name)s` (`pyformat`)."""
-
-    def run(sql: str, params: Params) -> list[tuple[Any, ...]]:
-        if postgres:
-            sql = pyformat(sql)
-        if isinstance(params, list):
-            cursor.executemany(sql, params)
-            return []
-        found = cursor.execute(sql, params)
-        if postgres and cursor.description is None:
-            return []
-        rows: list[tuple[Any, ...]] = found.fetchall()
-        return rows
-
-    return run
-
-
-@functools.cache
-def pyformat(sql: str) -> str:
-    """A statement's `:name` parameters as psycopg's `%(name)s` (a `::` cast is left alone;
-    the ledger's statements have no `%` of their own)."""
-    return NAMED.sub(r"%(\1)s", sql)
-
-
-NAMED = re.compile(r"(?<![:\w]):(\w+)")
 
 
 def ledger_url(store: str) -> str:

@@ -33,6 +33,7 @@ from ..run import forget_old
 from ..tools.session import close_kept
 from ..tools.tool import Spawn
 from ..tree import Allowance
+from . import notices
 from .accounts import StoredAccounts
 from .dbos_private import cancelled_errors, id_in_use_error, refuse_pickles
 from .execute import Executor, Resolver, execute_run
@@ -271,6 +272,7 @@ class DurableRuns:
         run = self.attach(run_id, sinks)
         run.typed = typed
         run.fresh = True
+        run.mail_before = self.ledger.notices.mark(notices.MAIL)  # before the store has the run
         try:
             with SetWorkflowID(run_id, workflow_id_reuse_policy="reject" if chosen else None):
                 given = record.to_dict()

@@ -30,8 +30,9 @@ import time
 import orjson
 
 from ..rates import SLACK, Rate, RateStanding, wait_for, why_waiting
-from .ledger import SCHEMA_LOCK, Ledger, Run
+from .ledger import SCHEMA_LOCK, Ledger
 from .notices import RATES
+from .statements import Run
 
 REFRESH_S = 1.0
 """How old this process's copy of the rates table may grow before it is read again, though no

@@ -145,6 +145,9 @@ class DurableRun:
         self.context: RunContext | None = None
         self.task: asyncio.Task[Any] | None = None  # the execution, stopped by a cancel
         self.fresh = False  # started here and not executed yet: nothing is recorded to read
+        self.mail_before: int | None = None
+        """What was said of mail (`notices.py`) before this process recorded the run (`start`):
+        nothing can be in its inbox unless something was said since."""
         self.stepped = False  # it has stepped here: its replay is behind it, events are live
         self.shown: set[str] = set()  # the tool calls announced here
         self.lost: StoreUnavailable | None = None  # stopped here for want of the store
