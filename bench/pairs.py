@@ -58,11 +58,12 @@ def pinned(core: int) -> list[str]:
     return []
 
 
-def start_mock() -> tuple[subprocess.Popen[bytes], int]:
+def start_mock(script: list[str] = MOCK) -> tuple[subprocess.Popen[bytes], int]:
+    """The rig's mock model on a free port, pinned to core 0, answering by `script`."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    cmd = [*pinned(0), sys.executable, str(RIG / "mock_llm.py"), "--port", str(port), *MOCK]
+    cmd = [*pinned(0), sys.executable, str(RIG / "mock_llm.py"), "--port", str(port), *script]
     mock = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):
         try:
