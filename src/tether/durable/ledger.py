@@ -16,10 +16,8 @@ the calls of one reply) is made again after a crash: a finished call gives back 
 result, a call that started but never finished is rerun only if its tool is idempotent. The
 step's last call to end is journaled by the step's own record, which holds its result: the
 journal is read only for a step not recorded, and a crash before that record commits leaves
-the call unfinished either way. So a reply of one call, the usual kind, writes its start and
-its step (on Postgres, one run at a time, three round trips and about 300 us of CPU were a
-transaction each); at 1,000 runs at once, a tool step's three calls write two results, not
-three.
+the call unfinished either way. So a reply of one call, the usual kind, writes two rows (its
+start, its step), where it wrote three, each a transaction of its own.
 
 Images (a task's, a tool result's) are kept once each, by their sha256: a run's records (its
 steps, the journal, DBOS's) carry them without their bytes, however often they name them.
@@ -33,7 +31,8 @@ only when one was said since its last look (`effects.RecordedEffects.unread`).
 For a SQLite store these tables live in a file beside it (`PATH-effects`): sharing DBOS's file
 would make every write here wait for its write lock. One connection serves the process, used on
 the event loop itself: a write in WAL mode takes microseconds, far less than a hop to a thread.
-For Postgres the tables share the database, reached through SQLAlchemy in a worker thread.
+For Postgres the tables share the database, reached in a worker thread through psycopg's own
+connections, kept in SQLAlchemy's pool (`Ledger.connection`).
 """
 
 from __future__ import annotations

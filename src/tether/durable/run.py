@@ -191,7 +191,7 @@ class DurableRun:
     def keep(self) -> None:
         """Hold its result compact once it has ended (`compact.py`), as a run in memory does: a
         process keeps thousands of ended runs, and as message objects an ended durable run held
-        55 objects for every full collection to walk (14 kept compact: `bench/heap.py
+        56 objects for every full collection to walk (16 kept compact: `bench/heap.py
         --store sqlite`)."""
         last = self.last
         if last is not None:
