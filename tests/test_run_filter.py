@@ -96,3 +96,27 @@ def test_the_inbox_pages_oldest_first_by_the_same_cursor() -> None:
     assert [s["id"] for s in first.rows] == ["run-001", "run-003"]
     rest = page_of(runs, waiting, first.next, 2, oldest_first=True)
     assert [s["id"] for s in rest.rows] == ["run-005"] and rest.next is None
+
+
+async def test_runs_started_one_after_the_other_page_in_that_order_in_memory() -> None:
+    """A server without a store keys its runs by their first event's time: in milliseconds,
+    two runs started within one were listed by id, so the inbox's "oldest first" gave a later
+    run first (a test of the page saw it under load). Now the time is microseconds: the runs
+    come in the order they started, whatever their ids."""
+    from tether import Agent, ScriptedModel, reply
+    from tether.memory_view import MemoryView
+    from tether.supervisor import Supervisor
+
+    sup = Supervisor()
+    ids = ["run-z", "run-m", "run-a"]  # started in this order, ids sorted the other way
+    for run_id in ids:
+        sup.start(Agent(ScriptedModel([reply("ok")])), "go", run_id=run_id)
+    for run_id in ids:
+        await sup.get(run_id).wait()
+    view = MemoryView(sup)
+    oldest = view.page(RunFilter(), None, 10, oldest_first=True)
+    assert [s["id"] for s in oldest.rows] == ids
+    newest = view.page(RunFilter(), None, 2)
+    assert [s["id"] for s in newest.rows] == ids[:0:-1]
+    rest = view.page(RunFilter(), Cursor.decode(newest.next.encode()), 2)  # type: ignore[union-attr]
+    assert [s["id"] for s in rest.rows] == ids[:1]

@@ -18,7 +18,7 @@ from .dashboard import Ended
 from .errors import NoSuchRun
 from .questions import Question, Questions
 from .run_filter import Cursor, Page, RunFilter, page_of
-from .summaries import activity, first_ms, summarize
+from .summaries import activity, first_us, summarize
 from .supervisor import Supervisor
 
 ENDED_STATES = ("done", "halted", "failed", "cancelled", "interrupted")
@@ -31,7 +31,7 @@ class Fold:
 
     length: int
     summary: dict[str, Any]
-    created_ms: int
+    created_us: int
     activity: tuple[float | None, Ended | None, list[float]]
 
 
@@ -41,7 +41,7 @@ def fold(log: EventLog) -> Fold:
     found = log.memo
     if not isinstance(found, Fold) or found.length != len(log):
         events = log.events
-        found = Fold(len(log), summarize(events), first_ms(events), activity(events))
+        found = Fold(len(log), summarize(events), first_us(events), activity(events))
         log.memo = found
     return found
 
@@ -106,7 +106,7 @@ class MemoryView:
             asks = run is not None and (run.waiting() or self.asked.of_run(run_id))
             if asks and s["status"] not in ENDED_STATES:
                 s["status"] = "waiting"
-            keyed.append((Cursor(folded.created_ms, run_id), s))
+            keyed.append((Cursor(folded.created_us, run_id), s))
         return keyed
 
     def activity(self, since: float) -> tuple[list[float], list[Ended], list[float]]:

@@ -55,7 +55,9 @@ class RunFilter:
 
 @dataclass(frozen=True, order=True)
 class Cursor:
-    """Where a page ended: its last run's creation time (milliseconds) and id."""
+    """Where a page ended: its last run's creation time and id. The time is in milliseconds
+    on a store (DBOS's `created_at`), in microseconds in memory (`memory_view`); a cursor goes
+    back only to the view that gave it."""
 
     at_ms: int
     run_id: str

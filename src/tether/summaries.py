@@ -34,9 +34,10 @@ def row_summary(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def first_ms(events: list[Event]) -> int:
-    """When a run held in memory was created, in milliseconds (its key in a page's order)."""
-    return int(events[0].ts * 1000) if events else 0
+def first_us(events: list[Event]) -> int:
+    """When a run held in memory was created, in microseconds: its key in a page's order. In
+    milliseconds, two runs a page started within one were listed in either order."""
+    return int(events[0].ts * 1_000_000) if events else 0
 
 
 def summarize(events: list[Event]) -> dict[str, Any]:
