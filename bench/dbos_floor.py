@@ -7,7 +7,8 @@ Every durable run is one such workflow (its start and end records), whatever its
 this is the floor under a durable run's cost while DBOS keeps the runs' lives (#15). SQLite
 connections are set up as Tether sets them (`sqlite.sqlite_engine_kwargs`: WAL, synchronous
 NORMAL); a Postgres URL names a database to connect to first: a fresh one is made beside it,
-and dropped after. One workflow runs first, unmeasured (imports, connections).
+and dropped after. One workflow runs first, unmeasured (imports, connections). Then the CPU of
+reading an ended workflow's result: DBOS's `get_result` against Tether's `result_of`.
 """
 
 from __future__ import annotations
@@ -25,22 +26,41 @@ from durable_bench import cpu, drop, fresh_store  # the same directory
 async def measure(workflows: int) -> dict[str, float]:
     from dbos import DBOS, SetWorkflowID
 
+    from tether.durable.dbos_private import result_of
+
     @DBOS.workflow(name="floor")
     async def nothing(n: int) -> int:
         return n
+
+    async def started(prefix: str) -> list[Any]:
+        handles = []
+        for n in range(workflows):
+            with SetWorkflowID(f"{prefix}-{n}"):
+                handles.append(await DBOS.start_workflow_async(nothing, n))
+        return handles
 
     DBOS.launch()
     first = await DBOS.start_workflow_async(nothing, -1)
     await first.get_result()
     c0, t0 = cpu(), time.perf_counter()
-    handles = []
-    for n in range(workflows):
-        with SetWorkflowID(f"floor-{n}"):
-            handles.append(await DBOS.start_workflow_async(nothing, n))
-    for h in handles:
-        await h.get_result()
+    for h in await started("floor"):
+        await result_of(h)  # as Tether reads a run's end
     used, wall = cpu() - c0, time.perf_counter() - t0
-    return {"cpu_ms_per_workflow": round(used * 1000 / workflows, 3), "wall_s": round(wall, 2)}
+    # a result read each way, of workflows ended already: DBOS's own `get_result` serializes
+    # it and hops to a thread to record the read (for a caller inside a workflow only)
+    reads = {}
+    for how, read in (("get_result", lambda h: h.get_result()), ("result_of", result_of)):
+        handles = await started(how)
+        await asyncio.gather(*(asyncio.shield(h.task) for h in handles))
+        c1 = cpu()
+        for h in handles:
+            await read(h)
+        reads[f"{how}_us"] = round((cpu() - c1) * 1e6 / workflows, 1)
+    return {
+        "cpu_ms_per_workflow": round(used * 1000 / workflows, 3),
+        "wall_s": round(wall, 2),
+        **reads,
+    }
 
 
 def main() -> None:

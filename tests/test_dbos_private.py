@@ -18,6 +18,10 @@ def test_the_private_modules_names_are_there() -> None:
     assert isinstance(_sys_db._dbos_notifications_channel, str)
     assert callable(_dbos._get_dbos_instance)
     assert "self._listening_queues" in inspect.getsource(_dbos.DBOS)
+    # `result_of` awaits a started workflow's task, as `get_result` does first
+    from dbos._core import WorkflowHandleAsyncTask
+
+    assert "asyncio.shield(self.task)" in inspect.getsource(WorkflowHandleAsyncTask)
     assert hasattr(_serialization, "DBOSDefaultSerializer")
     for name in (
         "DBOSWorkflowIDInUseError",

@@ -35,7 +35,7 @@ from ..tools.tool import Spawn
 from ..tree import Allowance
 from . import notices
 from .accounts import StoredAccounts
-from .dbos_private import cancelled_errors, id_in_use_error, refuse_pickles
+from .dbos_private import cancelled_errors, id_in_use_error, refuse_pickles, result_of
 from .execute import Executor, Resolver, execute_run
 from .formats import WORKFLOW_VERSION, RunRecord
 from .ledger import Ledger
@@ -312,7 +312,7 @@ class DurableRuns:
         """Wait for the run's end and report it (a run executed elsewhere, or one that had
         ended already, reports its end here from the store)."""
         try:
-            data: dict[str, Any] = await handle.get_result()
+            data: dict[str, Any] = await result_of(handle)
         except asyncio.CancelledError:
             this = asyncio.current_task()
             if this is not None and this.cancelling():
