@@ -389,6 +389,31 @@ def test_a_step_is_typed_and_kept_as_the_same_bytes() -> None:
         read("tether.model", GOLDEN_MODEL_STEP, "step 0")
 
 
+def test_a_value_of_a_subclass_is_recorded_as_its_plain_kind() -> None:
+    """`records.encode` takes a short way for values of exactly a plain type, a list, a tuple or
+    one of our types; a subclass (a named tuple, an enum of strings, a list of a library's own)
+    goes the long way and is recorded as its plain kind would be, byte for byte."""
+    import enum
+    from typing import NamedTuple
+
+    from tether.durable.records import dumps
+
+    class Point(NamedTuple):
+        x: int
+        y: int
+
+    class Colour(enum.StrEnum):
+        RED = "red"
+
+    class Items(list[object]):
+        pass
+
+    assert dumps(Point(1, 2)) == dumps((1, 2))
+    assert dumps(Colour.RED) == dumps("red")
+    assert dumps(Items([1, (2, "a")])) == dumps([1, (2, "a")])
+    assert dumps({"k": Items([Point(3, 4)])}) == dumps({"k": [(3, 4)]})
+
+
 async def test_a_question_is_kept_once_and_answered_once(tmp_path: Path) -> None:
     """A run's question (an MCP server's elicitation) is kept once, asked again after a
     restart it is the same; it has no answer until one is given, a second answer is refused

@@ -113,14 +113,15 @@ def encode(value: Any) -> Any:
 
 
 def encode_other(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
+    """What `encode` leaves: a subclass is recorded as its plain kind would be."""
+    if isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, BaseException):  # DBOS keeps a failed workflow's error: its words
         return {"$error": {"type": type(value).__name__, "message": str(value)}}
     if isinstance(value, list):
-        return [encode(v) for v in value]
+        return encode(list(value))
     if isinstance(value, tuple):
-        return {"$tuple": [encode(v) for v in value]}
+        return encode(tuple(value))
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise TypeError("a record's mapping has keys that are not strings")
