@@ -22,12 +22,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from pairs import pinned, start_mock  # the same directory
+from peers import Stores
 
 HERE = Path(__file__).resolve().parent
 RIG = HERE / "rig"
@@ -40,39 +40,27 @@ SCENARIOS = {
 SERVER = "postgresql://postgres@127.0.0.1:5432"
 
 
-def postmaster(server: str) -> int:
-    """The Postgres server's postmaster: the harness counts its CPU and its backends'."""
-    import psutil
-    import psycopg
-
-    with psycopg.connect(f"{server}/postgres", autocommit=True) as c:
-        backend = int(c.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
-        return int(psutil.Process(backend).parent().pid)  # type: ignore[union-attr]
-
-
-def fresh(store: str, server: str) -> tuple[list[str], dict[str, str]]:
-    """The driver's options and environment for one run on a new store of this kind."""
-    if store == "memory":
-        return [], {}
-    if store == "sqlite":
-        return ["--opt", f"store=sqlite:///{tempfile.mkdtemp()}/store.sqlite"], {}
-    import psycopg
-
-    with psycopg.connect(f"{server}/postgres", autocommit=True) as c:
-        c.execute("DROP DATABASE IF EXISTS durable_pairs WITH (FORCE)")
-        c.execute("CREATE DATABASE durable_pairs")
-    server_pid = str(postmaster(server))
-    return ["--opt", f"store={server}/durable_pairs"], {"BENCH_SERVER_PID": server_pid}
-
-
-def one(src: str, store: str, scenario: str, port: int, server: str) -> dict[str, Any]:
-    opts, env = fresh(store, server)
+def one(src: str, store: str, scenario: str, port: int, stores: Stores) -> dict[str, Any]:
+    """One harness run of tree `src` on a new store of kind `store` (memory, sqlite or
+    postgres), made and dropped as `bench/peers` makes its own."""
+    opts: list[str] = []
+    env = {"PYTHONPATH": src}
+    dropped = None
+    if store != "memory":
+        where, dropped = stores.fresh(store)
+        opts = ["--opt", f"store=sqlite:///{where}" if store == "sqlite" else f"store={where}"]
+    if store == "postgres":
+        env["BENCH_SERVER_PID"] = str(stores.server_pid())
     cmd = [*pinned(1), sys.executable, str(RIG / "harness.py"), str(HERE / "tether_driver.py"),
            "--port", str(port), "--protocol", "chat", "--stream", "1",
            *SCENARIOS[scenario][1], "--timeout", "240", *opts]  # fmt: skip
-    done = subprocess.run(
-        cmd, cwd=RIG, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": src, **env}
-    )
+    try:
+        done = subprocess.run(
+            cmd, cwd=RIG, capture_output=True, text=True, env={**os.environ, **env}
+        )
+    finally:
+        if dropped is not None:
+            dropped({})  # counts nothing, drops the store
     found = [line[7:] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if not found:
         raise SystemExit(f"durable_pairs: no result from {store} on {src}:\n{done.stderr[-2000:]}")
@@ -92,6 +80,7 @@ def main() -> None:
     a = ap.parse_args()
     trees = {"old": str(Path(a.old).resolve()), "new": str(Path(a.new).resolve())}
     stores = a.stores.split(",")
+    made = Stores(a.server)  # each run's new store, dropped after it
     mock, port = start_mock(SCENARIOS[a.scenario][0])
     found: dict[str, list[float]] = {}
     try:
@@ -99,7 +88,7 @@ def main() -> None:
             order = list(trees) if n % 2 == 0 else list(trees)[::-1]
             for store in stores:
                 for tree in order:
-                    r = one(trees[tree], store, a.scenario, port, a.server)
+                    r = one(trees[tree], store, a.scenario, port, made)
                     found.setdefault(f"{store} {tree}", []).append(r["ms_per_turn"])
                     print(f"round {n + 1}: {store} {tree} {r['ms_per_turn']} ms/turn ({r['ok']})")
     finally:
