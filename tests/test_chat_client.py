@@ -50,7 +50,7 @@ async def test_text_reply_and_usage(wire: WireServer, stream: bool) -> None:
     assert (r.usage.input_tokens, r.usage.cached_input_tokens) == (120, 100)
     assert (r.usage.output_tokens, r.usage.reasoning_tokens) == (7, 3)
     if stream:
-        assert len(deltas) >= 3 and "".join(deltas) == "Hello there, friend."
+        assert deltas and "".join(deltas) == "Hello there, friend."  # a piece a read
         assert wire.requests[0]["stream_options"] == {"include_usage": True}
     assert wire.headers[0]["Authorization"] == "Bearer sk-test-secret"
 

@@ -383,3 +383,68 @@ async def test_an_openai_style_client_streams_unless_told_not_to(hostile: Hostil
             await model.respond(request)
         await model.aclose()
     assert [b.get("stream", False) for b in bodies] == [True, False]
+
+
+def chat_delta(text: str) -> bytes:
+    chunk = {"choices": [{"index": 0, "delta": {"content": text}}]}
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+async def test_streamed_text_is_handed_on_a_network_read_at_a_time(hostile: Hostile) -> None:
+    """Deltas that arrive together are one piece (one `text_delta` event, not one a delta);
+    deltas that arrive apart are apart, each as soon as its read is parsed."""
+    second_sent = asyncio.Event()
+
+    async def two_reads(request: web.Request) -> web.StreamResponse:
+        resp = await stream(request)
+        await resp.write(chat_delta("one ") + chat_delta("two ") + chat_delta("three "))
+        await asyncio.sleep(0.2)  # the client has read and handed on the first three
+        second_sent.set()
+        await resp.write(chat_delta("four") + b'data: {"choices": [{"index": 0, "delta": {}, '
+                         b'"finish_reason": "stop"}]}\n\ndata: [DONE]\n\n')  # fmt: skip
+        return resp
+
+    hostile.handler = two_reads
+    pieces: list[str] = []
+    handed_early: list[bool] = []
+
+    def on_text(text: str) -> None:
+        pieces.append(text)
+        handed_early.append(not second_sent.is_set())
+
+    model = OpenAIChatModel("m", api_key="k", base_url=hostile.url)
+    try:
+        reply = await model.respond(ModelRequest((Message.user("hi"),)), on_text)
+    finally:
+        await model.aclose()
+    assert reply.message.text == "one two three four"
+    assert pieces == ["one two three ", "four"]
+    assert handed_early == [True, False]  # the first piece did not wait for the second read
+
+
+async def test_text_said_in_the_read_that_brings_an_error_is_not_shown_and_the_call_is_retried(
+    hostile: Hostile,
+) -> None:
+    sent: list[int] = []
+
+    async def text_then_error(request: web.Request) -> web.StreamResponse:
+        sent.append(1)
+        resp = await stream(request)
+        if len(sent) == 1:
+            error = b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
+            await resp.write(chat_delta("half an ans") + error)
+        else:
+            await resp.write(chat_delta("whole answer") + b"data: [DONE]\n\n")
+        return resp
+
+    hostile.handler = text_then_error
+    pieces: list[str] = []
+    model = OpenAIChatModel(
+        "m", api_key="k", base_url=hostile.url, settings=dataclasses.replace(QUICK)
+    )
+    try:
+        reply = await model.respond(ModelRequest((Message.user("hi"),)), pieces.append)
+    finally:
+        await model.aclose()
+    assert reply.message.text == "whole answer" and pieces == ["whole answer"]
+    assert len(sent) == 2

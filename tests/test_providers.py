@@ -78,7 +78,7 @@ async def test_text_and_normalized_usage(wire: WireServer, protocol: str, stream
     assert r.usage.input_tokens == 120  # cached (and for Anthropic cache writes) included
     assert (r.usage.cached_input_tokens, r.usage.output_tokens) == (100, 7)
     if stream:
-        assert len(deltas) >= 3 and "".join(deltas) == "Hello there, friend."
+        assert deltas and "".join(deltas) == "Hello there, friend."  # a piece a read
 
 
 @every

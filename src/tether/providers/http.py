@@ -72,9 +72,15 @@ class Progress:
     """What a reply parser is told and tells: `emitted` is set once anything was handed to the
     caller (retries stop there); `quiet` is the longest a stream may go without an event,
     `allowance` the most bytes it may bring, and `on_text` is told the text as it streams (so
-    a provider's parser is a plain function, not a closure made per call)."""
+    a provider's parser is a plain function, not a closure made per call).
 
-    __slots__ = ("allowance", "emitted", "on_text", "quiet")
+    Text is handed over a network read at a time (`said` keeps it, `flush` hands it over, as
+    `sse_batches` asks for the next read and once the reply is parsed): a server that sends
+    many small deltas in one read makes one `text_delta` event of them, not one each (the
+    benchmark rig's final answer: eight events a run became one). Text kept when the read
+    turns out to hold an error is never shown, so that reply may still be retried."""
+
+    __slots__ = ("allowance", "emitted", "on_text", "pending", "quiet")
 
     def __init__(
         self,
@@ -86,12 +92,26 @@ class Progress:
         self.quiet = quiet
         self.allowance = allowance
         self.on_text = on_text
+        self.pending: list[str] | None = None
+        """Text said since the last `flush` (None: none)."""
 
     def said(self, text: str) -> None:
-        """Hand streamed text to the caller (after which the call is not retried)."""
-        if self.on_text is not None:
+        """Streamed text for the caller, handed over at the next `flush`."""
+        if self.on_text is None or not text:
+            return
+        if self.pending is None:
+            self.pending = [text]
+        else:
+            self.pending.append(text)
+
+    def flush(self) -> None:
+        """Hand the text said since the last flush to the caller, as one piece (after which
+        the call is not retried)."""
+        pending = self.pending
+        if pending is not None and self.on_text is not None:
+            self.pending = None
             self.emitted = True
-            self.on_text(text)
+            self.on_text(pending[0] if len(pending) == 1 else "".join(pending))
 
 
 def stream_allowance(max_output_tokens: int | None) -> int:
@@ -249,7 +269,9 @@ class HTTPClient:
                     raise self.redirected(resp)
                 if resp.status >= 400:
                     raise await error_from_response(resp)
-                return await parse(resp, progress)
+                reply = await parse(resp, progress)
+                progress.flush()  # what the last read said (a parser may end mid-batch)
+                return reply
         except ProviderError:
             raise
         except aiohttp.ClientConnectorError as e:
@@ -477,6 +499,7 @@ async def sse_batches(
         if batch:
             last_event = time.monotonic()
             yield batch
+            limits.flush()  # the batch is parsed: its text goes out as one piece
         elif time.monotonic() - last_event > limits.quiet:
             raise ProviderTimeout(
                 f"the reply stream sent no event for {limits.quiet:g} s (only stray bytes)",
