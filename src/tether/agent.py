@@ -379,9 +379,10 @@ async def drive(
                 return Finish("halted", last_answer(state.messages), e.reason)
             happened = ModelReplied(response, agent.price_of(response))
         elif isinstance(action, RunTools):
-            trip = await calls_trip(agent, effects, action.calls)
-            if trip is not None:  # no call of the reply runs: they are closed unrun
-                return Finish("halted", "", trip.reason)
+            if agent.tool_guards:  # (most agents have none: no coroutine a turn for them)
+                trip = await calls_trip(agent, effects, action.calls)
+                if trip is not None:  # no call of the reply runs: they are closed unrun
+                    return Finish("halted", "", trip.reason)
             state.finished = {}
             happened = ToolsDone(await effects.run_tools(state, list(action.calls)))
 
@@ -406,8 +407,6 @@ async def first_trip(effects: Effects, task: str) -> Verdict | None:
 async def calls_trip(agent: Agent, effects: Effects, calls: list[ToolCall]) -> Verdict | None:
     """The first tool guardrail a reply's calls trip, each call asked in turn (a durable run
     records a step per call)."""
-    if not agent.tool_guards:
-        return None
     for call in calls:
         trip = tripped(await effects.guard("tool", call))
         if trip is not None:
