@@ -39,10 +39,16 @@ def run(wire: WireServer, store: str, *extra: str) -> tuple[int, list[dict[str, 
 
 
 def story(events: list[dict[str, Any]]) -> list[tuple[str, ...]]:
-    """What a watcher learns from a run's events, without timings and ids."""
+    """What a watcher learns from a run's events, without timings and ids. Streamed text is
+    its text: how it fell into pieces is how the stream fell into network reads."""
     out: list[tuple[str, ...]] = []
     for e in events:
-        if e["type"] == "tool_call":
+        if e["type"] == "text_delta":
+            if out and out[-1][0] == "text_delta":
+                out[-1] = ("text_delta", out[-1][1] + e["text"])
+            else:
+                out.append(("text_delta", e["text"]))
+        elif e["type"] == "tool_call":
             out.append(("tool_call", e["name"], json.dumps(e["arguments"], sort_keys=True)))
         elif e["type"] == "tool_result":
             out.append(("tool_result", e["name"], e["output"], str(e["is_error"])))

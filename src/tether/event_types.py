@@ -45,7 +45,7 @@ class ModelRequestFields(TypedDict, total=False):
 
 
 class TextDeltaFields(TypedDict, total=False):
-    """A piece of the model's text, while it streams."""
+    """A piece of the model's text, while it streams: what one read of the stream brought."""
 
     text: Annotated[str, "the piece"]
 

@@ -72,13 +72,11 @@ class Progress:
     """What a reply parser is told and tells: `emitted` is set once anything was handed to the
     caller (retries stop there); `quiet` is the longest a stream may go without an event,
     `allowance` the most bytes it may bring, and `on_text` is told the text as it streams (so
-    a provider's parser is a plain function, not a closure made per call).
-
-    Text is handed over a network read at a time (`said` keeps it, `flush` hands it over, as
-    `sse_batches` asks for the next read and once the reply is parsed): a server that sends
-    many small deltas in one read makes one `text_delta` event of them, not one each (the
-    benchmark rig's final answer: eight events a run became one). Text kept when the read
-    turns out to hold an error is never shown, so that reply may still be retried."""
+    a provider's parser is a plain function, not a closure made per call). Text is handed
+    over a network read at a time (`said` keeps it; `flush`, as `sse_batches` asks for the next
+    read and once the reply is parsed, hands it over): many small deltas in one read make one
+    `text_delta` event, not one each (the rig's final answer: one event a run, not eight).
+    Text kept when the read turns out to hold an error is never shown: the reply may be retried."""
 
     __slots__ = ("allowance", "emitted", "on_text", "pending", "quiet")
 
@@ -92,17 +90,15 @@ class Progress:
         self.quiet = quiet
         self.allowance = allowance
         self.on_text = on_text
-        self.pending: list[str] | None = None
-        """Text said since the last `flush` (None: none)."""
+        self.pending: list[str] | None = None  # text said since the last flush
 
     def said(self, text: str) -> None:
         """Streamed text for the caller, handed over at the next `flush`."""
-        if self.on_text is None or not text:
-            return
-        if self.pending is None:
-            self.pending = [text]
-        else:
-            self.pending.append(text)
+        if self.on_text is not None and text:
+            if self.pending is None:
+                self.pending = [text]
+            else:
+                self.pending.append(text)
 
     def flush(self) -> None:
         """Hand the text said since the last flush to the caller, as one piece (after which
