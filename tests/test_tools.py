@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Annotated
 
+import pydantic
 import pytest
 
 from tether import RunContext, Toolbox, ToolCall, tool
@@ -349,3 +351,65 @@ async def test_a_finished_call_lets_go_of_its_task() -> None:
     await asyncio.sleep(0)  # the loop lets go of the gathered tasks' last callbacks
     gc.collect()
     assert [t() for t in tasks] == [None, None]
+
+
+def test_arguments_of_exactly_their_kinds_are_taken_as_pydantic_would_give_them() -> None:
+    """A tool of plain required fields takes arguments of exactly their kinds without a
+    pydantic model: what it takes is what pydantic gives, and anything else (a missing or
+    extra argument, another kind, a bool for an int, an int for a float) still goes through
+    pydantic, to the same values or the same error."""
+    from tether.tools.tool import ToolArgumentsError
+
+    @tool
+    def plain(ms: int, text: str, ratio: float, flag: bool) -> str:
+        """All four plain kinds."""
+        return ""
+
+    assert plain.exact == {"ms": int, "text": str, "ratio": float, "flag": bool}
+    model = plain.model()
+    assert model is not None
+    given: list[dict[str, object]] = [
+        {"ms": 5, "text": "a b", "ratio": 0.5, "flag": True},
+        {"ms": 2**70, "text": "", "ratio": float("inf"), "flag": False},
+        {"ms": True, "text": "a", "ratio": 1.0, "flag": False},
+        {"ms": 5, "text": "a", "ratio": 1, "flag": False},
+        {"ms": "5", "text": "a", "ratio": "1.5", "flag": "true"},
+        {"ms": 5, "text": "a", "ratio": 1.0},
+        {"ms": 5, "text": "a", "ratio": 1.0, "flag": True, "extra": 1},
+        {"ms": None, "text": "a", "ratio": 1.0, "flag": True},
+    ]
+    for arguments in given:
+        try:
+            want: object = dict(model(**arguments).__dict__)
+        except pydantic.ValidationError:
+            with pytest.raises(ToolArgumentsError):
+                plain.validate(arguments)
+            continue
+        got = plain.validate(arguments)
+        assert got == want and [type(v) for v in got.values()] == [
+            type(v)
+            for v in want.values()  # type: ignore[attr-defined]
+        ], arguments
+        assert got is not arguments  # a dict of the call's own (a context may be added)
+
+
+def test_a_tool_whose_fields_may_change_a_value_always_asks_pydantic() -> None:
+    @tool
+    def defaulted(ms: int = 5) -> str:
+        """A default."""
+        return ""
+
+    @tool
+    def bounded(ms: Annotated[int, pydantic.Field(ge=0)]) -> str:
+        """A constraint."""
+        return ""
+
+    @tool
+    def listed(items: list[int]) -> str:
+        """A kind that is not plain."""
+        return ""
+
+    assert defaulted.exact is None and bounded.exact is None and listed.exact is None
+    with pytest.raises(Exception, match="greater than or equal"):
+        bounded.validate({"ms": -1})  # its own Field's constraint holds (it was dropped)
+    assert bounded.parameters["properties"]["ms"]["minimum"] == 0  # and the model is told it

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, overload
+from typing import Any, Protocol, cast, overload
 
 import pydantic
 import pydantic_core
@@ -240,9 +240,23 @@ class Tool:
         """Call the plain function, as if it were not a tool."""
         return self.fn(*args, **kwargs)
 
+    @functools.cached_property
+    def exact(self) -> dict[str, type] | None:
+        """The fields of an arguments model that gives back any argument of exactly its
+        field's plain type unchanged (`exact_kinds`); None if any field may change one."""
+        model = self.model()
+        return None if model is None else exact_kinds(model)
+
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         args_model = self.model()
         if args_model is None:
+            return dict(arguments)
+        exact = self.exact
+        if (  # every field given, each of exactly its kind: pydantic would give them back
+            exact is not None
+            and len(arguments) == len(exact)
+            and all(type(arguments.get(k)) is kind for k, kind in exact.items())
+        ):
             return dict(arguments)
         try:  # the model's own validator, without `model_validate`'s layer (0.4 µs a call)
             model = args_model.__pydantic_validator__.validate_python(arguments)
@@ -268,6 +282,32 @@ class Tool:
             return started
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(_POOL, functools.partial(self.fn, **kwargs))
+
+
+PLAIN_KINDS = frozenset({int, float, str, bool})
+DECORATORS = ("validators", "field_validators", "root_validators", "model_validators")
+
+
+def exact_kinds(model: type[pydantic.BaseModel]) -> dict[str, type] | None:
+    """Each field's kind, when the model is the plain kind `tool_from_function` makes (extra
+    fields refused, nothing else configured, no validators) and every field is required, of
+    int, float, str or bool, with no constraint or alias: a value of exactly that kind then
+    validates to itself, so a call's arguments need no pydantic model of their own (a model
+    instance, its dict and ours, and 1.5 µs a call). None otherwise."""
+    decorators = model.__pydantic_decorators__
+    if dict(model.model_config) != {"extra": "forbid"} or any(
+        getattr(decorators, name) for name in DECORATORS
+    ):
+        return None
+    kinds: dict[str, type] = {}
+    for name, info in model.model_fields.items():
+        kind = info.annotation
+        if kind not in PLAIN_KINDS or info.metadata or not info.is_required():
+            return None
+        if info.alias is not None or info.validation_alias is not None:
+            return None
+        kinds[name] = cast(type, kind)
+    return kinds
 
 
 ToolOutput = tuple[str, tuple[ImagePart, ...]]
@@ -340,7 +380,7 @@ def tool_from_function(
     timeout: float = DEFAULT_TIMEOUT,
 ) -> Tool:
     summary, arg_docs = parse_docstring(inspect.getdoc(fn) or "")
-    hints = typing.get_type_hints(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)  # `Annotated[int, Field(ge=0)]` kept
     fields: dict[str, Any] = {}
     context_param = None
     for pname, param in inspect.signature(fn).parameters.items():
@@ -353,7 +393,9 @@ def tool_from_function(
                 f"tool {fn.__name__}: *args and **kwargs cannot be described to a model"
             )
         default = ... if param.default is param.empty else param.default
-        fields[pname] = (annotation, pydantic.Field(default, description=arg_docs.get(pname)))
+        field = pydantic.Field(description=arg_docs.get(pname))
+        described = typing.Annotated[annotation, field]  # type: ignore[valid-type]  # (a value)
+        fields[pname] = (described, default)  # its own Field kept (`Annotated[int, Field(ge=0)]`)
     tool_name = name or fn.__name__
 
     def arguments() -> type[pydantic.BaseModel]:
