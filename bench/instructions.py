@@ -27,18 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pairs import BARE, RIG, TETHER, commit_of, start_mock, variant_of  # the same directory
+from pairs import BARE, TETHER, commit_of, harness, start_mock, variant_of  # the same directory
 
 HERE = Path(__file__).resolve().parent
 L1 = ("I1mr", "D1mr", "D1mw")
@@ -48,28 +45,13 @@ LL = ("ILmr", "DLmr", "DLmw")
 def counted(
     port: int, driver: str, n: int, repeat: int, src: str | None, opts: tuple[str, ...]
 ) -> tuple[dict[str, int], int]:
-    """One harness process under callgrind: its event totals and the model turns it made."""
+    """One harness process under callgrind (`pairs.harness`): its event totals and the model
+    turns it made."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "callgrind.out")
-        cmd = [
-            "valgrind",
-            "--tool=callgrind",
-            "--cache-sim=yes",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            str(RIG / "harness.py"),
-            driver,
-            *("--port", str(port), "--protocol", "chat", "--stream", "1"),
-            *("--n", str(n), "--repeat", str(repeat), "--warmup", "1", "--timeout", "1800"),
-            *(arg for opt in opts for arg in ("--opt", opt)),
-        ]
-        env = dict(os.environ)
-        if src is not None:
-            env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=7200)
-        lines = done.stdout.splitlines()
-        result = next((json.loads(x[7:]) for x in lines if x.startswith("RESULT ")), None)
-        if result is None or result.get("completed_ok") != n * repeat:
+        grind = ["valgrind", "--tool=callgrind", "--cache-sim=yes", f"--callgrind-out-file={out}"]
+        result = harness(port, driver, n, repeat, src, opts, prefix=grind, timeout=1800, wait=7200)
+        if result.get("completed_ok") != n * repeat:
             raise SystemExit(f"instructions: {Path(driver).name} did not finish: {result}")
         text = out.read_text()
     names = re.search(r"^events: (.*)$", text, re.M)

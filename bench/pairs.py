@@ -76,12 +76,21 @@ def start_mock(script: list[str] = MOCK) -> tuple[subprocess.Popen[bytes], int]:
 
 
 def harness(
-    port: int, driver: str, n: int, repeat: int, src: str | None, opts: tuple[str, ...] = ()
+    port: int,
+    driver: str,
+    n: int,
+    repeat: int,
+    src: str | None,
+    opts: tuple[str, ...] = (),
+    prefix: list[str] | None = None,
+    timeout: int = 240,
+    wait: int = 900,
 ) -> dict[str, Any]:
-    """One harness process, pinned to core 1; its RESULT line as a dict. `opts`: the
-    driver's `--opt KEY=VALUE`s."""
+    """One harness process, pinned to core 1 (or run under `prefix`: valgrind, for
+    `instructions.py`); its RESULT line as a dict. `opts`: the driver's `--opt KEY=VALUE`s;
+    `timeout`: the harness's for a batch; `wait`: the process's."""
     cmd = [
-        *pinned(1),
+        *(pinned(1) if prefix is None else prefix),
         sys.executable,
         str(RIG / "harness.py"),
         driver,
@@ -98,13 +107,14 @@ def harness(
         "--warmup",
         "1",
         "--timeout",
-        "240",
+        str(timeout),
         *(arg for opt in opts for arg in ("--opt", opt)),
     ]
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=wait)
+    out = out.stdout
     for line in out.splitlines():
         if line.startswith("RESULT "):
             result: dict[str, Any] = json.loads(line[7:])

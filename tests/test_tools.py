@@ -380,16 +380,14 @@ def test_arguments_of_exactly_their_kinds_are_taken_as_pydantic_would_give_them(
     ]
     for arguments in given:
         try:
-            want: object = dict(model(**arguments).__dict__)
+            want = dict(model(**arguments).__dict__)
         except pydantic.ValidationError:
             with pytest.raises(ToolArgumentsError):
                 plain.validate(arguments)
             continue
         got = plain.validate(arguments)
-        assert got == want and [type(v) for v in got.values()] == [
-            type(v)
-            for v in want.values()  # type: ignore[attr-defined]
-        ], arguments
+        kinds = [type(v) for v in want.values()]
+        assert got == want and [type(v) for v in got.values()] == kinds, arguments
         assert got is not arguments  # a dict of the call's own (a context may be added)
 
 
