@@ -265,7 +265,8 @@ class Agent:
         limit = output_room(state, self.budget, self.max_output_tokens)
         choice = choice_for(self.tool_choice, state.messages)
         output = None if self.output is None else self.output.format
-        return ModelRequest(tuple(state.messages), state.tools, state.system, limit, choice, output)
+        messages = tuple(state.messages)
+        return ModelRequest(messages, state.tools, state.system, limit, choice, output, state.wire)
 
     def started(self, task: str | None, **extra: Any) -> dict[str, Any]:
         """The `run_started` event's data (see `RunResult.summary` for the other end)."""

@@ -25,6 +25,7 @@ from .messages import (
     ToolResult,
     ToolSpec,
     Usage,
+    WireMemo,
     message_chars,
 )
 from .pricing import Price
@@ -70,6 +71,8 @@ class LoopState:
     """The run's share of its tree's budget: each model call is reserved against it first."""
     checked: bool = False
     """Whether the model was asked to check its work before answering (see `ask_to_check`)."""
+    wire: WireMemo = field(default_factory=WireMemo)
+    """Its messages as its model's provider sends them, each converted once (`WireMemo`)."""
 
 
 # What just happened

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -277,6 +277,43 @@ class OutputFormat:
     schema: dict[str, Any]
 
 
+class WireMemo:
+    """A run's messages as a provider sends them, each converted once a run, not once a call.
+
+    A conversation only grows between calls, and every call sent all of it: each message was
+    made into its wire form again at every turn (in the benchmark rig, a turn's request of up
+    to seven messages was a tenth of Tether's own Python, in bytecodes counted). A run's
+    `LoopState` owns one and each of its requests carries it (`ModelRequest.memo`); a provider
+    asks it for the wire forms (`of`) and converts only the messages added since its last
+    call. Kept only while the conversation starts with the very messages it was made from:
+    when a context policy rewrites the conversation, or another provider (a fallback's) asks,
+    it starts again."""
+
+    __slots__ = ("kind", "made", "said")
+
+    def __init__(self) -> None:
+        self.kind = ""
+        """Whose wire form (the provider's name)."""
+        self.made: Sequence[Message] = ()
+        """The messages `said` says, in order."""
+        self.said: list[Any] = []
+        """Their wire forms, as the provider made them (one or more items a message)."""
+
+    def of(
+        self, messages: Sequence[Message], kind: str, make: Callable[[Message], list[Any]]
+    ) -> list[Any]:
+        """`messages` in `kind`'s wire form: what `make` gave for each, made for the ones
+        new since the last call. The list is the memo's own: read it, do not change it."""
+        n = len(self.made)
+        if kind != self.kind or n > len(messages) or self.made != messages[:n]:
+            self.kind, self.said, n = kind, [], 0  # (equal messages say the same)
+        said = self.said
+        for m in messages[n:]:
+            said += make(m)
+        self.made = messages
+        return said
+
+
 @quick_init
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
@@ -291,6 +328,8 @@ class ModelRequest:
     """None or "auto" (the model decides), "required" (some tool), "none", or a tool's name."""
     output: OutputFormat | None = None
     """The schema the final answer must match (see `output`), in each protocol's own way."""
+    memo: WireMemo | None = field(default=None, compare=False, repr=False)
+    """The run's memo of its messages' wire forms (None: each call converts them all)."""
 
 
 @quick_init

@@ -73,11 +73,14 @@ class OpenAIChatModel(OpenAIModel):
 
 
 def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, Any]:
-    messages: list[dict[str, Any]] = []
+    messages: list[Any] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
-    for m in request.messages:
-        messages.extend(wire_messages(m))
+    if request.memo is not None:  # each message converted once a run
+        messages += request.memo.of(request.messages, "openai-chat", wire_fragments)
+    else:
+        for m in request.messages:
+            messages.extend(wire_messages(m))
     body: dict[str, Any] = {"model": model, "messages": messages}
     if request.tools:
         body["tools"] = [
@@ -138,6 +141,11 @@ def wire_messages(m: Message) -> list[dict[str, Any]]:
     if m.role == "user" and m.images:
         return [{"role": "user", "content": content_parts(m)}]
     return [{"role": m.role, "content": m.text}]
+
+
+def wire_fragments(m: Message) -> list[orjson.Fragment]:
+    """`wire_messages` as JSON already written, which a body takes as it is."""
+    return [orjson.Fragment(orjson.dumps(said)) for said in wire_messages(m)]
 
 
 def image_url(image: ImagePart) -> dict[str, Any]:
@@ -296,11 +304,17 @@ def add_call_fragment(calls: dict[int, list[str]], tc: dict[str, Any]) -> None:
             index = max(calls) if calls else 0
             if tc.get("id") in ids:
                 index = ids.index(tc["id"])
-    entry = calls.setdefault(index, ["", "", ""])
-    if tc.get("id"):
-        entry[0] = tc["id"]
-    fn = tc.get("function") or {}
-    if fn.get("name"):
-        entry[1] = fn["name"]
-    if fn.get("arguments"):
-        entry[2] += fn["arguments"]
+    entry = calls.get(index)
+    if entry is None:
+        entry = calls[index] = ["", "", ""]
+    call_id = tc.get("id")
+    if call_id:
+        entry[0] = call_id
+    fn = tc.get("function")
+    if fn:
+        name = fn.get("name")
+        if name:
+            entry[1] = name
+        arguments = fn.get("arguments")
+        if arguments:
+            entry[2] += arguments
