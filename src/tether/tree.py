@@ -18,7 +18,7 @@ Values only: no I/O, no clock of its own (the driver passes `now`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .messages import Usage
 
@@ -36,7 +36,9 @@ class Allowance:
     calls: int = 0
     """Model calls reserved by this run and its descendants (a reserved call counts even if it
     then fails: it reached the model)."""
-    usage: Usage = field(default_factory=Usage)
+    tokens: int = 0
+    """Tokens used by this run and its descendants (input and output: what `max_tokens`
+    counts; a sum, not a `Usage` made again at every charge)."""
     cost_usd: float = 0.0
     held: int = 0
     """Tokens expected by calls reserved with an estimate and not yet charged (a tool's model
@@ -65,7 +67,7 @@ class Allowance:
                 f"max_steps: {self.calls} model calls made by run {self.run_id} and the runs "
                 f"it started, the limit is {self.max_calls}"
             )
-        total = self.usage.total_tokens + self.held
+        total = self.tokens + self.held
         if self.max_tokens is not None and (
             total >= self.max_tokens or total + tokens > self.max_tokens
         ):
@@ -100,8 +102,9 @@ class Allowance:
 
     def charge(self, usage: Usage, cost_usd: float) -> None:
         """Count what a finished call used against this allowance and every ancestor's."""
+        tokens = usage.total_tokens
         for node in self.chain():
-            node.usage = node.usage + usage
+            node.tokens += tokens
             node.cost_usd += cost_usd
 
 
