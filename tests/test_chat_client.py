@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import png
 from tether import (
     HTTPSettings,
-    ImagePart,
     Message,
     ModelRequest,
     OpenAIChatModel,
     ProviderProtocolError,
     ReasoningPart,
     ServerError,
-    TextPart,
     ToolCall,
     ToolResult,
     ToolSpec,
 )
-from tether.messages import WireMemo
 from wire_server import WireServer
 
 FAST = HTTPSettings(max_retries=2, backoff_base=0.01, backoff_max=0.05, read_timeout=2)
@@ -131,48 +127,3 @@ async def test_reasoning_content_is_kept_and_not_sent_back(wire: WireServer, str
     await model.respond(request(Message.user("q"), r.message, Message.user("again")))
     await model.aclose()
     assert wire.requests[1]["messages"][2] == {"role": "assistant", "content": "42."}
-
-
-async def test_a_runs_messages_are_converted_once_and_sent_as_they_were_without_the_memo(
-    wire: WireServer,
-) -> None:
-    """A run's requests carry its `WireMemo`: each message is made into Chat's wire form once,
-    and the body says exactly what it said when every call converted them all, through a
-    growing conversation, one rewritten (a fitted context) and one asked by another kind."""
-    picture = ImagePart.of(png())
-    call = ToolCall("call_1", "add", {"a": 1}, '{"a": 1}')
-    grown = [
-        (Message.user("add 1, and look", (picture,)),),
-        (
-            Message("assistant", (call,)),
-            Message("tool", (ToolResult("call_1", "add", "1", images=(picture,)),)),
-        ),
-        (Message("assistant", (ReasoningPart("hm"), TextPart("2"))), Message.user("and?")),
-    ]
-    conversations = [sum(grown[: i + 1], ()) for i in range(len(grown))]
-    rewritten = (Message.user("a summary of it all"), *conversations[-1][1:])
-    memo, model = WireMemo(), client(wire, False)
-    made: list[object] = []
-    for messages in [*conversations, rewritten]:
-        wire.add(text="ok").add(text="ok")
-        await model.respond(ModelRequest(messages, (ADD,), "be brief", memo=memo))
-        await model.respond(ModelRequest(messages, (ADD,), "be brief"))  # no memo
-        made.append(list(memo.said))
-    await model.aclose()
-    with_memo, without = wire.requests[0::2], wire.requests[1::2]
-    assert with_memo == without and len(with_memo) == 4
-    assert [len(r["messages"]) for r in with_memo] == [2, 5, 7, 7]  # the system prompt first
-    assert with_memo[1]["messages"][1]["content"][0]["type"] == "image_url"
-    tool, shown = with_memo[1]["messages"][3:5]  # the tool's image follows its result
-    assert (tool["role"], shown["role"], shown["content"][1]["type"]) == (
-        "tool",
-        "user",
-        "image_url",
-    )
-    first, second, third, fourth = made
-    assert all(a is b for a, b in zip(first, second, strict=False))  # converted once
-    assert all(a is b for a, b in zip(second, third, strict=False))
-    assert not any(a is b for a, b in zip(third, fourth, strict=True))  # rewritten: made again
-
-    other = memo.of(rewritten, "another kind", lambda m: [m.role])
-    assert other == ["user", "assistant", "tool", "assistant", "user"]

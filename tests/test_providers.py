@@ -11,11 +11,12 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from helpers import until
+from helpers import png, until
 from tether import (
     Agent,
     FallbackModel,
     HTTPSettings,
+    ImagePart,
     Message,
     Model,
     ModelRequest,
@@ -25,10 +26,13 @@ from tether import (
     RateLimited,
     ReasoningPart,
     ServerError,
+    TextPart,
+    ToolCall,
     ToolResult,
     ToolSpec,
 )
 from tether.errors import ClientRequestError
+from tether.messages import WireMemo
 from tether.providers import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
 from wire_server import WireServer
 
@@ -572,3 +576,48 @@ async def test_a_model_closes_at_the_end_of_its_with_block(wire: WireServer, pro
         assert (await Agent(both, []).run("hi")).answer == "two"
         sessions = [m.http.session() for m in (first, second)]
     assert all(s.closed for s in sessions)
+
+
+@every
+async def test_a_runs_messages_are_converted_once_and_sent_as_they_were_without_the_memo(
+    wire: WireServer, protocol: str
+) -> None:
+    """A run's requests carry its `WireMemo`: Chat and Responses make each message into their
+    wire form once a run, and every body says exactly what it said when each call converted
+    them all, through a growing conversation, one rewritten (a fitted context) and one asked
+    by another kind. (Anthropic's marks the conversation's end for its cache: it converts
+    each call, and its bodies are the same too.)"""
+    picture = ImagePart.of(png())
+    call = ToolCall("call_1", "add", {"a": 1}, '{"a": 1}')
+    grown = [
+        (Message.user("add 1, and look", (picture,)),),
+        (
+            Message("assistant", (call,)),
+            Message("tool", (ToolResult("call_1", "add", "1", images=(picture,)),)),
+        ),
+        (Message("assistant", (ReasoningPart("hm"), TextPart("2"))), Message.user("and?")),
+    ]
+    conversations = [sum(grown[: i + 1], ()) for i in range(len(grown))]
+    rewritten = (Message.user("a summary of it all"), *conversations[-1][1:])
+    memo, model = WireMemo(), client(wire, protocol, False)
+    made: list[object] = []
+    for messages in [*conversations, rewritten]:
+        wire.add(text="ok").add(text="ok")
+        await model.respond(ModelRequest(messages, (ADD,), "be brief", memo=memo))
+        await model.respond(ModelRequest(messages, (ADD,), "be brief"))  # no memo
+        made.append(list(memo.said))
+    await model.aclose()
+    with_memo, without = wire.requests[0::2], wire.requests[1::2]
+    assert with_memo == without and len(with_memo) == 4
+    if protocol == "anthropic":
+        assert made == [[], [], [], []]
+        return
+    items = {"chat": [1, 4, 6, 6], "responses": [1, 3, 5, 5]}[protocol]  # the tool's image
+    assert [len(m) for m in made] == items  # is a user message of its own on Chat
+    first, second, third, fourth = made
+    assert all(a is b for a, b in zip(first, second, strict=False))  # converted once
+    assert all(a is b for a, b in zip(second, third, strict=False))
+    assert not any(a is b for a, b in zip(third, fourth, strict=True))  # rewritten: made again
+
+    other = memo.of(rewritten, "another kind", lambda m: [m.role])
+    assert other == ["user", "assistant", "tool", "assistant", "user"]

@@ -33,7 +33,7 @@ from ..messages import (
     ToolResult,
     Usage,
 )
-from .base import TextHook
+from .base import TextHook, wire_items
 from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
 
 if TYPE_CHECKING:  # imported where a request is made: `tether --help` needs none
@@ -76,11 +76,7 @@ def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, A
     messages: list[Any] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
-    if request.memo is not None:  # each message converted once a run
-        messages += request.memo.of(request.messages, "openai-chat", wire_fragments)
-    else:
-        for m in request.messages:
-            messages.extend(wire_messages(m))
+    messages += wire_items(request, "openai-chat", wire_messages)
     body: dict[str, Any] = {"model": model, "messages": messages}
     if request.tools:
         body["tools"] = [
@@ -141,11 +137,6 @@ def wire_messages(m: Message) -> list[dict[str, Any]]:
     if m.role == "user" and m.images:
         return [{"role": "user", "content": content_parts(m)}]
     return [{"role": m.role, "content": m.text}]
-
-
-def wire_fragments(m: Message) -> list[orjson.Fragment]:
-    """`wire_messages` as JSON already written, which a body takes as it is."""
-    return [orjson.Fragment(orjson.dumps(said)) for said in wire_messages(m)]
 
 
 def image_url(image: ImagePart) -> dict[str, Any]:

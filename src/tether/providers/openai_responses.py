@@ -31,7 +31,7 @@ from ..messages import (
     ToolResult,
     Usage,
 )
-from .base import TextHook
+from .base import TextHook, wire_items
 from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
 from .openai_chat import parse_arguments
 
@@ -68,9 +68,7 @@ async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelR
 
 
 def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, Any]:
-    items: list[dict[str, Any]] = []
-    for m in request.messages:
-        items.extend(input_items(m))
+    items = wire_items(request, PROVIDER, input_items)
     body: dict[str, Any] = {
         "model": model,
         "input": items,
