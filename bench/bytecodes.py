@@ -67,12 +67,14 @@ def counted(port: int, n: int, src: str | None, opts: tuple[str, ...]) -> dict[s
 
 
 def own(counts: dict[str, float]) -> dict[str, float]:
-    """Tether's own functions, named short (`providers/openai_chat.py:225 parse_stream`)."""
-    out = {}
+    """Tether's own functions, named short and without their line, so a function that moved
+    is still itself (`providers/openai_chat.py parse_stream`)."""
+    out: dict[str, float] = {}
     for key, n in counts.items():
         name, _, where = key.rpartition(" ")
         if "/tether/" in where:
-            out[f"{where.split('/tether/', 1)[1]} {name}"] = n
+            short = f"{where.split('/tether/', 1)[1].rpartition(':')[0]} {name}"
+            out[short] = out.get(short, 0) + n
     return out
 
 

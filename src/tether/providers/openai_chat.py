@@ -229,13 +229,17 @@ async def parse_stream(resp: aiohttp.ClientResponse, progress: Progress) -> Mode
     usage: Usage | None = None
     model = ""
     done = False
+    loads = orjson.loads
     async with contextlib.aclosing(sse_batches(resp, progress)) as batches:
         async for batch in batches:
             for _event, data in batch:
                 if data == b"[DONE]":
                     done = True
                     break
-                chunk = loads_event(data)
+                try:  # (no call of ours a chunk: a dozen chunks a turn)
+                    chunk = loads(data)
+                except orjson.JSONDecodeError:
+                    chunk = loads_event(data)  # invalid UTF-8 made U+FFFD, or the error
                 if not isinstance(chunk, dict):
                     raise ProviderProtocolError("stream chunk is not an object", retryable=True)
                 if chunk.get("error"):
@@ -253,9 +257,10 @@ async def parse_stream(resp: aiohttp.ClientResponse, progress: Progress) -> Mode
                     if choice.get("index", 0) != 0:
                         continue
                     delta = choice.get("delta") or {}
-                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                    if isinstance(reasoning, str):
-                        thought.append(reasoning)
+                    if "reasoning_content" in delta or "reasoning" in delta:
+                        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                        if isinstance(reasoning, str):
+                            thought.append(reasoning)
                     content = delta.get("content")
                     if content:
                         text.append(content)
