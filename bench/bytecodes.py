@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 from pairs import TETHER, harness, start_mock, variant_of  # the same directory
 
 PROBE = """
-import atexit, collections, json, os, runpy, sys
+import atexit, collections, json, runpy, sys
 counts = collections.Counter()
 def count(code, offset):
     counts[code] += 1
@@ -41,29 +40,30 @@ mon.set_events(3, mon.events.INSTRUCTION)
 def report():
     mon.set_events(3, 0)
     by = {f"{c.co_qualname} {c.co_filename}:{c.co_firstlineno}": n for c, n in counts.items()}
-    with open(os.environ["BYTECODES_OUT"], "w") as f:
+    with open(out, "w") as f:
         json.dump(by, f)
 atexit.register(report)
-sys.argv = sys.argv[2:]  # past the interpreter's path that pairs.harness puts first
+out = sys.argv[1]
+sys.argv = sys.argv[3:]  # past the output's path and the interpreter's, which pairs.harness adds
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
 def counted(port: int, n: int, src: str | None, opts: tuple[str, ...]) -> dict[str, float]:
-    """Bytecodes a model turn by function: two batches less one."""
-    got = []
+    """Bytecodes a model turn by function: two batches less one, over the model turns the
+    second added (the harness counts them by the mock's requests; sides run one at a time)."""
+    got, turns = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in (1, 2):
-            os.environ["BYTECODES_OUT"] = out = f"{tmp}/{repeat}.json"
-            result = harness(
-                port, TETHER, n, repeat, src, opts, prefix=[sys.executable, "-c", PROBE], wait=3600
-            )
+            out = f"{tmp}/{repeat}.json"
+            probe = [sys.executable, "-c", PROBE, out]
+            result = harness(port, TETHER, n, repeat, src, opts, prefix=probe, wait=3600)
             if result.get("completed_ok") != n * repeat:
                 raise SystemExit(f"bytecodes: the harness did not finish: {result}")
             got.append(json.loads(Path(out).read_text()))
-    one, two = got
-    turns = n * 4  # the script: three tool turns and an answer a run
-    return {k: (two.get(k, 0) - one.get(k, 0)) / turns for k in one.keys() | two.keys()}
+            turns.append(int(result["model_requests"]))
+    (one, two), added = got, turns[1] - turns[0]
+    return {k: (two.get(k, 0) - one.get(k, 0)) / added for k in one.keys() | two.keys()}
 
 
 def own(counts: dict[str, float]) -> dict[str, float]:

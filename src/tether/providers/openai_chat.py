@@ -73,10 +73,9 @@ class OpenAIChatModel(OpenAIModel):
 
 
 def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, Any]:
-    messages: list[Any] = []
+    messages = wire_items(request, "openai-chat", wire_messages)  # a list of this body's own
     if request.system:
-        messages.append({"role": "system", "content": request.system})
-    messages += wire_items(request, "openai-chat", wire_messages)
+        messages.insert(0, {"role": "system", "content": request.system})
     body: dict[str, Any] = {"model": model, "messages": messages}
     if request.tools:
         body["tools"] = [
