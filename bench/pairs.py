@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,15 @@ def variant_of(spec: str) -> tuple[str, str | None, tuple[str, ...]]:
     return name, src, tuple(opts)
 
 
+def measure(
+    side: str, port: int, variants: dict[str, tuple[str | None, tuple[str, ...]]], a: Any
+) -> float:
+    """One side's CPU a model turn: one harness process of the bare loop or of a variant."""
+    if side == "bare":
+        return per_turn(harness(port, BARE, a.n, a.repeat, None))
+    return per_turn(harness(port, TETHER, a.n, a.repeat, *variants[side]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=6, help="rounds (a pair: one of each side)")
@@ -175,30 +185,40 @@ def main() -> None:
         help="NAME=SRC and/or NAME=KEY=VALUE,...: Tether sides measured in the same rounds "
         "(instead of --src and --opt), each against the round's bare run",
     )
+    ap.add_argument(
+        "--duet",
+        action="store_true",
+        help="run a round's sides at the same time, on the same core, each with a mock of its "
+        "own: the machine's drift falls on every side alike",
+    )
     a = ap.parse_args()
     if a.src is not None and not Path(a.src, "tether").is_dir():
         raise SystemExit(f"pairs: --src {a.src}: no tether/ package there")
     named = [variant_of(v) for v in a.variant] or [("tether", a.src, tuple(a.opt))]
     variants = {name: (src, opts) for name, src, opts in named}
-    mock, port = start_mock()
+    sides = ["bare", *variants]
+    mocks = [start_mock() for _ in (sides if a.duet else sides[:1])]
     rows = []
     try:
         for i in range(a.pairs):
-            sides = ["bare", *variants]
             order = sides[i % len(sides) :] + sides[: i % len(sides)]  # each goes first in turn
-            got = {}
-            for side in order:
-                if side == "bare":
-                    got[side] = per_turn(harness(port, BARE, a.n, a.repeat, None))
-                else:
-                    got[side] = per_turn(harness(port, TETHER, a.n, a.repeat, *variants[side]))
+            if a.duet:  # all at once, each with a mock of its own (which changes round by round)
+                with ThreadPoolExecutor(len(sides)) as pool:
+                    futures = {
+                        side: pool.submit(measure, side, mocks[k][1], variants, a)
+                        for k, side in enumerate(order)
+                    }
+                got = {side: f.result() for side, f in futures.items()}
+            else:
+                got = {side: measure(side, mocks[0][1], variants, a) for side in order}
             row = {f"{side}_ms": got[side] for side in sides}
             row.update({name: round(got[name] / got["bare"], 3) for name in variants})
             rows.append(row)
             said = ", ".join(f"{name} {row[name]:.2f}x" for name in variants)
             print(f"round {i + 1}: bare {got['bare']:.3f} ms/turn; {said}", flush=True)
     finally:
-        mock.kill()
+        for mock, _ in mocks:
+            mock.kill()
     summary = {}
     for name in variants:
         ratios = [r[name] for r in rows]
@@ -216,6 +236,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "n": a.n,
         "repeat": a.repeat,
+        "duet": a.duet,
         "variants": {
             name: {"src": src, "src_commit": commit_of(Path(src)) if src else None, "opts": opts}
             for name, (src, opts) in variants.items()

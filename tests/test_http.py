@@ -26,13 +26,11 @@ from tether.providers.http import (
     MAX_REPLY,
     HTTPClient,
     Progress,
-    SSEParser,
     json_reply,
-    loads_event,
     reply_error,
-    sse_batches,
     stream_allowance,
 )
+from tether.providers.sse import SSEBatches, SSEParser, loads_event
 
 QUICK = HTTPSettings(max_retries=1, backoff_base=0.001, read_timeout=5)
 
@@ -44,7 +42,7 @@ async def body(resp: aiohttp.ClientResponse, progress: Progress) -> Any:
 
 async def events(resp: aiohttp.ClientResponse, progress: Progress) -> list[Any]:
     """A stream's events, every one of them."""
-    return [e async for batch in sse_batches(resp, progress) for e in batch]
+    return [e async for batch in SSEBatches(resp, progress) for e in batch]
 
 
 def counted(hostile: Hostile, answer: Any) -> list[int]:
@@ -182,7 +180,7 @@ async def test_a_stall_after_part_of_the_reply_was_shown_is_not_retried(hostile:
         return resp
 
     async def shown(resp: aiohttp.ClientResponse, progress: Progress) -> None:
-        async for _ in sse_batches(resp, progress):
+        async for _ in SSEBatches(resp, progress):
             progress.emitted = True  # as a client does once it handed text on
 
     seen = counted(hostile, stall)

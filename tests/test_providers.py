@@ -449,7 +449,7 @@ async def test_a_streamed_reply_leaves_no_stream_for_the_loop_to_close(
 
 
 def test_sse_parser_handles_split_lines_crlf_comments_and_multiline_data() -> None:
-    from tether.providers.http import SSEParser
+    from tether.providers.sse import SSEParser
 
     p = SSEParser()
     stream = b': comment\r\nevent: a\r\ndata: {"x"\r\ndata: :1}\r\n\r\ndata: two\n\ndata: tail'
@@ -473,7 +473,7 @@ def test_sse_events_are_the_same_however_the_stream_is_cut(stream: bytes) -> Non
     """Whole `data:` events are read a block at a time, anything else line by line: cut in
     two anywhere (inside a line, between the two newlines, inside CRLF), the events are the
     same as read in one piece, and as read a byte at a time."""
-    from tether.providers.http import SSEParser
+    from tether.providers.sse import SSEParser
 
     def read(pieces: list[bytes]) -> list[tuple[str | None, bytes]]:
         p = SSEParser()

@@ -15,7 +15,6 @@ Quirks handled here, each pinned by a test:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
@@ -43,10 +42,9 @@ from .http import (
     RetryHook,
     credentials,
     json_reply,
-    loads_event,
-    sse_batches,
 )
 from .openai_chat import parse_arguments
+from .sse import SSEBatches, loads_event
 
 if TYPE_CHECKING:  # imported where a request is made: `tether --help` needs none
     import aiohttp
@@ -271,67 +269,62 @@ async def parse_stream(resp: aiohttp.ClientResponse, progress: Progress) -> Mode
     json_parts: dict[int, list[str]] = {}
     merged: dict[int, int] = {}  # a block that continues an earlier one -> that block's index
     usage: dict[str, Any] = {}
-    async with contextlib.aclosing(sse_batches(resp, progress)) as batches:
-        async for batch in batches:
-            for _name, data in batch:
-                event = loads_event(data)
-                if not isinstance(event, dict):
-                    raise ProviderProtocolError("stream event is not an object", retryable=True)
-                kind = event.get("type")
-                if kind == "message_start":
-                    message = dict(event.get("message") or {})
-                    usage.update(message.get("usage") or {})
-                elif kind == "content_block_start":
-                    index = int(event.get("index", len(blocks)))
-                    started = dict(event.get("content_block") or {})
-                    earlier = continued(started, blocks, json_parts)
-                    if earlier is not None:
-                        merged[index] = earlier
-                        continue
-                    blocks[index] = started
-                    if started.get("type") in ("tool_use", "server_tool_use"):
-                        json_parts[index] = []
-                elif kind == "content_block_delta":
-                    index = int(event.get("index", -1))
-                    index = merged.get(index, index)
-                    block = blocks.get(index)
-                    if block is None:
-                        raise ProviderProtocolError(
-                            "delta for a block that never started", retryable=True
-                        )
-                    apply_delta(block, event.get("delta") or {}, json_parts, index)
-                    if (event.get("delta") or {}).get("type") == "text_delta":
-                        progress.said(event["delta"].get("text") or "")
-                elif kind == "message_delta":
-                    if message is None:
-                        raise ProviderProtocolError(
-                            "message_delta before message_start", retryable=True
-                        )
-                    message.update(event.get("delta") or {})
-                    usage.update(
-                        {k: v for k, v in (event.get("usage") or {}).items() if v is not None}
+    async for batch in SSEBatches(resp, progress):
+        for _name, data in batch:
+            event = loads_event(data)
+            if not isinstance(event, dict):
+                raise ProviderProtocolError("stream event is not an object", retryable=True)
+            kind = event.get("type")
+            if kind == "message_start":
+                message = dict(event.get("message") or {})
+                usage.update(message.get("usage") or {})
+            elif kind == "content_block_start":
+                index = int(event.get("index", len(blocks)))
+                started = dict(event.get("content_block") or {})
+                earlier = continued(started, blocks, json_parts)
+                if earlier is not None:
+                    merged[index] = earlier
+                    continue
+                blocks[index] = started
+                if started.get("type") in ("tool_use", "server_tool_use"):
+                    json_parts[index] = []
+            elif kind == "content_block_delta":
+                index = int(event.get("index", -1))
+                index = merged.get(index, index)
+                block = blocks.get(index)
+                if block is None:
+                    raise ProviderProtocolError(
+                        "delta for a block that never started", retryable=True
                     )
-                elif kind == "message_stop":
-                    if message is None:
-                        raise ProviderProtocolError(
-                            "message_stop before message_start", retryable=True
-                        )
-                    for index, pieces in json_parts.items():
-                        raw = "".join(pieces)
-                        blocks[index]["input"] = parse_arguments(raw)
-                        blocks[index]["raw_input"] = raw or "{}"
-                    message["content"] = [blocks[i] for i in sorted(blocks)]
-                    message["usage"] = usage
-                    return parse_message(message)
-                elif kind == "error":
-                    err = event.get("error") or {}
-                    raise stream_error(
-                        error_kind(err),
-                        f"error in stream: {err.get('message')}",
-                        progress.emitted,
-                        error_status(err),  # a gateway's own status, at HTTP 200
+                apply_delta(block, event.get("delta") or {}, json_parts, index)
+                if (event.get("delta") or {}).get("type") == "text_delta":
+                    progress.said(event["delta"].get("text") or "")
+            elif kind == "message_delta":
+                if message is None:
+                    raise ProviderProtocolError(
+                        "message_delta before message_start", retryable=True
                     )
-                # ping and unknown events are ignored, as the API reference asks
+                message.update(event.get("delta") or {})
+                usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
+            elif kind == "message_stop":
+                if message is None:
+                    raise ProviderProtocolError("message_stop before message_start", retryable=True)
+                for index, pieces in json_parts.items():
+                    raw = "".join(pieces)
+                    blocks[index]["input"] = parse_arguments(raw)
+                    blocks[index]["raw_input"] = raw or "{}"
+                message["content"] = [blocks[i] for i in sorted(blocks)]
+                message["usage"] = usage
+                return parse_message(message)
+            elif kind == "error":
+                err = event.get("error") or {}
+                raise stream_error(
+                    error_kind(err),
+                    f"error in stream: {err.get('message')}",
+                    progress.emitted,
+                    error_status(err),  # a gateway's own status, at HTTP 200
+                )
+            # ping and unknown events are ignored, as the API reference asks
     raise ProviderProtocolError(
         "the reply stream ended before it was complete", retryable=not progress.emitted
     )

@@ -19,7 +19,6 @@ import contextlib
 import email.utils
 import os
 import random
-import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
@@ -73,7 +72,7 @@ class Progress:
     caller (retries stop there); `quiet` is the longest a stream may go without an event,
     `allowance` the most bytes it may bring, and `on_text` is told the text as it streams (so
     a provider's parser is a plain function, not a closure made per call). Text is handed
-    over a network read at a time (`said` keeps it; `flush`, as `sse_batches` asks for the next
+    over a network read at a time (`said` keeps it; `flush`, as `SSEBatches` asks for the next
     read and once the reply is parsed, hands it over): many small deltas in one read make one
     `text_delta` event, not one each (the rig's final answer: one event a run, not eight).
     Text kept when the read turns out to hold an error is never shown: the reply may be retried."""
@@ -190,7 +189,10 @@ class HTTPClient:
         streamed reply may bring what `max_output_tokens` allows (see `stream_allowance`), its
         text told to `on_text` as it comes.
         Each attempt passes the run's rate gate first, if it has one (`rates.GATE`), and a
-        server's `Retry-After` pauses the endpoint for every process that shares the gate."""
+        server's `Retry-After` pauses the endpoint for every process that shares the gate.
+        (An attempt is not a coroutine of its own: a run holds this one for its whole reply,
+        and a layer more was an object more a call for the garbage collector and a frame more
+        that each network read passed through.)"""
         url = self.base_url + path
         gate = GATE.get() if self.endpoint else None
         tokens = attempt_tokens(data, max_output_tokens)
@@ -201,12 +203,26 @@ class HTTPClient:
             try:
                 if gate is not None and not gate.rates.free(self.endpoint):
                     await gate.through(self.endpoint, tokens)
-                return await self._once(url, data, parse, progress)
-            except ProviderError as e:
+                async with self.session().post(
+                    url, data=data, allow_redirects=False,  # a call and its key go where sent
+                ) as resp:  # fmt: skip
+                    if 300 <= resp.status < 400:
+                        raise self.redirected(resp)
+                    if resp.status >= 400:
+                        raise await error_from_response(resp)
+                    reply = await parse(resp, progress)
+                    progress.flush()  # what the last read said (a parser may end mid-batch)
+                    return reply
+            except Exception as failed:
+                e = self.failure(failed, progress)
+                if e is None:  # not the provider's failure nor the connection's: a bug
+                    raise
                 if gate is not None and e.retry_after is not None and e.retry_after > 0:
                     await gate.paused(self.endpoint, e.retry_after)
                 if not e.retryable or progress.emitted or attempt >= self.settings.max_retries:
-                    raise
+                    if e is failed:
+                        raise
+                    raise e from None
                 if e.retry_after is not None and e.retry_after > self.longest_wait():
                     raise self.not_before(e) from e
                 delay = self.backoff(attempt, e.retry_after)
@@ -254,44 +270,39 @@ class HTTPClient:
         delay: float = min(s.backoff_max, s.backoff_base * 2.0**attempt)
         return delay * random.uniform(0.5, 1.0)
 
-    async def _once(self, url: str, data: bytes, parse: Parser, progress: Progress) -> Any:
+    def failure(self, e: Exception, progress: Progress) -> ProviderError | None:
+        """An attempt's exception as a provider error (itself, if it is one): a connection
+        refused or lost, a timeout, any other HTTP failure. None for anything else (a bug,
+        raised as it is)."""
         import aiohttp
 
-        try:
-            async with self.session().post(
-                url, data=data, allow_redirects=False,  # a call and its key go where sent
-            ) as resp:  # fmt: skip
-                if 300 <= resp.status < 400:
-                    raise self.redirected(resp)
-                if resp.status >= 400:
-                    raise await error_from_response(resp)
-                reply = await parse(resp, progress)
-                progress.flush()  # what the last read said (a parser may end mid-batch)
-                return reply
-        except ProviderError:
-            raise
-        except aiohttp.ClientConnectorError as e:
-            raise ProviderConnectionError(
+        if isinstance(e, ProviderError):
+            return e
+        if isinstance(e, aiohttp.ClientConnectorError):
+            return ProviderConnectionError(
                 f"cannot connect to {self.base_url}: {e.os_error}", retryable=True
-            ) from None
-        except TimeoutError:
+            )
+        if isinstance(e, TimeoutError):
             if progress.emitted:
-                raise ProviderTimeout(
+                return ProviderTimeout(
                     f"the reply from {self.base_url} stalled after part of it was shown: "
                     f"nothing came for {self.settings.read_timeout:g} s",
                     retryable=False,
-                ) from None
-            raise ProviderTimeout(
+                )
+            return ProviderTimeout(
                 f"no reply from {self.base_url} within the timeout", retryable=True
-            ) from None
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionError) as e:
-            raise ProviderConnectionError(
+            )
+        if isinstance(
+            e, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionError)
+        ):
+            return ProviderConnectionError(
                 f"connection to {self.base_url} lost: {type(e).__name__}", retryable=True
-            ) from None
-        except aiohttp.ClientError as e:
-            raise ProviderConnectionError(
+            )
+        if isinstance(e, aiohttp.ClientError):
+            return ProviderConnectionError(
                 f"HTTP error talking to {self.base_url}: {type(e).__name__}", retryable=True
-            ) from None
+            )
+        return None
 
 
 async def error_from_response(resp: aiohttp.ClientResponse) -> ProviderError:
@@ -394,131 +405,6 @@ def unexpected(resp: aiohttp.ClientResponse, raw: bytes, wanted: str) -> Provide
         ),
         retryable=True,
     )
-
-
-SSEEvent = tuple[str | None, bytes]
-
-WHOLE_EVENTS = re.compile(rb"(?:data: ?[^\n]*\n\n)*")
-"""The longest start of a chunk that is whole `data:` events, each one line and a blank one."""
-DATA = re.compile(rb"data: ?([^\n]*)\n\n")
-
-
-class SSEParser:
-    """Server-Sent Events from bytes as they arrive: (event name, data) pairs. Comments and
-    unknown fields are skipped; lines may end in LF or CRLF and may be split across reads."""
-
-    __slots__ = ("data", "event", "pending", "pending_size")
-
-    def __init__(self) -> None:
-        self.pending: list[bytes] = []  # pieces of a line longer than one read, joined once
-        self.pending_size = 0
-        self.event: str | None = None
-        self.data: list[bytes] = []
-
-    def feed(self, chunk: bytes) -> list[SSEEvent]:
-        """The events completed by `chunk`."""
-        if not (self.pending_size or self.data or self.event) and b"\r" not in chunk:
-            return self.whole_events(chunk)
-        return self.lines(chunk)
-
-    def whole_events(self, chunk: bytes) -> list[SSEEvent]:
-        """The events of a chunk read from a clean state: its start of whole `data:` events
-        (what servers send: one line, then a blank one) by two regular expressions, the rest
-        line by line. (Line by line, four checks a line, was most of the cost of parsing a
-        streamed reply; block by block in Python, 0.8 µs an event, the regular expressions
-        0.3.)"""
-        whole = WHOLE_EVENTS.match(chunk)
-        end = whole.end() if whole is not None else 0  # (it matches "" at least)
-        out: list[SSEEvent] = [(None, data) for data in DATA.findall(chunk, 0, end)]
-        if end < len(chunk):
-            out += self.lines(chunk[end:])
-        return out
-
-    def lines(self, chunk: bytes) -> list[SSEEvent]:
-        """The events completed by `chunk`, line by line. A line split over many reads is
-        joined once, when it ends (joining at every read made one long line cost quadratic
-        time)."""
-        if b"\n" not in chunk:
-            self.pending.append(chunk)
-            self.pending_size += len(chunk)
-            if self.pending_size > MAX_LINE:
-                raise ProviderProtocolError(
-                    f"a line of the reply stream is over {MAX_LINE >> 20} MB", retryable=False
-                )
-            return []
-        if self.pending_size:
-            chunk = b"".join(self.pending) + chunk
-        lines = chunk.split(b"\n")
-        self.pending = [lines.pop()]
-        self.pending_size = len(self.pending[0])
-        out: list[SSEEvent] = []
-        for line in lines:
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if not line:
-                if self.data:
-                    out.append((self.event, b"\n".join(self.data)))
-                self.event, self.data = None, []
-            elif line.startswith(b"data:"):
-                value = line[5:]
-                self.data.append(value[1:] if value.startswith(b" ") else value)
-            elif line.startswith(b"event:"):
-                self.event = line[6:].strip().decode("utf-8", "replace")
-        return out
-
-    def close(self) -> list[SSEEvent]:
-        """What is left when the stream ends (an event without its closing blank line)."""
-        out = self.feed(b"\n\n") if self.pending_size or self.data else []
-        return out
-
-
-async def sse_batches(
-    resp: aiohttp.ClientResponse, progress: Progress | None = None
-) -> AsyncGenerator[list[SSEEvent]]:
-    """The events of a reply stream, a batch per network read: one await per read, not per line,
-    which is most of the cost of reading a stream. Bounded as the module docstring says."""
-    if resp.content_type not in ("text/event-stream", "application/octet-stream"):
-        raise unexpected(resp, await read_up_to(resp, MAX_ERROR), "an event stream")
-    limits = progress or Progress()
-    parser = SSEParser()
-    size = 0
-    last_event = time.monotonic()
-    async for chunk in resp.content.iter_any():
-        size += len(chunk)
-        if size > limits.allowance:
-            raise ProviderProtocolError(
-                f"the reply stream passed {limits.allowance} bytes, more than the call's output "
-                "limit allows; it was stopped",
-                retryable=False,
-            )
-        batch = parser.feed(chunk)
-        if batch:
-            last_event = time.monotonic()
-            yield batch
-            limits.flush()  # the batch is parsed: its text goes out as one piece
-        elif time.monotonic() - last_event > limits.quiet:
-            raise ProviderTimeout(
-                f"the reply stream sent no event for {limits.quiet:g} s (only stray bytes)",
-                retryable=not limits.emitted,
-            )
-    last = parser.close()
-    if last:
-        yield last
-
-
-def loads_event(data: bytes) -> Any:
-    """An event's JSON; invalid UTF-8 in it becomes U+FFFD rather than failing the reply."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return orjson.loads(data.decode("utf-8", "replace"))
-    except orjson.JSONDecodeError:
-        snippet = data[:80].decode("utf-8", "replace")
-        raise ProviderProtocolError(
-            f"unreadable event in the reply stream: {snippet!r}", retryable=True
-        ) from None
 
 
 class HTTPModel:

@@ -13,7 +13,6 @@ Quirks handled here, each pinned by a test:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +33,8 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook, wire_items
-from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
+from .http import OpenAIModel, Progress, RetryHook, json_reply
+from .sse import SSEBatches, loads_event
 
 if TYPE_CHECKING:  # imported where a request is made: `tether --help` needs none
     import aiohttp
@@ -229,47 +229,46 @@ async def parse_stream(resp: aiohttp.ClientResponse, progress: Progress) -> Mode
     model = ""
     done = False
     loads = orjson.loads
-    async with contextlib.aclosing(sse_batches(resp, progress)) as batches:
-        async for batch in batches:
-            for _event, data in batch:
-                if data == b"[DONE]":
-                    done = True
-                    break
-                try:  # (no call of ours a chunk: a dozen chunks a turn)
-                    chunk = loads(data)
-                except orjson.JSONDecodeError:
-                    chunk = loads_event(data)  # invalid UTF-8 made U+FFFD, or the error
-                if not isinstance(chunk, dict):
-                    raise ProviderProtocolError("stream chunk is not an object", retryable=True)
-                if chunk.get("error"):
-                    err = chunk["error"] if isinstance(chunk["error"], dict) else {}
-                    raise stream_error(  # the type names the kind; a code is often a detail
-                        error_kind(err),
-                        f"error in stream: {err.get('message') or chunk['error']}",
-                        progress.emitted,
-                        error_status(err),
-                    )
-                model = chunk.get("model") or model
-                if chunk.get("usage"):
-                    usage = parse_usage(chunk["usage"])
-                for choice in chunk.get("choices") or ():
-                    if choice.get("index", 0) != 0:
-                        continue
-                    delta = choice.get("delta") or {}
-                    if "reasoning_content" in delta or "reasoning" in delta:
-                        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                        if isinstance(reasoning, str):
-                            thought.append(reasoning)
-                    content = delta.get("content")
-                    if content:
-                        text.append(content)
-                        progress.said(content)
-                    for tc in delta.get("tool_calls") or ():
-                        add_call_fragment(calls, tc)
-                    if choice.get("finish_reason"):
-                        finish = choice["finish_reason"]
-            if done:
+    async for batch in SSEBatches(resp, progress):
+        for _event, data in batch:
+            if data == b"[DONE]":
+                done = True
                 break
+            try:  # (no call of ours a chunk: a dozen chunks a turn)
+                chunk = loads(data)
+            except orjson.JSONDecodeError:
+                chunk = loads_event(data)  # invalid UTF-8 made U+FFFD, or the error
+            if not isinstance(chunk, dict):
+                raise ProviderProtocolError("stream chunk is not an object", retryable=True)
+            if chunk.get("error"):
+                err = chunk["error"] if isinstance(chunk["error"], dict) else {}
+                raise stream_error(  # the type names the kind; a code is often a detail
+                    error_kind(err),
+                    f"error in stream: {err.get('message') or chunk['error']}",
+                    progress.emitted,
+                    error_status(err),
+                )
+            model = chunk.get("model") or model
+            if chunk.get("usage"):
+                usage = parse_usage(chunk["usage"])
+            for choice in chunk.get("choices") or ():
+                if choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                if "reasoning_content" in delta or "reasoning" in delta:
+                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                    if isinstance(reasoning, str):
+                        thought.append(reasoning)
+                content = delta.get("content")
+                if content:
+                    text.append(content)
+                    progress.said(content)
+                for tc in delta.get("tool_calls") or ():
+                    add_call_fragment(calls, tc)
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+        if done:
+            break
     if not done and finish is None:
         raise ProviderProtocolError(
             "the reply stream ended before it was complete", retryable=not progress.emitted

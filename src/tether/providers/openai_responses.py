@@ -11,7 +11,6 @@ Quirks handled here, each pinned by a test:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +31,9 @@ from ..messages import (
     Usage,
 )
 from .base import TextHook, wire_items
-from .http import OpenAIModel, Progress, RetryHook, json_reply, loads_event, sse_batches
+from .http import OpenAIModel, Progress, RetryHook, json_reply
 from .openai_chat import parse_arguments
+from .sse import SSEBatches, loads_event
 
 if TYPE_CHECKING:  # imported where a request is made: `tether --help` needs none
     import aiohttp
@@ -236,30 +236,29 @@ def parse_response(data: Any) -> ModelResponse:
 
 async def parse_stream(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
     done_items: dict[int, dict[str, Any]] = {}
-    async with contextlib.aclosing(sse_batches(resp, progress)) as batches:
-        async for batch in batches:
-            for event_name, data in batch:
-                event = loads_event(data)
-                if not isinstance(event, dict):
-                    raise ProviderProtocolError("stream event is not an object", retryable=True)
-                kind = event.get("type") or event_name
-                if kind == "response.output_text.delta":
-                    delta = event.get("delta") or ""
-                    if delta:
-                        progress.said(delta)
-                elif kind == "response.output_item.done":
-                    done_items[int(event.get("output_index", len(done_items)))] = (
-                        event.get("item") or {}
-                    )
-                elif kind in ("response.completed", "response.incomplete"):
-                    final = dict(event.get("response") or {})
-                    if not final.get("output"):  # some servers leave it empty: use what streamed
-                        final["output"] = [done_items[i] for i in sorted(done_items)]
-                    return parse_response(final)
-                elif kind == "response.failed":
-                    raise failure(event.get("response") or {}, progress.emitted)
-                elif kind == "error":
-                    raise failure(event, progress.emitted)
+    async for batch in SSEBatches(resp, progress):
+        for event_name, data in batch:
+            event = loads_event(data)
+            if not isinstance(event, dict):
+                raise ProviderProtocolError("stream event is not an object", retryable=True)
+            kind = event.get("type") or event_name
+            if kind == "response.output_text.delta":
+                delta = event.get("delta") or ""
+                if delta:
+                    progress.said(delta)
+            elif kind == "response.output_item.done":
+                done_items[int(event.get("output_index", len(done_items)))] = (
+                    event.get("item") or {}
+                )
+            elif kind in ("response.completed", "response.incomplete"):
+                final = dict(event.get("response") or {})
+                if not final.get("output"):  # some servers leave it empty: use what streamed
+                    final["output"] = [done_items[i] for i in sorted(done_items)]
+                return parse_response(final)
+            elif kind == "response.failed":
+                raise failure(event.get("response") or {}, progress.emitted)
+            elif kind == "error":
+                raise failure(event, progress.emitted)
     raise ProviderProtocolError(
         "the reply stream ended before it was complete", retryable=not progress.emitted
     )
