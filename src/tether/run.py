@@ -221,7 +221,7 @@ class Run:
         self.kept_result: Compact | None = None
         """An ended run's result, compact (`keep`); None before one."""
         self.attempts = 0
-        self.task_handle: asyncio.Task[None] | None = None
+        self.task_handle: asyncio.Task[RunResult] | None = None
         self.watchers: list[asyncio.Future[RunResult | None]] | None = None
         """Who waits for the run to end (`wait`), each on a future of its own."""
         self.forget: Callable[[str], bool] | None = None
@@ -318,13 +318,19 @@ class Run:
             )
         return result
 
-    def task_ended(self, task: asyncio.Task[None]) -> None:
-        """The run's task is done, however it ended: its log closes, its waiters go on, and
-        the task (its finished coroutine and context) is let go. A future a waiter, where
-        `asyncio.shield` of the task made ten objects held while the run ran. A task
-        cancelled before it began ran nothing that said so: the run ends `cancelled` here
-        (it stayed `queued`, its log open, its waiters cancelled)."""
-        if self.alive:
+    def task_ended(self, task: asyncio.Task[RunResult]) -> None:
+        """The run's task (`supervise`) is done, however it ended: its log closes, its waiters
+        go on, and the task (its finished coroutine and context) is let go. A future a
+        waiter, where `asyncio.shield` of the task made ten objects held while the run ran.
+        A task that failed is a bug in the runtime itself: this run fails (`run_crashed`), no
+        other. A task cancelled where no attempt says so (before it began, or waiting for a
+        slot) ends the run `cancelled` here. (Said here, not by a coroutine around
+        `supervise`: a run held that coroutine while it ran, one more for the collector.)"""
+        crash = None if task.cancelled() else task.exception()
+        if isinstance(crash, Exception):
+            self.status = "failed"
+            self.emitter.run_crashed(error=f"{type(crash).__name__}: {crash}")
+        elif self.alive:
             self.status = "cancelled"
             self.emitter.run_finished(**cancelled_summary(self.result, self.id))
         self.log.close()

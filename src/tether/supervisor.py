@@ -27,7 +27,7 @@ from .bus import Bus
 from .errors import NoSuchRun, RunError, RunExists
 from .events import Sink
 from .messages import ImagePart, Message
-from .run import RestartPolicy, Run, cancelled_summary, forget_old, supervise
+from .run import RestartPolicy, Run, forget_old, supervise
 from .tools.tool import RunContext
 
 DEFAULT_MAX_MODEL_CALLS = 256
@@ -108,7 +108,10 @@ class Supervisor:
         if sinks:
             run.emitter.watch(sinks)
         self.runs[run_id] = run
-        run.task_handle = asyncio.create_task(self._supervise(run), name=f"run:{run_id}")
+        run.limiter = self.limiter_for(agent)
+        run.task_handle = asyncio.create_task(  # how it ended, its task says (`Run.task_ended`)
+            supervise(run, run.restart, task, self.run_slots), name=f"run:{run_id}"
+        )
         run.forget = self.forget_old
         run.task_handle.add_done_callback(run.task_ended)
         return run
@@ -153,15 +156,3 @@ class Supervisor:
         if pending:
             await asyncio.wait(pending, timeout=5.0)
         return cancelled
-
-    async def _supervise(self, run: Run) -> None:
-        run.limiter = self.limiter_for(run.agent)
-        try:
-            await supervise(run, run.restart, run.task, self.run_slots)
-        except asyncio.CancelledError:
-            if run.status == "queued":  # cancelled waiting for a slot: no attempt reports it
-                run.status = "cancelled"
-                run.emitter.run_finished(**cancelled_summary(run.result, run.id))
-        except Exception as e:  # a bug in the runtime itself: this run fails, no other
-            run.status = "failed"
-            run.emitter.run_crashed(error=f"{type(e).__name__}: {e}")

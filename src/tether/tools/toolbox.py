@@ -70,12 +70,13 @@ class Toolbox:
         ctx: RunContext,
         approver: Approver | None = None,
         emitter: Emitter | None = None,
-        done: Callable[[ToolResult], None] | None = None,
+        finished: dict[str, ToolResult] | None = None,
     ) -> ToolResult:
         """One call, its failures turned into error results. A call that needs approval waits
-        for `approver` first (without one, it is denied). `done` is told the result (a run's
-        `tool_result`). One coroutine runs the call and awaits the tool's own: a run holds one
-        per call in flight, and a layer more was thousands of objects more to collect."""
+        for `approver` first (without one, it is denied). Given `finished` (a run's calls in
+        memory), the result is said as `tool_result` and put there as it comes. One coroutine
+        runs the call and awaits the tool's own: a run holds one per call in flight, and a
+        layer more was thousands of objects more to collect (as a closure a reply was)."""
         t, kwargs, refused = self.checked(call)
         if t is not None and t.approval != "never":
             refused = await self.approval(t, call, approver, emitter)
@@ -105,8 +106,9 @@ class Toolbox:
                 limit.close()
             if ctx.spent:  # what the call asked of the run's model is the run's, whatever came
                 result = dataclasses.replace(result, usage=sum(ctx.spent, Usage()))
-        if done is not None:
-            done(result)
+        if finished is not None and emitter is not None:
+            emitter.tool_result(**tool_result_data(result))
+            finished[result.call_id] = result
         return result
 
     def deadlines(self) -> Deadlines:
@@ -176,12 +178,7 @@ class Toolbox:
         needs one); results in the order of the calls, and in `finished` as each completes."""
         for c in calls:
             emitter.tool_call(**self.call_data(c, emitter.run_id))
-
-        def done(result: ToolResult) -> None:
-            emitter.tool_result(**tool_result_data(result))
-            if finished is not None:
-                finished[result.call_id] = result
-
+        done = {} if finished is None else finished
         if len(calls) == 1:
             return [await self.run(calls[0], ctx, approver, emitter, done)]
         return list(
