@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -460,6 +461,20 @@ async def test_a_log_keeps_events_as_json_and_reads_back_every_event() -> None:
     seqs = [e.seq for e in again.log.events]
     assert seqs == list(range(len(seqs))) and len(seqs) > len(seen)
     assert again.log.at(-1).data["answer"] == "once more"
+
+
+def test_a_log_keeps_a_value_json_has_no_type_for_as_its_str() -> None:
+    """An event's data is the caller's: a path or a decimal in it is kept as its text, and the
+    events on either side of it read back as they were written."""
+    log = EventLog("r")
+    log.add("tool_result", 0, 1.5, {"output": "ok"})
+    log.add("tool_result", 1, 2.5, {"path": Path("/tmp/x"), "n": Decimal("1.10")})
+    log.add("tool_result", 2, 3.5, {"output": "after"})
+    assert [(e.seq, e.data) for e in log.events] == [
+        (0, {"output": "ok"}),
+        (1, {"path": "/tmp/x", "n": "1.10"}),
+        (2, {"output": "after"}),
+    ]
 
 
 # -- admission ---------------------------------------------------------------------------------
