@@ -43,11 +43,16 @@ def make_model(ctx: Any) -> Model:
 
 
 async def setup(ctx: Any) -> Any:
-    @tool
-    async def sleep_tool(ms: int) -> str:
-        """Sleep for ms milliseconds."""
-        result: str = await ctx.tool(ms)
-        return result
+    if ctx.opts.get("wrap", "1") == "1":
+
+        @tool
+        async def sleep_tool(ms: int) -> str:
+            """Sleep for ms milliseconds."""
+            result: str = await ctx.tool(ms)
+            return result
+
+    else:  # the rig's function itself, as the bare loop calls it
+        sleep_tool = tool(name="sleep_tool", description="Sleep for ms milliseconds.")(ctx.tool)
 
     model = make_model(ctx)
     agent = Agent(model, [sleep_tool], system="You are a benchmark agent.", name="bench")

@@ -12,6 +12,7 @@ import pytest
 
 from tether import RunContext, Toolbox, ToolCall, tool
 from tether.events import Emitter, Event
+from tether.tools.deadlines import Limit
 
 
 @tool
@@ -162,7 +163,7 @@ async def test_a_cancel_from_outside_is_not_taken_for_a_timeout() -> None:
         """Sleep; the run is cancelled when the limit fires."""
         task = asyncio.current_task()
         assert task is not None and toolbox.limits is not None
-        deadline = max(limit.when() or 0.0 for _, _, limit in toolbox.limits.heap)
+        deadline = max(limit.when() or 0.0 for limit in toolbox.limits.live.values())
         asyncio.get_running_loop().call_at(deadline, task.cancel)  # after the limit's timer
         await asyncio.sleep(seconds)
         return "woke"
@@ -327,30 +328,36 @@ def test_a_context_copy_is_what_dataclasses_replace_made() -> None:
 
 
 async def test_a_finished_call_lets_go_of_its_task() -> None:
-    """A call that ended leaves its time limit on the toolbox's heap until a sweep; the limit
-    no longer holds the call's task (its coroutine and context) for that long: with thousands
-    of calls at once, those were thousands of objects for the collector to walk."""
+    """A call that ended leaves only its deadline on the toolbox's heap until a sweep (a pair
+    of a float and an int); its limit, and the call's task (its coroutine and context), go
+    with the call: with thousands of calls at once, those were thousands of objects for the
+    collector to walk."""
     import gc
     import weakref
 
     tasks: list[weakref.ref[asyncio.Task[object]]] = []
+    limits: set[int] = set()
 
     @tool
     async def look(path: str) -> str:
         """Look."""
         task = asyncio.current_task()
-        if task is not None:
-            tasks.append(weakref.ref(task))
+        assert task is not None and box.limits is not None
+        tasks.append(weakref.ref(task))
+        limits.update(id(v) for v in box.limits.live.values() if v.task is task)
+        await asyncio.sleep(0)  # both calls in flight at once
         return path
 
     box = Toolbox([look])
     calls = [ToolCall(f"c{i}", "look", {"path": str(i)}, "") for i in range(2)]
     results = await box.run_all(calls, RunContext(), Emitter("r"))
-    assert [r.output for r in results] == ["0", "1"] and len(tasks) == 2
+    assert [r.output for r in results] == ["0", "1"] and len(tasks) == len(limits) == 2
     assert box.limits is not None and len(box.limits.heap) == 2  # still there, unswept
+    assert not box.limits.live
     await asyncio.sleep(0)  # the loop lets go of the gathered tasks' last callbacks
     gc.collect()
     assert [t() for t in tasks] == [None, None]
+    assert not [o for o in gc.get_objects() if type(o) is Limit and id(o) in limits]
 
 
 def test_arguments_of_exactly_their_kinds_are_taken_as_pydantic_would_give_them() -> None:

@@ -7,10 +7,15 @@ end of the call the handle was cancelled and stayed on the heap until the loop s
 benchmark rig's 1,000-run scenario (three calls a model turn) that was 7% of Tether's CPU a turn
 (pinned pairs against the bare loop: 1.53x with a timeout per call, 1.43x with none).
 
-Here a call's limit is one small object on one heap of (deadline, number, limit) tuples, compared
-in C, with one loop timer for the earliest deadline. A call that ends only marks its limit done;
-the heap is swept when half of it is done. Since calls of one tool have one timeout, deadlines
-come in order: the timer is set again only when the earliest is reached, about once a timeout.
+Here a call's limit is one small object, found by its number in a dict of the limits in force,
+and its deadline is a (deadline, number) pair on one heap, compared in C, with one loop timer for
+the earliest deadline. A call that ends takes its limit out of the dict (the limit goes with the
+call) and leaves its pair on the heap, to be swept when half of the heap is stale: a pair of a
+float and an int is untracked by the collector at its first collection, where a (deadline,
+number, limit) triple kept each ended call's limit, and itself, for the collector to walk until
+the sweep (three of each a model turn in the rig's 1,000-run scenario, most of them moved to the
+oldest generation). Since calls of one tool have one timeout, deadlines come in order: the timer
+is set again only when the earliest is reached, about once a timeout.
 
 A limit that fires cancels its call's task, as `asyncio.timeout` does, and the call tells its
 own cancellation from one from outside by `Limit.timed_out` (the task's count of cancellation
@@ -39,7 +44,8 @@ class Limit:
         self.cancelling = task.cancelling()
         self.deadline: float | None = deadline
         self.number = 0
-        """The heap entry that is this limit's now; any older one is stale."""
+        """The heap entry that is this limit's now (its key among `Deadlines.live`); 0: none,
+        and any older entry is stale."""
         self.fired = False
         self.done = False
 
@@ -83,9 +89,11 @@ class Deadlines:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.heap: list[tuple[float, int, Limit]] = []
-        self.stale = 0
-        """Heap entries of limits that ended or moved."""
+        self.heap: list[tuple[float, int]] = []
+        """(deadline, number): when each limit in force ends, and stale pairs of limits that
+        ended or moved, until a sweep."""
+        self.live: dict[int, Limit] = {}
+        """The limits in force by the number of their pair on the heap."""
         self.timer: asyncio.TimerHandle | None = None
         self.numbers = itertools.count(1)
 
@@ -101,8 +109,9 @@ class Deadlines:
 
     def push(self, limit: Limit, deadline: float) -> None:
         """Put `limit` on the heap to end at `deadline`, which is its `deadline` now."""
-        limit.number = next(self.numbers)
-        heapq.heappush(self.heap, (deadline, limit.number, limit))
+        number = limit.number = next(self.numbers)
+        self.live[number] = limit
+        heapq.heappush(self.heap, (deadline, number))
         if self.timer is None:
             self.timer = self.loop.call_at(deadline, self.fire)
         elif deadline < self.timer.when():
@@ -110,30 +119,29 @@ class Deadlines:
             self.timer = self.loop.call_at(deadline, self.fire)
 
     def forget(self, limit: Limit) -> None:
-        """`limit`'s entry on the heap is stale; sweep the heap when half of it is."""
+        """`limit` is in force no more (its pair on the heap is stale); sweep the heap when
+        half of it is."""
+        del self.live[limit.number]
         limit.number = 0
-        self.stale += 1
-        if self.stale > 64 and self.stale * 2 > len(self.heap):
-            self.heap = [e for e in self.heap if e[1] == e[2].number]
+        heap, live = self.heap, self.live
+        if len(heap) > 64 + 2 * len(live):
+            self.heap = [e for e in heap if e[1] in live]
             heapq.heapify(self.heap)
-            self.stale = 0
 
     def fire(self) -> None:
         """Cancel every call whose deadline has come; set the timer for the next one."""
         self.timer = None
         now = self.loop.time()
-        heap = self.heap
+        heap, live = self.heap, self.live
         while heap and heap[0][0] <= now:
-            _, number, limit = heapq.heappop(heap)
-            if number != limit.number:
-                self.stale -= 1
+            limit = live.pop(heapq.heappop(heap)[1], None)
+            if limit is None:  # stale
                 continue
             limit.number = 0
             limit.fired = True
             if limit.task is not None:
                 limit.task.cancel()
-        while heap and heap[0][1] != heap[0][2].number:  # stale entries first: not worth a wake
+        while heap and heap[0][1] not in live:  # stale pairs first: not worth a wake
             heapq.heappop(heap)
-            self.stale -= 1
         if heap:
             self.timer = self.loop.call_at(heap[0][0], self.fire)
