@@ -16,7 +16,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from helpers import Hostile, stream
+from helpers import Hostile, stream, until
 from tether import HTTPSettings, OpenAIChatModel
 from tether.errors import ProviderError, ProviderProtocolError, ProviderTimeout
 from tether.messages import Message, ModelRequest
@@ -189,6 +189,43 @@ async def test_a_stall_after_part_of_the_reply_was_shown_is_not_retried(hostile:
     assert "stalled after part of it was shown" in e.message
 
 
+async def test_a_reply_that_keeps_coming_is_not_cut_however_long_it_takes(
+    hostile: Hostile,
+) -> None:
+    """The read timeout is the longest silence, not the longest reply: a stream whose events
+    come more often than it, for three times as long, is read to its end, once; and an
+    attempt's limit ends with it (the next await of the caller is no timeout's)."""
+
+    async def slow_but_steady(request: web.Request) -> web.StreamResponse:
+        resp = await stream(request)
+        for i in range(9):
+            await resp.write(b'data: {"n": %d}\n\n' % i)
+            await asyncio.sleep(0.1)
+        return resp
+
+    seen = counted(hostile, slow_but_steady)
+    got = await post(hostile, events, read_timeout=0.3)
+    assert [data for _, data in got] == [b'{"n": %d}' % i for i in range(9)] and len(seen) == 1
+    await asyncio.sleep(0.4)  # past the last limit's deadline: nothing is cancelled
+
+
+async def test_a_cancel_during_an_attempt_is_a_cancel_not_a_timeout(hostile: Hostile) -> None:
+    """A caller's cancel while the reply is awaited reaches the caller as a cancel, even
+    with the read limit in force: it is not retried or said as a timeout."""
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(2)
+        return web.json_response({})
+
+    seen = counted(hostile, slow)
+    attempt = asyncio.ensure_future(post(hostile, read_timeout=1))
+    await until(lambda: len(seen) == 1, "the request to reach the server")
+    attempt.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await attempt
+    assert len(seen) == 1
+
+
 async def test_stray_bytes_without_an_event_time_out_and_are_retried(hostile: Hostile) -> None:
     async def drip(request: web.Request) -> web.StreamResponse:
         resp = await stream(request)
@@ -237,7 +274,8 @@ async def test_a_retry_after_of_the_longest_wait_is_waited_and_a_longer_one_is_n
     async def sleep(delay: float) -> None:
         slept.append(delay)
 
-    monkeypatch.setattr(http, "asyncio", types.SimpleNamespace(sleep=sleep))
+    fake = types.SimpleNamespace(sleep=sleep, CancelledError=asyncio.CancelledError)
+    monkeypatch.setattr(http, "asyncio", fake)
     wait = {"s": "60"}
 
     async def busy_once(request: web.Request) -> web.Response:

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "approvals",
             "questions",
             "admission",
+            "deadlines",
             "journal",
             "transcript",
             "terminal",

@@ -11,8 +11,8 @@ import pydantic
 import pytest
 
 from tether import RunContext, Toolbox, ToolCall, tool
+from tether.deadlines import Limit
 from tether.events import Emitter, Event
-from tether.tools.deadlines import Limit
 
 
 @tool

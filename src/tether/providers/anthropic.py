@@ -112,7 +112,7 @@ class AnthropicModel(HTTPModel):
 
 
 async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
-    data = await json_reply(resp)
+    data = await json_reply(resp, progress)
     if not isinstance(data, dict) or data.get("type") != "message":
         raise ProviderProtocolError("reply is not a message", retryable=True)
     return parse_message(data)

@@ -8,8 +8,10 @@ A reply is bounded in size and time, whatever the server does: a JSON reply is r
 `MAX_REPLY` bytes, an error body up to `MAX_ERROR` bytes, a stream's line up to `MAX_LINE` and the
 whole stream up to what the call's output budget allows (`stream_allowance`); a stream that sends
 bytes but no event for the read timeout ends (dripping a byte a second would defeat a socket
-timeout). An answer that is not what was asked for (an HTML page with status 200) is an error
-that says what came: its content type and how it begins.
+timeout), and an attempt that hears nothing for the read timeout ends (its read limit, one of
+`deadlines.py`'s, moved later by each read, not aiohttp's timer made again at every read). An
+answer that is not what was asked for (an HTML page with status 200) is an error that says what
+came: its content type and how it begins.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import orjson
 
+from ..deadlines import Deadlines, Limit, on_loop
 from ..errors import (
     ClientRequestError,
     MissingAPIKey,
@@ -77,7 +80,7 @@ class Progress:
     `text_delta` event, not one each (the rig's final answer: one event a run, not eight).
     Text kept when the read turns out to hold an error is never shown: the reply may be retried."""
 
-    __slots__ = ("allowance", "emitted", "on_text", "pending", "quiet")
+    __slots__ = ("allowance", "emitted", "limit", "on_text", "pending", "quiet")
 
     def __init__(
         self,
@@ -90,6 +93,13 @@ class Progress:
         self.allowance = allowance
         self.on_text = on_text
         self.pending: list[str] | None = None  # text said since the last flush
+        self.limit: Limit | None = None
+        """The attempt's read limit: its task is cancelled when nothing came for `quiet` s."""
+
+    def heard(self) -> None:
+        """Bytes came: nothing need come for `quiet` s from now."""
+        if self.limit is not None:
+            self.limit.extend(self.quiet)
 
     def said(self, text: str) -> None:
         """Streamed text for the caller, handed over at the next `flush`."""
@@ -154,6 +164,8 @@ class HTTPClient:
         self.settings = settings
         self._session: aiohttp.ClientSession | None = None
         self._closer: AsyncGenerator[None] | None = None
+        self.limits: Deadlines | None = None
+        """The read limits of its attempts in flight, on the loop they run on."""
 
     def session(self) -> aiohttp.ClientSession:
         import aiohttp
@@ -163,8 +175,8 @@ class HTTPClient:
             self._session = aiohttp.ClientSession(  # every request a JSON POST: said once
                 headers={**self.headers, "Content-Type": "application/json"},
                 connector=aiohttp.TCPConnector(limit=s.max_connections),
-                timeout=aiohttp.ClientTimeout(
-                    total=None, sock_connect=s.connect_timeout, sock_read=s.read_timeout
+                timeout=aiohttp.ClientTimeout(  # the read timeout is each attempt's `Limit`
+                    total=None, sock_connect=s.connect_timeout, sock_read=None
                 ),
             )
             self._closer = closes_with_its_loop(self._session)
@@ -198,38 +210,51 @@ class HTTPClient:
         tokens = attempt_tokens(data, max_output_tokens)
         allowance = stream_allowance(max_output_tokens)
         attempt = 0
+        wait = self.settings.read_timeout
         while True:
-            progress = Progress(self.settings.read_timeout, allowance, on_text)
+            progress = Progress(wait, allowance, on_text)
+            limit = None
             try:
                 if gate is not None and not gate.rates.free(self.endpoint):
                     await gate.through(self.endpoint, tokens)
+                if wait:
+                    self.limits = on_loop(self.limits)
+                    limit = progress.limit = self.limits.start(wait)
                 async with self.session().post(
                     url, data=data, allow_redirects=False,  # a call and its key go where sent
                 ) as resp:  # fmt: skip
                     if 300 <= resp.status < 400:
                         raise self.redirected(resp)
                     if resp.status >= 400:
-                        raise await error_from_response(resp)
+                        raise await error_from_response(resp, progress)
                     reply = await parse(resp, progress)
                     progress.flush()  # what the last read said (a parser may end mid-batch)
                     return reply
-            except Exception as failed:
-                e = self.failure(failed, progress)
-                if e is None:  # not the provider's failure nor the connection's: a bug
+            except asyncio.CancelledError:
+                if limit is None or not limit.timed_out():
                     raise
-                if gate is not None and e.retry_after is not None and e.retry_after > 0:
-                    await gate.paused(self.endpoint, e.retry_after)
-                if not e.retryable or progress.emitted or attempt >= self.settings.max_retries:
-                    if e is failed:
-                        raise
-                    raise e from None
-                if e.retry_after is not None and e.retry_after > self.longest_wait():
-                    raise self.not_before(e) from e
-                delay = self.backoff(attempt, e.retry_after)
-                attempt += 1
-                if on_retry is not None:
-                    on_retry(attempt, delay, e)
-                await asyncio.sleep(delay)
+                failed: Exception = TimeoutError()  # the read limit's: nothing came
+            except Exception as error:
+                failed = error
+            finally:
+                if limit is not None:
+                    limit.close()
+            e = self.failure(failed, progress)
+            if e is None:  # not the provider's failure nor the connection's: a bug
+                raise failed
+            if gate is not None and e.retry_after is not None and e.retry_after > 0:
+                await gate.paused(self.endpoint, e.retry_after)
+            if not e.retryable or progress.emitted or attempt >= self.settings.max_retries:
+                if e is failed:
+                    raise failed
+                raise e from None
+            if e.retry_after is not None and e.retry_after > self.longest_wait():
+                raise self.not_before(e) from e
+            delay = self.backoff(attempt, e.retry_after)
+            attempt += 1
+            if on_retry is not None:
+                on_retry(attempt, delay, e)
+            await asyncio.sleep(delay)
 
     def redirected(self, resp: aiohttp.ClientResponse) -> ProviderError:
         """A redirect, not followed: followed, it carried the call's key (Anthropic's
@@ -305,10 +330,12 @@ class HTTPClient:
         return None
 
 
-async def error_from_response(resp: aiohttp.ClientResponse) -> ProviderError:
+async def error_from_response(
+    resp: aiohttp.ClientResponse, progress: Progress | None = None
+) -> ProviderError:
     """Map an HTTP error reply (OpenAI or Anthropic error body, or anything else) to our tree;
     only its first `MAX_ERROR` bytes are read."""
-    raw = await read_up_to(resp, MAX_ERROR)
+    raw = await read_up_to(resp, MAX_ERROR, progress)
     message, error_type = "", None
     try:
         body = orjson.loads(raw)
@@ -365,10 +392,11 @@ def reply_error(body: Any) -> ProviderError | None:
     return stream_error(error_kind(err), f"error in reply: {said}", False, error_status(err))
 
 
-async def json_reply(resp: aiohttp.ClientResponse) -> Any:
-    """A non-streamed reply's JSON, read up to `MAX_REPLY` bytes; an error object sent in its
-    place at HTTP 200 is raised as that error (`reply_error`)."""
-    raw = await read_up_to(resp, MAX_REPLY + 1)
+async def json_reply(resp: aiohttp.ClientResponse, progress: Progress | None = None) -> Any:
+    """A non-streamed reply's JSON, read up to `MAX_REPLY` bytes (each read told to
+    `progress`); an error object sent in its place at HTTP 200 is raised as that error
+    (`reply_error`)."""
+    raw = await read_up_to(resp, MAX_REPLY + 1, progress)
     if len(raw) > MAX_REPLY:
         raise ProviderProtocolError(
             f"the reply is over {MAX_REPLY >> 20} MB; it was not read further", retryable=False
@@ -382,14 +410,19 @@ async def json_reply(resp: aiohttp.ClientResponse) -> Any:
     return body
 
 
-async def read_up_to(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The body's first `limit` bytes (all of it when shorter); the rest is never read."""
+async def read_up_to(
+    resp: aiohttp.ClientResponse, limit: int, progress: Progress | None = None
+) -> bytes:
+    """The body's first `limit` bytes (all of it when shorter); the rest is never read. Each
+    read is told to `progress` (the attempt's read limit starts again)."""
     parts: list[bytes] = []
     size = 0
     while size < limit:
         part = await resp.content.read(limit - size)
         if not part:
             break
+        if progress is not None:
+            progress.heard()
         parts.append(part)
         size += len(part)
     return b"".join(parts)

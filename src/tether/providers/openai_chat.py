@@ -193,7 +193,7 @@ def stop_reason(finish: str | None, has_calls: bool) -> StopReason:
 
 
 async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
-    body = await json_reply(resp)
+    body = await json_reply(resp, progress)
     try:
         choice = body["choices"][0]
         msg = choice["message"]

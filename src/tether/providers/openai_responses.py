@@ -64,7 +64,7 @@ class OpenAIResponsesModel(OpenAIModel):
 
 
 async def parse_json(resp: aiohttp.ClientResponse, progress: Progress) -> ModelResponse:
-    return parse_response(await json_reply(resp))
+    return parse_response(await json_reply(resp, progress))
 
 
 def request_body(model: str, request: ModelRequest, stream: bool) -> dict[str, Any]:

@@ -125,7 +125,9 @@ class SSEBatches:
         limits = self.limits
         limits.flush()  # the batch before is parsed: its text goes out as one piece
         if self.size == 0 and self.resp.content_type not in STREAM_TYPES:
-            raise unexpected(self.resp, await read_up_to(self.resp, MAX_ERROR), "an event stream")
+            raise unexpected(
+                self.resp, await read_up_to(self.resp, MAX_ERROR, limits), "an event stream"
+            )
         while not self.ended:
             chunk = await self.content.readany()
             if not chunk:
@@ -134,6 +136,7 @@ class SSEBatches:
                 if last:
                     return last
                 break
+            limits.heard()
             self.size += len(chunk)
             if self.size > limits.allowance:
                 raise ProviderProtocolError(

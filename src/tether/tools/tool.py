@@ -34,11 +34,11 @@ import pydantic_core
 
 from ..accounts import Accounts
 from ..approvals import Policy
+from ..deadlines import Limit
 from ..events import Emitter, Sink
 from ..messages import ImagePart, ToolSpec, Usage
 from ..rates import Rates
 from ..tree import Allowance
-from .deadlines import Limit
 
 DEFAULT_TIMEOUT = 60.0
 

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..approvals import ApprovalRequest, Approver, Decision, needs_approval
+from ..deadlines import Deadlines, on_loop
 from ..events import Emitter, call_dict, tool_result_data
 from ..messages import ToolCall, ToolResult, ToolSpec, Usage
 from ..redact import scrub
 from ..tree import child_run_id
-from .deadlines import Deadlines
 from .tool import CallTime, RunContext, Tool, ToolArgumentsError, tool_from_function, tool_output
 
 
@@ -113,9 +113,7 @@ class Toolbox:
 
     def deadlines(self) -> Deadlines:
         """The limits of this toolbox's calls on the running loop (a new loop, new limits)."""
-        loop = asyncio.get_running_loop()
-        if self.limits is None or self.limits.loop is not loop:
-            self.limits = Deadlines(loop)
+        self.limits = on_loop(self.limits)
         return self.limits
 
     def checked(self, call: ToolCall) -> tuple[Tool | None, dict[str, Any], str | None]:
