@@ -4,6 +4,7 @@ memory and a durable run's model step."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 
 from .admission import Limiter
@@ -33,7 +34,11 @@ async def respond(
     if not limiter.take():  # in the queue: its place said, then its admission
         turn = limiter.queue()
         emitter.queued(what="model_call", position=limiter.queued)
-        await limiter.wait(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            limiter.leave(turn)  # its place, or the slot if it came
+            raise
         emitter.admitted(what="model_call")
     try:
         return with_usage(request, await call(model, request, emitter, on_text, on_retry))
