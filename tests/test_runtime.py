@@ -782,6 +782,11 @@ async def test_an_ended_run_kept_compact_answers_as_it_did() -> None:
         kept.transcript.clear()  # a reader's list is its own
         assert kept.transcript == result.messages
         assert isinstance(run, Run) and isinstance(run.kept, bytes)  # no message objects
+        with pytest.raises(RunEnded):
+            kept.send("more?")
+        with pytest.raises(ApprovalError, match="'ap_x' is not waiting"):
+            kept.approve("ap_x")
+        assert kept.waiting() == [] and kept.transcript == result.messages
 
 
 async def test_a_cancelled_waiter_leaves_the_run_and_its_other_waiters_alone() -> None:

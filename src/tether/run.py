@@ -129,6 +129,15 @@ async def supervise(
 
 NO_SLOTS = contextlib.nullcontext()
 
+NO_MORE: Any = ()
+"""A kept run's transcript list (it reads `kept`) and inbox (it is sent nothing more): one
+empty tuple shared, where two lists a run were objects more for every full collection to walk,
+10,000 ended runs kept by default; appending to it fails, as a bug should."""
+
+NO_DESK = ApprovalDesk()
+"""A kept run's desk when it was asked nothing: every answer to it is refused as never asked
+(no run asks it: the run has ended). A desk that decided something is kept, to say how."""
+
 
 def admitted(slots: Limiter | None, run: Attempts) -> contextlib.AbstractAsyncContextManager[None]:
     """Hold one of `slots` (if any) for the run's life; a run that waits for one says so
@@ -266,7 +275,9 @@ class Run:
             own = None if last.messages is self.history else compact(last.messages)
             self.kept_result = compact_result(last, own)
         self.kept = compact(self.history)
-        self.history, self.last = [], None
+        self.history, self.inbox, self.last = NO_MORE, NO_MORE, None
+        if self.approver is self.desk and not (self.desk.pending or self.desk.decided):
+            self.desk = self.approver = NO_DESK  # asked nothing: says so, as its own would
         self.context.allowance = None
 
     def send(self, text: str) -> None:
