@@ -9,8 +9,8 @@ from collections.abc import Awaitable
 
 from .admission import Limiter
 from .errors import ProviderError
-from .events import Emitter
-from .loop import with_usage
+from .events import Emitter, model_response_data
+from .loop import unique_calls, with_usage
 from .messages import ModelRequest, ModelResponse
 from .providers.base import Model, TextHook
 from .providers.fallback import FallbackModel
@@ -24,13 +24,16 @@ async def respond(
     limiter: Limiter | None,
     on_text: TextHook | None,
     on_retry: RetryHook,
+    said: bool = False,
 ) -> ModelResponse:
     """A model call in a slot of the endpoint's limiter (a wait for one shows as `queued`,
-    then `admitted`); what the server left out of its usage is estimated. (No context
-    manager, closure or coroutine more than the call needs: a run in flight holds each, and
-    thousands of runs make them thousands of objects for the garbage collector.)"""
+    then `admitted`); what the server left out of its usage is estimated; with `said`, the
+    reply is `answered`. (No context manager, closure or coroutine more than the call needs:
+    a run in flight holds each, and thousands of runs make them thousands of objects for the
+    garbage collector.)"""
     if limiter is None:
-        return with_usage(request, await call(model, request, emitter, on_text, on_retry))
+        response = with_usage(request, await call(model, request, emitter, on_text, on_retry))
+        return answered(request, response, emitter) if said else response
     if not limiter.take():  # in the queue: its place said, then its admission
         turn = limiter.queue()
         emitter.queued(what="model_call", position=limiter.queued)
@@ -41,9 +44,19 @@ async def respond(
             raise
         emitter.admitted(what="model_call")
     try:
-        return with_usage(request, await call(model, request, emitter, on_text, on_retry))
+        response = with_usage(request, await call(model, request, emitter, on_text, on_retry))
     finally:
         limiter.release()
+    return answered(request, response, emitter) if said else response
+
+
+def answered(request: ModelRequest, response: ModelResponse, emitter: Emitter) -> ModelResponse:
+    """The reply as the run takes it, said as `model_response`: its tool calls' ids made
+    unique in the conversation (a durable run records it so: a replay agrees)."""
+    response = unique_calls(response, request.messages)
+    if emitter.active:
+        emitter.model_response(**model_response_data(response))
+    return response
 
 
 def call(

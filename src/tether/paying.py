@@ -17,11 +17,10 @@ from typing import Protocol
 from .accounts import Cost, OverBudget, cost_of
 from .accounts import estimate as estimate_cost
 from .admission import Limiter, aside
-from .calls import respond
+from .calls import answered, respond
 from .context import estimate
 from .errors import ProviderStatusError
-from .events import Emitter, model_response_data
-from .loop import unique_calls
+from .events import Emitter
 from .messages import ModelRequest, ModelResponse, Usage
 from .pricing import Price
 from .providers.base import Model
@@ -37,7 +36,7 @@ class Payer(Protocol):
     def price_of(self, response: ModelResponse) -> Price | None: ...
 
 
-async def model_call(
+def model_call(
     agent: Payer,
     ctx: RunContext,
     key: str,
@@ -47,21 +46,34 @@ async def model_call(
     limiter: Limiter | None,
     used: Callable[[Cost], Awaitable[None]] | None = None,
     sent: Callable[[], None] | None = None,
-) -> ModelResponse:
+) -> Awaitable[ModelResponse]:
     """A run's model call, the same in memory and in a durable run's step: paid for (`paid`),
     said as `model_request` when it goes (`sent` is told then: what waited before, for its
     account or a slot, is no model latency), with its text, retries and fallbacks as they
     come, and as `model_response` when it is answered, its tool calls' ids made unique in the
-    conversation (a durable run records the reply so: a replay agrees)."""
+    conversation (a durable run records the reply so: a replay agrees). With nothing to pay,
+    the call is `respond`'s coroutine itself, which says the reply: a run in flight holds no
+    coroutine of this layer."""
     if ctx.accounts is None or ctx.account_id is None:  # nothing to pay: no layer for it
-        response = await go(agent, request, emitter, limiter, sent)
-    else:
-        goes = functools.partial(go, agent, request, emitter, limiter, sent)
-        response = await paid(agent, ctx, key, request, first, emitter, goes, used)
-    response = unique_calls(response, request.messages)
-    if emitter.active:
-        emitter.model_response(**model_response_data(response))
-    return response
+        return go(agent, request, emitter, limiter, sent, said=True)
+    return paid_call(agent, ctx, key, request, first, emitter, limiter, used, sent)
+
+
+async def paid_call(
+    agent: Payer,
+    ctx: RunContext,
+    key: str,
+    request: ModelRequest,
+    first: bool,
+    emitter: Emitter,
+    limiter: Limiter | None,
+    used: Callable[[Cost], Awaitable[None]] | None,
+    sent: Callable[[], None] | None,
+) -> ModelResponse:
+    """`model_call` for a run with an account: reserved, made, settled, then said."""
+    goes = functools.partial(go, agent, request, emitter, limiter, sent)
+    response = await paid(agent, ctx, key, request, first, emitter, goes, used)
+    return answered(request, response, emitter)
 
 
 def go(
@@ -70,14 +82,16 @@ def go(
     emitter: Emitter,
     limiter: Limiter | None,
     sent: Callable[[], None] | None,
+    said: bool = False,
 ) -> Awaitable[ModelResponse]:
-    """The request goes (paid for, if it is): said as `model_request`, `sent` told."""
+    """The request goes (paid for, if it is): said as `model_request`, `sent` told; with
+    `said`, its reply is `answered` too."""
     if sent is not None:
         sent()
     on_text = emitter.streamed if emitter.active else None
     if emitter.active:
         emitter.model_request(messages=len(request.messages))
-    return respond(agent.model, request, emitter, limiter, on_text, emitter.retried)
+    return respond(agent.model, request, emitter, limiter, on_text, emitter.retried, said)
 
 
 QUEUE_POLL_S = 5.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from ..approvals import ApprovalRequest, Approver, Decision, needs_approval
@@ -164,24 +164,35 @@ class Toolbox:
             emitter.approval_decided(**decision.event(request.id, call.id))
         return decision
 
-    async def run_all(
+    def run_all(
         self,
         calls: Sequence[ToolCall],
         ctx: RunContext,
         emitter: Emitter,
         approver: Approver | None = None,
         finished: dict[str, ToolResult] | None = None,
-    ) -> list[ToolResult]:
+    ) -> Awaitable[list[ToolResult]]:
         """All calls of one reply at the same time (each waiting for its own approval where it
-        needs one); results in the order of the calls, and in `finished` as each completes."""
+        needs one); results in the order of the calls, and in `finished` as each completes.
+        Said as `tool_call` events now, and run when awaited: several calls are the gather of
+        their own, not a coroutine around it that a run held while they ran."""
         for c in calls:
             emitter.tool_call(**self.call_data(c, emitter.run_id))
         done = {} if finished is None else finished
         if len(calls) == 1:
-            return [await self.run(calls[0], ctx, approver, emitter, done)]
-        return list(
-            await asyncio.gather(*[self.run(c, ctx, approver, emitter, done) for c in calls])
-        )
+            return self.run_one(calls[0], ctx, approver, emitter, done)
+        return asyncio.gather(*[self.run(c, ctx, approver, emitter, done) for c in calls])
+
+    async def run_one(
+        self,
+        call: ToolCall,
+        ctx: RunContext,
+        approver: Approver | None,
+        emitter: Emitter,
+        finished: dict[str, ToolResult],
+    ) -> list[ToolResult]:
+        """One call, in the run's own task (no task of its own for a reply of one call)."""
+        return [await self.run(call, ctx, approver, emitter, finished)]
 
 
 def clash_hint(*tools: Tool) -> str:
