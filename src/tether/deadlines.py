@@ -76,7 +76,7 @@ class Limit:
         """End no sooner than `seconds` from now (work that goes on: bytes that came). Only
         the deadline moves: the timer, when it comes, finds it later and waits again."""
         if self.deadline is not None:
-            self.deadline = self.owner.loop.time() + seconds
+            self.deadline = self.owner.clock() + seconds
 
     def timed_out(self) -> bool:
         """Whether the CancelledError the call got is this limit's (and no one else's): then
@@ -108,6 +108,9 @@ class Deadlines:
         self.live: dict[int, Limit] = {}
         """The limits in force by the number of their pair on the heap."""
         self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
+        """When `timer` is set for (a `TimerHandle`'s `when()` is a Python call)."""
+        self.clock = loop.time
         self.numbers = itertools.count(1)
 
     def start(self, seconds: float) -> Limit:
@@ -115,7 +118,7 @@ class Deadlines:
         task = asyncio.current_task(self.loop)
         if task is None:
             raise RuntimeError("a tool call's time limit needs a running task")
-        deadline = self.loop.time() + seconds
+        deadline = self.clock() + seconds
         limit = Limit(self, task, deadline)
         self.push(limit, deadline)
         return limit
@@ -125,11 +128,11 @@ class Deadlines:
         number = limit.number = next(self.numbers)
         self.live[number] = limit
         heapq.heappush(self.heap, (deadline, number))
-        if self.timer is None:
+        if self.timer is None or deadline < self.timer_at:
+            if self.timer is not None:
+                self.timer.cancel()
             self.timer = self.loop.call_at(deadline, self.fire)
-        elif deadline < self.timer.when():
-            self.timer.cancel()
-            self.timer = self.loop.call_at(deadline, self.fire)
+            self.timer_at = deadline
 
     def forget(self, limit: Limit) -> None:
         """`limit` is in force no more (its pair on the heap is stale); sweep the heap when
@@ -144,7 +147,7 @@ class Deadlines:
     def fire(self) -> None:
         """Cancel every call whose deadline has come; set the timer for the next one."""
         self.timer = None
-        now = self.loop.time()
+        now = self.clock()
         heap, live = self.heap, self.live
         while heap and heap[0][0] <= now:
             deadline, number = heapq.heappop(heap)
@@ -162,7 +165,8 @@ class Deadlines:
         while heap and heap[0][1] not in live:  # stale pairs first: not worth a wake
             heapq.heappop(heap)
         if heap:
-            self.timer = self.loop.call_at(heap[0][0], self.fire)
+            self.timer_at = heap[0][0]
+            self.timer = self.loop.call_at(self.timer_at, self.fire)
 
 
 def on_loop(limits: Deadlines | None) -> Deadlines:
