@@ -26,6 +26,17 @@ side's figure is its ratio to that round's bare run. Compare sides only so: on 2
 bare loop's own CPU a turn moved from 0.31 to 0.56 ms within the hour, and two sessions of
 pairs run ten minutes apart disagreed by more than the change they were to price. Results go to
 `bench/pairs-<date>.json`.
+
+`--duet` runs a round's sides at the same time, all on core 1, each with a mock of its own on
+core 0: whatever the machine does in that minute falls on every side alike. Sequential rounds
+of one tree spread from 0.91x to 1.50x on 2026-12-07; duet rounds of one tree spread by some 4%
+either side. `--repeat 1` is the shared rig's own scenario b (one batch of 1,000 runs after one
+warm-up run); the default three batches is a harder test, as the runs a Runtime keeps after they
+end (all of them, up to 10,000) grow the heap every full collection walks:
+
+    bench/.venv-bench/bin/python bench/pairs.py --duet --pairs 10 --repeat 1 --variant now=src
+    bench/.venv-bench/bin/python bench/pairs.py --duet --pairs 8 --variant base=/tmp/old/src \
+        --variant now=src
 """
 
 from __future__ import annotations
