@@ -761,8 +761,9 @@ async def test_an_ended_run_leaves_no_reference_cycle_for_the_collector() -> Non
 
 def made_by_tether(o: object) -> bool:
     """Whether `o` is Tether's: of a Tether type, or a coroutine, frame or function of Tether's
-    code. The collector's garbage is the whole process's: a store's thread left by another test
-    of the same worker (SQLAlchemy's compiled queries) made cycles of its own meanwhile."""
+    code. The collector's garbage is the whole process's: DBOS, once a durable test of the same
+    worker launched it, stays for the process, and its queue thread's SQLAlchemy queries made
+    cycles of their own meanwhile."""
     if (type(o).__module__ or "").startswith("tether"):
         return True
     if isinstance(o, types.CoroutineType):
