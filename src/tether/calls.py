@@ -32,21 +32,22 @@ async def respond(
     a run in flight holds each, and thousands of runs make them thousands of objects for the
     garbage collector.)"""
     if limiter is None:
-        response = with_usage(request, await call(model, request, emitter, on_text, on_retry))
-        return answered(request, response, emitter) if said else response
-    if not limiter.take():  # in the queue: its place said, then its admission
-        turn = limiter.queue()
-        emitter.queued(what="model_call", position=limiter.queued)
+        response = await call(model, request, emitter, on_text, on_retry)
+    else:
+        if not limiter.take():  # in the queue: its place said, then its admission
+            turn = limiter.queue()
+            emitter.queued(what="model_call", position=limiter.queued)
+            try:
+                await turn
+            except asyncio.CancelledError:
+                limiter.leave(turn)  # its place, or the slot if it came
+                raise
+            emitter.admitted(what="model_call")
         try:
-            await turn
-        except asyncio.CancelledError:
-            limiter.leave(turn)  # its place, or the slot if it came
-            raise
-        emitter.admitted(what="model_call")
-    try:
-        response = with_usage(request, await call(model, request, emitter, on_text, on_retry))
-    finally:
-        limiter.release()
+            response = await call(model, request, emitter, on_text, on_retry)
+        finally:
+            limiter.release()
+    response = with_usage(request, response)
     return answered(request, response, emitter) if said else response
 
 
